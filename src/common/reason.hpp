@@ -1,0 +1,48 @@
+#pragma once
+// Every reply sluice makes itself carries a stable reason code. The code labels the
+// metric, the access-log line and the OpenAI-shaped error body, so one table says it all.
+#include <cstdint>
+#include <string_view>
+
+namespace sluice {
+
+// X(enum, http status, OpenAI error type, code string)
+#define SLUICE_REASONS(X)                                                        \
+  X(ok, 200, "", "ok")                                                           \
+  X(bad_json, 400, "invalid_request_error", "invalid_json")                      \
+  X(invalid_request, 400, "invalid_request_error", "invalid_request")            \
+  X(option_not_allowed, 400, "invalid_request_error", "option_not_allowed")      \
+  X(option_out_of_range, 400, "invalid_request_error", "option_out_of_range")    \
+  X(missing_key, 401, "authentication_error", "missing_api_key")                 \
+  X(invalid_key, 401, "authentication_error", "invalid_api_key")                 \
+  X(model_not_allowed, 403, "permission_error", "model_not_allowed")             \
+  X(not_found, 404, "invalid_request_error", "not_found")                        \
+  X(model_not_found, 404, "invalid_request_error", "model_not_found")            \
+  X(method_not_allowed, 405, "invalid_request_error", "method_not_allowed")      \
+  X(body_too_large, 413, "invalid_request_error", "body_too_large")              \
+  X(headers_too_large, 431, "invalid_request_error", "headers_too_large")        \
+  X(client_closed, 499, "client_closed", "client_closed")                        \
+  X(upstream_unreachable, 502, "upstream_error", "upstream_unreachable")         \
+  X(upstream_error, 502, "upstream_error", "upstream_error")                     \
+  X(upstream_bad_response, 502, "upstream_error", "upstream_bad_response")       \
+  X(upstream_stream_failed, 502, "upstream_error", "upstream_stream_failed")     \
+  X(shutting_down, 503, "service_unavailable", "shutting_down")                  \
+  X(upstream_timeout, 504, "timeout_error", "upstream_timeout")                  \
+  X(first_token_timeout, 504, "timeout_error", "first_token_timeout")            \
+  X(upstream_idle_timeout, 504, "timeout_error", "upstream_idle_timeout")        \
+  X(internal, 500, "server_error", "internal_error")
+
+enum class Reason : std::uint8_t {
+#define SLUICE_REASON_ENUM(name, status, type, code) name,
+  SLUICE_REASONS(SLUICE_REASON_ENUM)
+#undef SLUICE_REASON_ENUM
+};
+
+int http_status(Reason r) noexcept;
+std::string_view error_type(Reason r) noexcept;
+std::string_view reason_code(Reason r) noexcept;
+
+// {"error":{"message":...,"type":...,"code":...,"param":...}}
+std::string error_body(Reason r, std::string_view message, std::string_view param = {});
+
+}  // namespace sluice

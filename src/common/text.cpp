@@ -1,0 +1,64 @@
+#include "common/text.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+
+namespace sluice {
+
+void append_json_string(std::string& out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out.push_back('"');
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20) {
+          out += "\\u00";
+          out.push_back(kHex[c >> 4]);
+          out.push_back(kHex[c & 0xf]);
+        } else {
+          out.push_back(static_cast<char>(c));
+        }
+    }
+  }
+  out.push_back('"');
+}
+
+bool iequals(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i])))
+      return false;
+  }
+  return true;
+}
+
+std::string mask_key(std::string_view key) {
+  if (key.empty()) return {};
+  const size_t tail = key.size() >= 12 ? 4 : 0;
+  size_t prefix = 0;
+  if (auto dash = key.rfind('-'); dash != std::string_view::npos && dash + 1 < key.size()) {
+    prefix = std::min<size_t>(dash + 1, 12);
+  }
+  // Never reveal more than a third of the key.
+  while (prefix + tail > key.size() / 3 && prefix > 0) --prefix;
+  std::string out(key.substr(0, prefix));
+  out += "***";
+  out += key.substr(key.size() - tail);
+  return out;
+}
+
+bool parse_u64(std::string_view s, std::uint64_t& out) noexcept {
+  if (s.empty()) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+}  // namespace sluice

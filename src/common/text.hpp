@@ -1,0 +1,22 @@
+#pragma once
+// Small string helpers used everywhere: JSON string escaping, case-insensitive compare,
+// key masking, number formatting.
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace sluice {
+
+// Appends s as a quoted JSON string (RFC 8259 escaping).
+void append_json_string(std::string& out, std::string_view s);
+
+bool iequals(std::string_view a, std::string_view b) noexcept;
+
+// "sk-prod-abcdef1a2b" -> "sk-prod-***1a2b": keeps a prefix up to the last '-' (at most
+// 12 chars) and the last 4 chars; never more than a third of the key is shown.
+std::string mask_key(std::string_view key);
+
+// Parses a base-10 unsigned integer; false on anything else.
+bool parse_u64(std::string_view s, std::uint64_t& out) noexcept;
+
+}  // namespace sluice

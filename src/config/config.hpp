@@ -1,0 +1,135 @@
+#pragma once
+// The validated, immutable configuration. Loaded once (YAML + environment overrides),
+// validated as a whole, then shared read-only by every worker.
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace sluice::config {
+
+using Millis = std::chrono::milliseconds;
+
+enum class Provider { simulated, openai, ollama };
+std::string_view to_string(Provider p) noexcept;
+
+// Timing model and fault injection of the simulator (both faces: `sluice sim` and the
+// in-process `simulated` provider).
+struct SimSettings {
+  Millis ttft{200};                 // fixed part of time to first token
+  double ttft_per_prompt_token_ms = 0.0;  // prefill cost, added per prompt token
+  Millis inter_token{20};           // inter-token latency
+  double jitter = 0.1;              // +/- fraction applied to each delay
+  int max_in_flight = 64;           // sequences decoding at once ("GPU slots")
+  int max_waiting = 1024;           // queue beyond that; past it -> 503
+  int default_output_tokens = 32;   // when the request sets no max_tokens/num_predict
+  int max_output_tokens = 4096;
+  // Fault injection, each a probability in [0,1] per request.
+  double error_rate_429 = 0, error_rate_500 = 0, error_rate_503 = 0;
+  double abort_rate = 0;            // stream aborted mid-way (connection dropped)
+  double hang_rate = 0;             // accepts, then never answers
+  double slow_first_token_rate = 0; // first token delayed by slow_first_token
+  Millis slow_first_token{5000};
+  std::uint64_t seed = 0;           // 0 = random
+};
+
+struct Backend {
+  Provider provider = Provider::simulated;
+  std::string base_url;        // e.g. http://127.0.0.1:11434 or https://api.openai.com/v1
+  // Derived from base_url at validation time:
+  bool tls = false;
+  std::string host;
+  std::uint16_t port = 0;
+  std::string path_prefix;     // "" or "/v1" etc., without trailing '/'
+  std::string model;           // real model name sent upstream
+  std::string api_key;         // provider credential (resolved from env/file); never logged
+  bool tls_verify = true;
+  std::string ca_file;         // optional extra CA bundle (PEM)
+  SimSettings sim;             // for Provider::simulated
+};
+
+struct Route {
+  std::string alias;           // what clients put in "model"
+  Backend backend;
+};
+
+struct ApiKey {
+  std::string name;            // key id shown in logs, e.g. "prod-app"
+  std::string key;             // the secret; never logged
+  std::string tenant;
+  std::string tier = "standard";
+  std::vector<std::string> models;  // aliases this key may use; "*" = all
+  bool admin = false;
+};
+
+// Allowed numeric range of a request option.
+struct Range {
+  double min = 0;
+  double max = 0;
+  bool integer = false;
+};
+
+struct Timeouts {
+  Millis connect{5000};
+  Millis first_token{60000};
+  Millis idle{60000};          // gap between upstream stream chunks
+  Millis total{600000};
+  Millis client_header{30000}; // reading a request's headers and body
+  Millis keep_alive{75000};    // idle client connection
+  Millis heartbeat{15000};     // ": keep-alive" comment while the upstream is silent
+  Millis shutdown_grace{30000};
+};
+
+struct Config {
+  std::string instance;        // x-sluice-instance; default: hostname:port
+  std::string listen_host = "127.0.0.1";
+  std::uint16_t listen_port = 8080;
+  int workers = 0;             // 0 = number of cores
+  std::size_t max_body_bytes = 1 << 20;
+  std::size_t max_header_bytes = 16 << 10;
+  std::size_t max_stream_buffer_events = 256;  // bounded per-stream relay buffer
+  std::size_t max_upstream_response_bytes = 16 << 20;
+  int upstream_pool_per_host = 256;            // idle keep-alive connections kept per worker
+  Timeouts timeouts;
+  std::string access_log = "-";  // "-" = stdout, "" = off, else a file path
+  std::vector<ApiKey> keys;
+  std::vector<Route> routes;
+  // Top-level OpenAI parameters with a checked range (temperature, top_p, max_tokens...).
+  std::map<std::string, Range, std::less<>> params;
+  // Keys allowed inside the Ollama-style "options" object, with ranges (num_ctx...).
+  std::map<std::string, Range, std::less<>> options;
+
+  const Route* find_route(std::string_view alias) const noexcept;
+  const ApiKey* find_key(std::string_view secret) const noexcept;
+};
+
+// Error with the YAML key path, the line (1-based, 0 if unknown) and what is wrong.
+struct ConfigError {
+  std::string key;
+  int line = 0;
+  std::string message;
+  std::string to_string() const;  // "config error at line 12, key models[0].provider: ..."
+};
+
+struct LoadResult {
+  std::shared_ptr<const Config> config;  // set on success
+  std::vector<ConfigError> errors;       // every problem found, not just the first
+  bool ok() const { return config != nullptr; }
+};
+
+// Environment lookup, injectable for tests.
+using EnvLookup = std::optional<std::string> (*)(const char* name);
+std::optional<std::string> process_env(const char* name);
+
+LoadResult load_file(const std::string& path, EnvLookup env = process_env);
+LoadResult load_string(const std::string& yaml, EnvLookup env = process_env,
+                       const std::string& base_dir = ".");
+
+// Human-readable summary for the startup banner: listeners, routes, backends, keys
+// (names and masked secrets only).
+std::string describe(const Config& c);
+
+}  // namespace sluice::config

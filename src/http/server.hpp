@@ -1,0 +1,102 @@
+#pragma once
+// HTTP/1.1 server: one event loop per worker thread, each with its own SO_REUSEPORT
+// listener. Beast stays inside server.cpp; handlers see only this interface.
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace sluice::http {
+
+using HeaderList = std::vector<std::pair<std::string, std::string>>;
+
+// A parsed request. Views stay valid until the handler returns.
+class Request {
+ public:
+  virtual ~Request() = default;
+  virtual std::string_view method() const = 0;
+  virtual std::string_view target() const = 0;   // path + query
+  virtual std::string_view body() const = 0;
+  // Case-insensitive; empty when absent.
+  virtual std::string_view header(std::string_view name) const = 0;
+  std::string_view path() const;                  // target without the query
+  std::string_view query_param(std::string_view name) const;  // raw (not decoded)
+};
+
+struct Response {
+  int status = 200;
+  std::string content_type = "application/json";
+  HeaderList headers;
+  std::string body;
+};
+
+// One request/response exchange on a client connection.
+class Exchange {
+ public:
+  virtual ~Exchange() = default;
+  virtual const Request& request() const = 0;
+  virtual boost::asio::any_io_executor executor() const = 0;
+
+  // A complete reply. Returns false when the client is gone.
+  virtual boost::asio::awaitable<bool> reply(Response r) = 0;
+
+  // A streamed reply (chunked transfer encoding). Write the head once, then chunks.
+  virtual boost::asio::awaitable<bool> begin_stream(int status, std::string_view content_type,
+                                                    const HeaderList& headers) = 0;
+  virtual boost::asio::awaitable<bool> write_chunk(std::string_view data) = 0;
+  virtual boost::asio::awaitable<bool> end_stream() = 0;
+
+  // Completes when the client closes the connection (or it fails); supports
+  // cancellation, so it can race the work it guards: `co_await (work() || gone())`.
+  // Bytes that arrive meanwhile (a pipelined request) are kept for the next read.
+  virtual boost::asio::awaitable<void> wait_client_gone() = 0;
+
+  // True once any byte of the response went out: from then on nothing may be retried.
+  virtual bool started() const = 0;
+};
+
+using Handler = std::function<boost::asio::awaitable<void>(Exchange&)>;
+
+// Answer for requests the server rejects before a handler runs (413, 431, 400).
+// Returns the response body for a status and a short message.
+using LocalReplyFormatter = std::function<Response(int status, std::string_view message)>;
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;        // 0 = pick a free port (all workers share it)
+  int workers = 1;
+  std::size_t max_header_bytes = 16 << 10;
+  std::size_t max_body_bytes = 1 << 20;
+  std::chrono::milliseconds read_timeout{30000};   // headers + body of one request
+  std::chrono::milliseconds keep_alive{75000};     // idle between requests
+  std::string server_name = "sluice";
+  HeaderList extra_headers;      // added to every response (e.g. x-sluice-instance)
+  LocalReplyFormatter local_reply;  // optional
+};
+
+// Called once per worker; the handler it returns runs only on that worker's thread, so
+// it may hold per-thread state (upstream pools, counters) without locks.
+using HandlerFactory = std::function<Handler(int worker, boost::asio::any_io_executor ex)>;
+
+class Server {
+ public:
+  virtual ~Server() = default;
+  // Binds the listeners (throws std::system_error on failure) and starts the threads.
+  static std::unique_ptr<Server> start(ServerOptions options, HandlerFactory factory);
+  virtual std::uint16_t port() const = 0;
+  // Thread-safe. Stops accepting, closes idle connections, lets in-flight requests run
+  // for at most `grace`, then stops the loops.
+  virtual void shutdown(std::chrono::milliseconds grace) = 0;
+  // Blocks until every worker thread has exited.
+  virtual void join() = 0;
+  // Connections and requests in flight (for /ready and tests).
+  virtual std::size_t active_requests() const = 0;
+};
+
+}  // namespace sluice::http

@@ -1,0 +1,119 @@
+#pragma once
+// The OpenAI chat-completions request as sluice sees it: parsed once, validated against
+// the configured allow-list, then rewritten for each provider. No I/O here.
+#include <boost/json/object.hpp>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "common/reason.hpp"
+#include "config/config.hpp"
+
+namespace sluice::llm {
+
+struct ChatRequest {
+  boost::json::object body;        // the client's body, validated
+  std::string model;               // as the client asked (an alias)
+  bool stream = false;
+  bool include_usage = false;      // stream_options.include_usage
+  std::optional<std::int64_t> max_tokens;  // max_completion_tokens or max_tokens
+  std::int64_t prompt_tokens_estimate = 0;
+};
+
+struct RequestError {
+  Reason reason = Reason::invalid_request;
+  std::string message;
+  std::string param;               // offending field, e.g. "options.num_ctx"
+};
+
+using ParseResult = std::variant<ChatRequest, RequestError>;
+
+// Parses and validates: JSON well-formed; "model" a non-empty string; "messages" a
+// non-empty array of {role, content}; "stream" bool; top-level fields in the known set
+// (unknown -> option_not_allowed); numeric params listed in `params` within range
+// (option_out_of_range); every key of the "options" object listed in `options` and within
+// range.
+ParseResult parse_chat_request(std::string_view body, const config::Config& cfg);
+
+// Rough token count of a text: the fallback estimator (about 4 bytes per token for
+// English, 1 token per CJK character).
+std::int64_t estimate_tokens(std::string_view text) noexcept;
+
+struct UpstreamCall {
+  std::string target;   // path on the backend, including its path prefix
+  std::string body;     // JSON
+};
+
+// OpenAI-compatible upstream: model replaced by the backend's real model; when
+// streaming, stream_options.include_usage is always requested (the gateway needs usage
+// even when the client did not ask; it then drops the usage chunk).
+UpstreamCall build_openai_call(const ChatRequest& req, const config::Backend& backend);
+
+// Ollama /api/chat: messages, stream, model; max_tokens -> options.num_predict; OpenAI
+// sampling params (temperature, top_p, seed, stop...) -> options; client "options"
+// passed through after validation.
+UpstreamCall build_ollama_call(const ChatRequest& req, const config::Backend& backend);
+
+struct Usage {
+  std::int64_t prompt_tokens = -1;       // -1 = unknown
+  std::int64_t completion_tokens = -1;
+};
+
+// A non-streaming upstream answer turned into the OpenAI chat.completion body.
+struct Completion {
+  std::string body;
+  Usage usage;
+  std::string finish_reason;
+};
+// OpenAI upstream: the body passes through unchanged; usage is read from it.
+std::optional<Completion> read_openai_completion(std::string_view upstream_body);
+// Ollama upstream: translated to chat.completion (id "chatcmpl-<request_id>", model =
+// the client's alias, usage from prompt_eval_count / eval_count).
+std::optional<Completion> translate_ollama_completion(std::string_view upstream_body,
+                                                      const ChatRequest& req,
+                                                      std::string_view request_id);
+
+// Turns an upstream response body stream into the SSE frames the client receives
+// ("data: {...chat.completion.chunk...}\n\n" ... "data: [DONE]\n\n").
+class StreamTranslator {
+ public:
+  virtual ~StreamTranslator() = default;
+  // Feeds raw upstream body bytes; appends complete client frames to `out`. Returns false
+  // on a protocol error (see error()); the stream must then be ended with error_frame().
+  virtual bool feed(std::string_view bytes, std::string& out) = 0;
+  // Upstream body ended. Appends closing frames ([DONE] if the upstream did not send it).
+  // Returns false if the upstream ended before its end marker (a truncated stream).
+  virtual bool finish(std::string& out) = 0;
+
+  bool first_token_seen() const noexcept { return content_chunks_ > 0; }
+  std::int64_t content_chunks() const noexcept { return content_chunks_; }  // ~tokens
+  const Usage& usage() const noexcept { return usage_; }
+  const std::string& finish_reason() const noexcept { return finish_reason_; }
+  bool done() const noexcept { return done_; }
+  const std::string& error() const noexcept { return error_; }
+
+ protected:
+  std::int64_t content_chunks_ = 0;
+  Usage usage_;
+  std::string finish_reason_;
+  bool done_ = false;
+  std::string error_;
+};
+
+// OpenAI SSE: events pass through byte-for-byte, except the usage-only chunk, which is
+// dropped unless the client asked for include_usage. Upstream error events pass through.
+std::unique_ptr<StreamTranslator> make_openai_stream(const ChatRequest& req);
+// Ollama NDJSON -> OpenAI chunks; the final line's counts become usage; a line with
+// "error" becomes an error frame.
+std::unique_ptr<StreamTranslator> make_ollama_stream(const ChatRequest& req,
+                                                     std::string_view request_id);
+
+// "data: {"error":{...}}\n\n" — how a failure mid-stream reaches the client, followed by
+// "data: [DONE]\n\n" so SDKs end cleanly.
+std::string error_frame(Reason reason, std::string_view message);
+
+}  // namespace sluice::llm
