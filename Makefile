@@ -18,7 +18,7 @@ unit-test: build
 
 asan-test:
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=ON >/dev/null
-	cmake --build $(ASAN_BUILD) -j $(JOBS) --target sluice_unit_tests
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target unit_tests
 	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)
 
 integration-test: build

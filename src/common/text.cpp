@@ -47,8 +47,8 @@ std::string mask_key(std::string_view key) {
   if (auto dash = key.rfind('-'); dash != std::string_view::npos && dash + 1 < key.size()) {
     prefix = std::min<size_t>(dash + 1, 12);
   }
-  // Never reveal more than a third of the key.
-  while (prefix + tail > key.size() / 3 && prefix > 0) --prefix;
+  // Never reveal more than half of the key.
+  while (prefix + tail > key.size() / 2 && prefix > 0) --prefix;
   std::string out(key.substr(0, prefix));
   out += "***";
   out += key.substr(key.size() - tail);

@@ -13,7 +13,7 @@ void append_json_string(std::string& out, std::string_view s);
 bool iequals(std::string_view a, std::string_view b) noexcept;
 
 // "sk-prod-abcdef1a2b" -> "sk-prod-***1a2b": keeps a prefix up to the last '-' (at most
-// 12 chars) and the last 4 chars; never more than a third of the key is shown.
+// 12 chars) and the last 4 chars; never more than half of the key is shown.
 std::string mask_key(std::string_view key);
 
 // Parses a base-10 unsigned integer; false on anything else.
