@@ -1,1 +1,1160 @@
-// implementation pending
+// Configuration loading: YAML (yaml-cpp) + environment overrides, validated as a whole.
+// Every problem is collected (with its key path and 1-based line) before giving up, so
+// one run of `sluice serve` shows all mistakes at once.
+#include "config/config.hpp"
+
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <limits>
+#include <sstream>
+#include <unordered_map>
+
+#include "common/text.hpp"
+
+namespace sluice::config {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr double kTwo53 = 9007199254740992.0;  // 2^53: largest exactly representable int
+constexpr long long kMaxI64 = std::numeric_limits<long long>::max();
+
+// ---------------------------------------------------------------------------------------
+// Text-level validators, shared by YAML values and environment variables. Each returns ""
+// when the value is fine, else the message of the error.
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+std::string q(std::string_view s) {
+  // Values echoed in messages are cut short and stripped of control characters.
+  std::string out = "'";
+  for (size_t i = 0; i < s.size() && i < 80; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    out.push_back(c < 0x20 || c == 0x7f ? '?' : static_cast<char>(c));
+  }
+  if (s.size() > 80) out += "...";
+  out += "'";
+  return out;
+}
+
+std::string fmt_num(double v) {
+  if (std::isfinite(v) && std::floor(v) == v && std::fabs(v) < 1e16) {
+    return std::to_string(static_cast<long long>(v));
+  }
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+std::string fmt_duration(Millis d) {
+  const auto ms = d.count();
+  if (ms != 0 && ms % 3600000 == 0) return std::to_string(ms / 3600000) + "h";
+  if (ms != 0 && ms % 60000 == 0) return std::to_string(ms / 60000) + "m";
+  if (ms != 0 && ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+  return std::to_string(ms) + "ms";
+}
+
+bool parse_i64(std::string_view s, long long& out) {
+  if (!s.empty() && s.front() == '+') s.remove_prefix(1);
+  if (s.empty()) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+std::string range_msg(long long lo, long long hi, std::string_view got) {
+  if (hi == kMaxI64) return "out of range: must be at least " + std::to_string(lo) + ", got " + std::string(got);
+  return "out of range: must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
+         ", got " + std::string(got);
+}
+
+std::string check_int(std::string_view s, long long lo, long long hi, long long& out) {
+  if (!parse_i64(s, out)) return "expected an integer, got " + q(s);
+  if (out < lo || out > hi) return range_msg(lo, hi, s);
+  return {};
+}
+
+std::string check_double(std::string_view s, double lo, double hi, double& out) {
+  std::string_view t = s;
+  if (!t.empty() && t.front() == '+') t.remove_prefix(1);
+  auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), out);
+  if (t.empty() || ec != std::errc() || p != t.data() + t.size() || !std::isfinite(out)) {
+    return "expected a number, got " + q(s);
+  }
+  if (out < lo || out > hi) {
+    return "out of range: must be between " + fmt_num(lo) + " and " + fmt_num(hi) + ", got " +
+           std::string(s);
+  }
+  return {};
+}
+
+std::string check_bool(std::string_view s, bool& out) {
+  std::string l(s);
+  for (auto& ch : l) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (l == "true") { out = true; return {}; }
+  if (l == "false") { out = false; return {}; }
+  return "expected a boolean (true or false), got " + q(s);
+}
+
+constexpr const char* kDurationHelp =
+    "expected a duration like 250ms, 5s, 10m or 1h (a bare integer means milliseconds)";
+
+std::string check_duration(std::string_view s, Millis min, Millis& out) {
+  size_t i = 0;
+  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+  const std::string_view digits = s.substr(0, i), unit = s.substr(i);
+  std::uint64_t n = 0;
+  if (digits.empty() || !sluice::parse_u64(digits, n)) return std::string(kDurationHelp) + ", got " + q(s);
+  std::uint64_t mult = 0;
+  if (unit.empty() || unit == "ms") mult = 1;
+  else if (unit == "s") mult = 1000;
+  else if (unit == "m") mult = 60'000;
+  else if (unit == "h") mult = 3'600'000;
+  else return std::string(kDurationHelp) + ", got " + q(s);
+  // Cap at about 100 years; more is surely a mistake and would overflow time arithmetic.
+  constexpr std::uint64_t kMaxMs = 100ull * 365 * 24 * 3'600'000;
+  if (n > kMaxMs / mult) return "duration too long: " + q(s);
+  out = Millis(static_cast<Millis::rep>(n * mult));
+  if (out < min) {
+    return min.count() == 1 ? "must be greater than 0, got " + std::string(s)
+                            : "must be at least " + fmt_duration(min) + ", got " + std::string(s);
+  }
+  return {};
+}
+
+bool has_space_or_ctl(std::string_view s) {
+  return std::any_of(s.begin(), s.end(), [](char ch) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    return c <= 0x20 || c == 0x7f;
+  });
+}
+
+bool has_ctl(std::string_view s) {
+  return std::any_of(s.begin(), s.end(), [](char ch) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    return c < 0x20 || c == 0x7f;
+  });
+}
+
+// Names that appear in logs and metric labels (key names, tenants, tiers).
+std::string check_ident(std::string_view s) {
+  if (s.empty()) return "must not be empty";
+  if (s.size() > 128) return "too long (at most 128 characters)";
+  for (char ch : s) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (!(std::isalnum(c) || c == '.' || c == '_' || c == '-' || c == ':' || c == '@' || c == '/')) {
+      return "invalid character in " + q(s) + " (allowed: letters, digits and . _ - : @ /)";
+    }
+  }
+  return {};
+}
+
+// Secrets: never echoed back in a message.
+std::string check_secret(std::string_view s) {
+  if (s.empty()) return "secret must not be empty";
+  if (s.size() > 4096) return "secret too long (at most 4096 characters)";
+  if (has_space_or_ctl(s) || std::any_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) > 0x7e; })) {
+    return "secret must be printable ASCII without spaces";
+  }
+  return {};
+}
+
+std::string check_env_name(std::string_view s) {
+  const bool ok = !s.empty() && !std::isdigit(static_cast<unsigned char>(s.front())) &&
+                  std::all_of(s.begin(), s.end(), [](char c) {
+                    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                  });
+  return ok ? std::string() : "invalid environment variable name " + q(s);
+}
+
+std::string check_host(std::string_view h) {
+  if (h.empty()) return "host must not be empty";
+  if (has_space_or_ctl(h) || h.find_first_of("/?#@[]") != std::string_view::npos) {
+    return "invalid host " + q(h);
+  }
+  return {};
+}
+
+// "host:port" or "[v6]:port"; the host is stored without brackets.
+std::string check_host_port(std::string_view s, std::string& host, std::uint16_t& port) {
+  std::string_view h, p;
+  if (!s.empty() && s.front() == '[') {
+    const auto close = s.find(']');
+    if (close == std::string_view::npos || close + 1 >= s.size() || s[close + 1] != ':') {
+      return "expected host:port (IPv6 as [addr]:port), got " + q(s);
+    }
+    h = s.substr(1, close - 1);
+    p = s.substr(close + 2);
+    if (h.empty()) return "host must not be empty";
+  } else {
+    const auto colon = s.rfind(':');
+    if (colon == std::string_view::npos) return "expected host:port, got " + q(s);
+    h = s.substr(0, colon);
+    p = s.substr(colon + 1);
+    if (h.find(':') != std::string_view::npos) {
+      return "IPv6 addresses must be in brackets, e.g. [::1]:8080; got " + q(s);
+    }
+    if (auto e = check_host(h); !e.empty()) return e;
+  }
+  long long v = 0;
+  if (auto e = check_int(p, 0, 65535, v); !e.empty()) return "port " + e;
+  host = std::string(h);
+  port = static_cast<std::uint16_t>(v);
+  return {};
+}
+
+// http(s)://host[:port][/path]; fills tls, host, port, path_prefix.
+std::string check_url(std::string_view s, Backend& b) {
+  const auto sep = s.find("://");
+  if (sep == std::string_view::npos) return "expected an http:// or https:// URL, got " + q(s);
+  std::string scheme(s.substr(0, sep));
+  for (auto& ch : scheme) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  bool tls = false;
+  std::uint16_t port = 80;
+  if (scheme == "https") { tls = true; port = 443; }
+  else if (scheme != "http") return "unsupported URL scheme " + q(scheme) + " (expected http:// or https://)";
+  std::string_view rest = s.substr(sep + 3);
+  if (rest.find_first_of("?#") != std::string_view::npos) return "URL must not contain a query or fragment";
+  if (has_space_or_ctl(rest)) return "URL must not contain spaces or control characters";
+  const auto slash = rest.find('/');
+  std::string_view authority = rest.substr(0, slash);
+  std::string_view path = slash == std::string_view::npos ? std::string_view() : rest.substr(slash);
+  if (authority.find('@') != std::string_view::npos) {
+    return "URL must not contain credentials (user:password@); use api_key or api_key_env";
+  }
+  std::string_view host, port_text;
+  if (!authority.empty() && authority.front() == '[') {
+    const auto close = authority.find(']');
+    if (close == std::string_view::npos) return "unterminated IPv6 address in URL";
+    host = authority.substr(1, close - 1);
+    std::string_view after = authority.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') return "unexpected text after the IPv6 address in URL";
+      port_text = after.substr(1);
+      if (port_text.empty()) return "empty port in URL";
+    }
+  } else {
+    const auto colon = authority.find(':');
+    host = authority.substr(0, colon);
+    if (colon != std::string_view::npos) {
+      port_text = authority.substr(colon + 1);
+      if (port_text.empty()) return "empty port in URL";
+    }
+    if (host.find_first_of("[]") != std::string_view::npos) return "invalid host in URL";
+  }
+  if (host.empty()) return "URL has no host";
+  if (!port_text.empty()) {
+    long long v = 0;
+    if (auto e = check_int(port_text, 1, 65535, v); !e.empty()) return "URL port " + e;
+    port = static_cast<std::uint16_t>(v);
+  }
+  while (!path.empty() && path.back() == '/') path.remove_suffix(1);
+  b.tls = tls;
+  b.host = std::string(host);
+  b.port = port;
+  b.path_prefix = std::string(path);
+  return {};
+}
+
+std::string env_model_var(std::string_view alias) {
+  std::string out = "SLUICE_MODEL_";
+  for (char ch : alias) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    out.push_back(std::isalnum(c) ? static_cast<char>(std::toupper(c)) : '_');
+  }
+  out += "_API_KEY";
+  return out;
+}
+
+std::string local_hostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "localhost";
+  return buf;
+}
+
+std::string host_for_display(const std::string& h) {
+  return h.find(':') != std::string::npos ? "[" + h + "]" : h;
+}
+
+std::map<std::string, Range, std::less<>> default_params() {
+  return {
+      {"temperature", {0, 2, false}},
+      {"top_p", {0, 1, false}},
+      {"max_tokens", {1, 131072, true}},
+      {"max_completion_tokens", {1, 131072, true}},
+      {"presence_penalty", {-2, 2, false}},
+      {"frequency_penalty", {-2, 2, false}},
+      {"n", {1, 1, true}},
+      {"seed", {-kTwo53, kTwo53, true}},
+  };
+}
+
+std::map<std::string, Range, std::less<>> default_options() {
+  return {
+      {"num_ctx", {256, 131072, true}},
+      {"num_predict", {-2, 131072, true}},
+      {"num_gpu", {0, 1024, true}},
+      {"num_batch", {1, 8192, true}},
+      {"num_thread", {1, 1024, true}},
+      {"temperature", {0, 2, false}},
+      {"top_p", {0, 1, false}},
+      {"top_k", {0, 1000, true}},
+      {"repeat_penalty", {0, 2, false}},
+      {"seed", {-kTwo53, kTwo53, true}},
+      {"mirostat", {0, 2, true}},
+  };
+}
+
+// ---------------------------------------------------------------------------------------
+// The YAML walker.
+
+using Fields = std::map<std::string, YAML::Node, std::less<>>;
+
+struct Origin {
+  std::string path;
+  int line = 0;
+};
+
+struct KeyOrigin {
+  Origin entry;
+  Origin name;
+  Origin secret;
+  std::vector<Origin> models;
+};
+
+std::string join(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string(key) : path + "." + std::string(key);
+}
+
+std::string index(const std::string& path, size_t i) {
+  return path + "[" + std::to_string(i) + "]";
+}
+
+int line_of(const YAML::Node& n) {
+  const auto m = n.Mark();
+  return m.line < 0 ? 0 : m.line + 1;
+}
+
+const char* kind_of(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map: return "a map";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Scalar: return "a scalar";
+    case YAML::NodeType::Null: return "nothing (null)";
+    default: return "nothing";
+  }
+}
+
+class Loader {
+ public:
+  Loader(EnvLookup env, fs::path base_dir) : env_(env), base_dir_(std::move(base_dir)) {}
+
+  LoadResult run(const YAML::Node& root);
+  void error(std::string key, int line, std::string msg) {
+    errors_.push_back(ConfigError{std::move(key), line, std::move(msg)});
+  }
+  std::vector<ConfigError> take_errors() { return std::move(errors_); }
+
+ private:
+  // Reads a map's keys: unknown and repeated keys are errors; known ones land in `out`.
+  bool fields(const YAML::Node& n, const std::string& path, std::initializer_list<std::string_view> known,
+              Fields& out);
+  static const YAML::Node* get(const Fields& f, std::string_view name) {
+    auto it = f.find(name);
+    return it == f.end() ? nullptr : &it->second;
+  }
+
+  bool scalar(const YAML::Node& n, const std::string& path, const char* expected, std::string& out);
+  bool report(const std::string& e, const std::string& path, const YAML::Node& n) {
+    if (e.empty()) return true;
+    error(path, line_of(n), e + std::string(suffix_));
+    return false;
+  }
+  bool get_string(const YAML::Node& n, const std::string& path, std::string& out);
+  template <class T>
+  bool get_int(const YAML::Node& n, const std::string& path, long long lo, long long hi, T& out);
+  bool get_double(const YAML::Node& n, const std::string& path, double lo, double hi, double& out);
+  bool get_bool(const YAML::Node& n, const std::string& path, bool& out);
+  bool get_duration(const YAML::Node& n, const std::string& path, Millis min, Millis& out);
+  std::optional<std::string> getenv(const std::string& name) const {
+    auto v = env_ ? env_(name.c_str()) : std::nullopt;
+    if (v && v->empty()) return std::nullopt;
+    return v;
+  }
+
+  void parse_limits(const YAML::Node& n, Config& c);
+  void parse_timeouts(const YAML::Node& n, Config& c);
+  void parse_key(const YAML::Node& n, const std::string& path, ApiKey& k, KeyOrigin& o);
+  void parse_keys(const YAML::Node& n, const std::string& path, Config& c);
+  void load_keys_file(const YAML::Node& n, Config& c);
+  void parse_route(const YAML::Node& n, const std::string& path, Route& r);
+  void parse_sim(const YAML::Node& n, const std::string& path, SimSettings& s);
+  void parse_ranges(const YAML::Node& n, const std::string& path,
+                    std::map<std::string, Range, std::less<>>& out);
+  void apply_env(Config& c);
+  void validate(Config& c, const YAML::Node& models_node);
+
+  EnvLookup env_;
+  fs::path base_dir_;
+  std::vector<ConfigError> errors_;
+  std::string_view suffix_;          // appended to messages (" (in keys.yaml)")
+  std::vector<KeyOrigin> key_origins_;
+  std::vector<Origin> route_origins_;
+};
+
+bool Loader::fields(const YAML::Node& n, const std::string& path,
+                    std::initializer_list<std::string_view> known, Fields& out) {
+  if (!n.IsMap()) {
+    error(path, line_of(n), std::string("expected a map, got ") + kind_of(n) + std::string(suffix_));
+    return false;
+  }
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const YAML::Node k = it->first;  // copies: the iterator's pair is a temporary proxy
+    const YAML::Node val = it->second;
+    if (!k.IsScalar()) {
+      error(path, line_of(k), "expected a string key, got " + std::string(kind_of(k)) + std::string(suffix_));
+      continue;
+    }
+    const std::string name = k.Scalar();
+    const std::string kpath = join(path, name);
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::string msg = "unknown key (expected one of:";
+      bool first = true;
+      for (auto kn : known) {
+        msg += first ? " " : ", ";
+        msg += kn;
+        first = false;
+      }
+      error(kpath, line_of(k), msg + ")" + std::string(suffix_));
+      continue;
+    }
+    if (out.count(name)) {
+      error(kpath, line_of(k), "duplicate key (first at line " + std::to_string(line_of(out[name])) + ")" +
+                                   std::string(suffix_));
+      continue;
+    }
+    out.emplace(name, val);
+  }
+  return true;
+}
+
+bool Loader::scalar(const YAML::Node& n, const std::string& path, const char* expected, std::string& out) {
+  if (!n.IsScalar()) {
+    error(path, line_of(n), std::string("expected ") + expected + ", got " + kind_of(n) + std::string(suffix_));
+    return false;
+  }
+  out = n.Scalar();
+  return true;
+}
+
+bool Loader::get_string(const YAML::Node& n, const std::string& path, std::string& out) {
+  std::string v;
+  if (!scalar(n, path, "a string", v)) return false;
+  out = std::move(v);
+  return true;
+}
+
+template <class T>
+bool Loader::get_int(const YAML::Node& n, const std::string& path, long long lo, long long hi, T& out) {
+  std::string s;
+  if (!scalar(n, path, "an integer", s)) return false;
+  long long v = 0;
+  if (!report(check_int(trim(s), lo, hi, v), path, n)) return false;
+  out = static_cast<T>(v);
+  return true;
+}
+
+bool Loader::get_double(const YAML::Node& n, const std::string& path, double lo, double hi, double& out) {
+  std::string s;
+  if (!scalar(n, path, "a number", s)) return false;
+  double v = 0;
+  if (!report(check_double(trim(s), lo, hi, v), path, n)) return false;
+  out = v;
+  return true;
+}
+
+bool Loader::get_bool(const YAML::Node& n, const std::string& path, bool& out) {
+  std::string s;
+  if (!scalar(n, path, "a boolean (true or false)", s)) return false;
+  return report(check_bool(trim(s), out), path, n);
+}
+
+bool Loader::get_duration(const YAML::Node& n, const std::string& path, Millis min, Millis& out) {
+  std::string s;
+  if (!scalar(n, path, "a duration", s)) return false;
+  Millis v{};
+  if (!report(check_duration(trim(s), min, v), path, n)) return false;
+  out = v;
+  return true;
+}
+
+void Loader::parse_limits(const YAML::Node& n, Config& c) {
+  Fields f;
+  if (n.IsNull() || !fields(n, "limits",
+                            {"max_body_bytes", "max_header_bytes", "max_stream_buffer_events",
+                             "max_upstream_response_bytes", "upstream_pool_per_host"},
+                            f)) {
+    return;
+  }
+  if (auto v = get(f, "max_body_bytes")) get_int(*v, "limits.max_body_bytes", 1, kMaxI64, c.max_body_bytes);
+  if (auto v = get(f, "max_header_bytes")) get_int(*v, "limits.max_header_bytes", 1024, kMaxI64, c.max_header_bytes);
+  if (auto v = get(f, "max_stream_buffer_events"))
+    get_int(*v, "limits.max_stream_buffer_events", 1, kMaxI64, c.max_stream_buffer_events);
+  if (auto v = get(f, "max_upstream_response_bytes"))
+    get_int(*v, "limits.max_upstream_response_bytes", 1, kMaxI64, c.max_upstream_response_bytes);
+  if (auto v = get(f, "upstream_pool_per_host"))
+    get_int(*v, "limits.upstream_pool_per_host", 0, 65536, c.upstream_pool_per_host);
+}
+
+void Loader::parse_timeouts(const YAML::Node& n, Config& c) {
+  Fields f;
+  if (n.IsNull() || !fields(n, "timeouts",
+                            {"connect", "first_token", "idle", "total", "client_header", "keep_alive",
+                             "heartbeat", "shutdown_grace"},
+                            f)) {
+    return;
+  }
+  const Millis positive{1};
+  auto& t = c.timeouts;
+  if (auto v = get(f, "connect")) get_duration(*v, "timeouts.connect", positive, t.connect);
+  if (auto v = get(f, "first_token")) get_duration(*v, "timeouts.first_token", positive, t.first_token);
+  if (auto v = get(f, "idle")) get_duration(*v, "timeouts.idle", positive, t.idle);
+  if (auto v = get(f, "total")) get_duration(*v, "timeouts.total", positive, t.total);
+  if (auto v = get(f, "client_header")) get_duration(*v, "timeouts.client_header", positive, t.client_header);
+  if (auto v = get(f, "keep_alive")) get_duration(*v, "timeouts.keep_alive", positive, t.keep_alive);
+  if (auto v = get(f, "heartbeat")) get_duration(*v, "timeouts.heartbeat", positive, t.heartbeat);
+  if (auto v = get(f, "shutdown_grace")) get_duration(*v, "timeouts.shutdown_grace", Millis{0}, t.shutdown_grace);
+}
+
+void Loader::parse_key(const YAML::Node& n, const std::string& path, ApiKey& k, KeyOrigin& o) {
+  o.entry = {path, line_of(n)};
+  k.tenant = "default";
+  k.models = {"*"};
+  Fields f;
+  if (!fields(n, path, {"name", "tenant", "tier", "models", "admin", "key", "key_env"}, f)) return;
+  auto ident = [&](std::string_view field, std::string& out) {
+    if (auto v = get(f, field)) {
+      const std::string p = join(path, field);
+      if (get_string(*v, p, out)) report(check_ident(out), p, *v);
+    }
+  };
+  if (!get(f, "name")) error(path, line_of(n), "missing required key 'name'" + std::string(suffix_));
+  ident("name", k.name);
+  if (auto v = get(f, "name")) o.name = {join(path, "name"), line_of(*v)};
+  ident("tenant", k.tenant);
+  ident("tier", k.tier);
+  if (auto v = get(f, "models")) {
+    const std::string p = join(path, "models");
+    if (!v->IsSequence()) {
+      error(p, line_of(*v), std::string("expected a list of model aliases, got ") + kind_of(*v) + std::string(suffix_));
+    } else if (v->size() == 0) {
+      error(p, line_of(*v), "must list at least one model alias (or \"*\" for all)" + std::string(suffix_));
+    } else {
+      k.models.clear();
+      for (size_t i = 0; i < v->size(); ++i) {
+        const YAML::Node m = (*v)[i];
+        const std::string mp = index(p, i);
+        std::string alias;
+        if (!get_string(m, mp, alias)) continue;
+        if (alias.empty()) {
+          error(mp, line_of(m), "must not be empty" + std::string(suffix_));
+          continue;
+        }
+        k.models.push_back(alias);
+        o.models.push_back({mp, line_of(m)});
+      }
+    }
+  }
+  if (auto v = get(f, "admin")) get_bool(*v, join(path, "admin"), k.admin);
+
+  const YAML::Node* lit = get(f, "key");
+  const YAML::Node* var = get(f, "key_env");
+  if (lit && var) {
+    error(path, line_of(n), "set only one of 'key' and 'key_env'" + std::string(suffix_));
+  } else if (!lit && !var) {
+    error(path, line_of(n), "missing the secret: set 'key' or 'key_env'" + std::string(suffix_));
+  } else if (lit) {
+    const std::string p = join(path, "key");
+    std::string s;
+    if (get_string(*lit, p, s) && report(check_secret(s), p, *lit)) k.key = std::move(s);
+    o.secret = {p, line_of(*lit)};
+  } else {
+    const std::string p = join(path, "key_env");
+    std::string name;
+    o.secret = {p, line_of(*var)};
+    if (get_string(*var, p, name) && report(check_env_name(name), p, *var)) {
+      auto val = getenv(name);
+      if (!val) {
+        error(p, line_of(*var), "environment variable " + name + " is not set" + std::string(suffix_));
+      } else if (auto e = check_secret(*val); !e.empty()) {
+        error(p, line_of(*var), "environment variable " + name + ": " + e + std::string(suffix_));
+      } else {
+        k.key = *val;
+      }
+    }
+  }
+}
+
+void Loader::parse_keys(const YAML::Node& n, const std::string& path, Config& c) {
+  if (n.IsNull()) return;
+  if (!n.IsSequence()) {
+    error(path, line_of(n), std::string("expected a list of keys, got ") + kind_of(n) + std::string(suffix_));
+    return;
+  }
+  for (size_t i = 0; i < n.size(); ++i) {
+    ApiKey k;
+    KeyOrigin o;
+    parse_key(n[i], index(path, i), k, o);
+    c.keys.push_back(std::move(k));
+    key_origins_.push_back(std::move(o));
+  }
+}
+
+void Loader::load_keys_file(const YAML::Node& n, Config& c) {
+  std::string rel;
+  if (!get_string(n, "keys_file", rel)) return;
+  if (rel.empty()) {
+    error("keys_file", line_of(n), "must not be empty");
+    return;
+  }
+  fs::path p(rel);
+  if (p.is_relative()) p = base_dir_ / p;
+  std::ifstream in(p, std::ios::binary);
+  if (!in) {
+    error("keys_file", line_of(n), "cannot read " + p.string() + ": " + std::strerror(errno));
+    return;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  YAML::Node root;
+  try {
+    root = YAML::Load(ss.str());
+  } catch (const YAML::Exception& e) {
+    error("keys_file", e.mark.line < 0 ? 0 : e.mark.line + 1, "invalid YAML in " + p.string() + ": " + e.msg);
+    return;
+  }
+  const std::string suffix = " (in " + p.string() + ")";
+  suffix_ = suffix;
+  parse_keys(root, "keys_file", c);
+  suffix_ = {};
+}
+
+void Loader::parse_sim(const YAML::Node& n, const std::string& path, SimSettings& s) {
+  if (n.IsNull()) return;
+  Fields f;
+  if (!fields(n, path,
+              {"ttft", "ttft_per_prompt_token", "inter_token", "jitter", "max_in_flight", "max_waiting",
+               "default_output_tokens", "max_output_tokens", "error_rate_429", "error_rate_500",
+               "error_rate_503", "abort_rate", "hang_rate", "slow_first_token_rate", "slow_first_token",
+               "seed"},
+              f)) {
+    return;
+  }
+  auto p = [&](std::string_view k) { return join(path, k); };
+  if (auto v = get(f, "ttft")) get_duration(*v, p("ttft"), Millis{0}, s.ttft);
+  if (auto v = get(f, "ttft_per_prompt_token"))
+    get_double(*v, p("ttft_per_prompt_token"), 0, 1e6, s.ttft_per_prompt_token_ms);
+  if (auto v = get(f, "inter_token")) get_duration(*v, p("inter_token"), Millis{0}, s.inter_token);
+  if (auto v = get(f, "jitter")) get_double(*v, p("jitter"), 0, 1, s.jitter);
+  if (auto v = get(f, "max_in_flight")) get_int(*v, p("max_in_flight"), 1, 1'000'000, s.max_in_flight);
+  if (auto v = get(f, "max_waiting")) get_int(*v, p("max_waiting"), 0, 10'000'000, s.max_waiting);
+  const bool dflt = get(f, "default_output_tokens") &&
+                    get_int(*get(f, "default_output_tokens"), p("default_output_tokens"), 1, 10'000'000,
+                            s.default_output_tokens);
+  const bool mx = get(f, "max_output_tokens") &&
+                  get_int(*get(f, "max_output_tokens"), p("max_output_tokens"), 1, 10'000'000, s.max_output_tokens);
+  if (auto v = get(f, "error_rate_429")) get_double(*v, p("error_rate_429"), 0, 1, s.error_rate_429);
+  if (auto v = get(f, "error_rate_500")) get_double(*v, p("error_rate_500"), 0, 1, s.error_rate_500);
+  if (auto v = get(f, "error_rate_503")) get_double(*v, p("error_rate_503"), 0, 1, s.error_rate_503);
+  if (auto v = get(f, "abort_rate")) get_double(*v, p("abort_rate"), 0, 1, s.abort_rate);
+  if (auto v = get(f, "hang_rate")) get_double(*v, p("hang_rate"), 0, 1, s.hang_rate);
+  if (auto v = get(f, "slow_first_token_rate"))
+    get_double(*v, p("slow_first_token_rate"), 0, 1, s.slow_first_token_rate);
+  if (auto v = get(f, "slow_first_token")) get_duration(*v, p("slow_first_token"), Millis{0}, s.slow_first_token);
+  if (auto v = get(f, "seed")) {
+    std::string text;
+    if (scalar(*v, p("seed"), "an integer", text)) {
+      std::uint64_t seed = 0;
+      if (!sluice::parse_u64(trim(text), seed)) {
+        error(p("seed"), line_of(*v), "expected a non-negative integer, got " + q(text));
+      } else {
+        s.seed = seed;
+      }
+    }
+  }
+  if ((dflt || mx) && s.default_output_tokens > s.max_output_tokens) {
+    const YAML::Node* at = get(f, "default_output_tokens") ? get(f, "default_output_tokens") : get(f, "max_output_tokens");
+    error(p("default_output_tokens"), line_of(*at),
+          "default_output_tokens (" + std::to_string(s.default_output_tokens) + ") is greater than max_output_tokens (" +
+              std::to_string(s.max_output_tokens) + ")");
+  }
+}
+
+void Loader::parse_route(const YAML::Node& n, const std::string& path, Route& r) {
+  Fields f;
+  if (!fields(n, path,
+              {"alias", "provider", "base_url", "model", "api_key", "api_key_env", "tls_verify", "ca_file", "sim"},
+              f)) {
+    return;
+  }
+  auto p = [&](std::string_view k) { return join(path, k); };
+  Backend& b = r.backend;
+
+  if (auto v = get(f, "alias")) {
+    if (get_string(*v, p("alias"), r.alias)) {
+      if (r.alias.empty()) error(p("alias"), line_of(*v), "must not be empty");
+      else if (r.alias == "*") error(p("alias"), line_of(*v), "'*' is reserved (it means all models in a key's list)");
+      else if (has_space_or_ctl(r.alias)) error(p("alias"), line_of(*v), "must not contain spaces or control characters");
+    }
+  } else {
+    error(path, line_of(n), "missing required key 'alias'");
+  }
+
+  bool provider_ok = false;
+  if (auto v = get(f, "provider")) {
+    std::string name;
+    if (get_string(*v, p("provider"), name)) {
+      if (name == "simulated") { b.provider = Provider::simulated; provider_ok = true; }
+      else if (name == "openai") { b.provider = Provider::openai; provider_ok = true; }
+      else if (name == "ollama") { b.provider = Provider::ollama; provider_ok = true; }
+      else error(p("provider"), line_of(*v), "unknown provider " + q(name) + " (expected simulated, openai or ollama)");
+    }
+  } else {
+    error(path, line_of(n), "missing required key 'provider' (simulated, openai or ollama)");
+  }
+
+  if (auto v = get(f, "base_url")) {
+    if (get_string(*v, p("base_url"), b.base_url)) {
+      if (provider_ok && b.provider == Provider::simulated) {
+        error(p("base_url"), line_of(*v), "not used by provider simulated (it runs in-process)");
+      } else {
+        report(check_url(b.base_url, b), p("base_url"), *v);
+      }
+    }
+  } else if (provider_ok && b.provider != Provider::simulated) {
+    error(path, line_of(n), std::string("missing required key 'base_url' for provider ") + std::string(to_string(b.provider)));
+  }
+
+  b.model = r.alias;
+  if (auto v = get(f, "model")) {
+    if (get_string(*v, p("model"), b.model)) {
+      if (b.model.empty()) error(p("model"), line_of(*v), "must not be empty");
+      else if (has_ctl(b.model)) error(p("model"), line_of(*v), "must not contain control characters");
+    }
+  }
+
+  if (auto v = get(f, "tls_verify")) get_bool(*v, p("tls_verify"), b.tls_verify);
+  if (auto v = get(f, "ca_file")) {
+    std::string file;
+    if (get_string(*v, p("ca_file"), file)) {
+      if (file.empty()) {
+        error(p("ca_file"), line_of(*v), "must not be empty");
+      } else {
+        fs::path cp(file);
+        if (cp.is_relative()) cp = base_dir_ / cp;
+        std::error_code ec;
+        if (!fs::is_regular_file(cp, ec)) error(p("ca_file"), line_of(*v), "file not found: " + cp.string());
+        else b.ca_file = cp.string();
+      }
+    }
+  }
+
+  if (auto v = get(f, "sim")) {
+    if (provider_ok && b.provider != Provider::simulated) {
+      error(p("sim"), line_of(*v), "sim settings apply only to provider simulated");
+    } else {
+      parse_sim(*v, p("sim"), b.sim);
+    }
+  }
+
+  // Provider credential: SLUICE_MODEL_<ALIAS>_API_KEY, else api_key / api_key_env, else
+  // (openai only) OPENAI_API_KEY.
+  const YAML::Node* lit = get(f, "api_key");
+  const YAML::Node* var = get(f, "api_key_env");
+  if (lit && var) {
+    error(path, line_of(n), "set only one of 'api_key' and 'api_key_env'");
+    return;
+  }
+  if (!r.alias.empty()) {
+    const std::string ovr = env_model_var(r.alias);
+    if (auto val = getenv(ovr)) {
+      if (auto e = check_secret(*val); !e.empty()) error("env " + ovr, 0, e);
+      else b.api_key = *val;
+      return;
+    }
+  }
+  if (lit) {
+    std::string s;
+    if (get_string(*lit, p("api_key"), s) && report(check_secret(s), p("api_key"), *lit)) b.api_key = std::move(s);
+  } else if (var) {
+    std::string name;
+    if (get_string(*var, p("api_key_env"), name) && report(check_env_name(name), p("api_key_env"), *var)) {
+      auto val = getenv(name);
+      if (!val) error(p("api_key_env"), line_of(*var), "environment variable " + name + " is not set");
+      else if (auto e = check_secret(*val); !e.empty())
+        error(p("api_key_env"), line_of(*var), "environment variable " + name + ": " + e);
+      else b.api_key = *val;
+    }
+  } else if (provider_ok && b.provider == Provider::openai) {
+    if (auto val = getenv("OPENAI_API_KEY")) {
+      if (auto e = check_secret(*val); !e.empty()) error("env OPENAI_API_KEY", 0, e);
+      else b.api_key = *val;
+    }
+  }
+}
+
+void Loader::parse_ranges(const YAML::Node& n, const std::string& path,
+                          std::map<std::string, Range, std::less<>>& out) {
+  out.clear();
+  if (n.IsNull()) return;
+  if (!n.IsMap()) {
+    error(path, line_of(n), std::string("expected a map of name: {min, max, integer}, got ") + kind_of(n));
+    return;
+  }
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const YAML::Node key = it->first, val = it->second;
+    if (!key.IsScalar() || key.Scalar().empty()) {
+      error(path, line_of(key), "expected a parameter name");
+      continue;
+    }
+    const std::string name = key.Scalar();
+    const std::string rp = join(path, name);
+    if (out.count(name)) {
+      error(rp, line_of(key), "duplicate key");
+      continue;
+    }
+    Range r{-kTwo53, kTwo53, false};
+    Fields f;
+    if (!fields(val, rp, {"min", "max", "integer"}, f)) continue;
+    bool ok = true;
+    if (auto v = get(f, "min")) ok &= get_double(*v, join(rp, "min"), -kTwo53, kTwo53, r.min);
+    if (auto v = get(f, "max")) ok &= get_double(*v, join(rp, "max"), -kTwo53, kTwo53, r.max);
+    if (auto v = get(f, "integer")) ok &= get_bool(*v, join(rp, "integer"), r.integer);
+    if (ok && r.min > r.max) {
+      error(rp, line_of(val), "min (" + fmt_num(r.min) + ") is greater than max (" + fmt_num(r.max) + ")");
+    }
+    out.emplace(name, r);
+  }
+}
+
+void Loader::apply_env(Config& c) {
+  if (auto v = getenv("SLUICE_LISTEN")) {
+    std::string host;
+    std::uint16_t port = 0;
+    if (auto e = check_host_port(trim(*v), host, port); !e.empty()) error("env SLUICE_LISTEN", 0, e);
+    else { c.listen_host = host; c.listen_port = port; }
+  }
+  if (auto v = getenv("HOST")) {
+    std::string_view h = trim(*v);
+    if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+    const bool v6 = h.find(':') != std::string_view::npos;
+    // An IPv6 literal is fine here: HOST holds only the host, so there is no port to confuse.
+    auto e = v6 ? (has_space_or_ctl(h) || h.find_first_of("/?#@[]") != std::string_view::npos
+                       ? "invalid host " + q(h)
+                       : std::string())
+                : check_host(h);
+    if (!e.empty()) error("env HOST", 0, e);
+    else c.listen_host = std::string(h);
+  }
+  if (auto v = getenv("PORT")) {
+    long long port = 0;
+    if (auto e = check_int(trim(*v), 0, 65535, port); !e.empty()) error("env PORT", 0, e);
+    else c.listen_port = static_cast<std::uint16_t>(port);
+  }
+  if (auto v = getenv("SLUICE_WORKERS")) {
+    long long w = 0;
+    if (auto e = check_int(trim(*v), 0, 1024, w); !e.empty()) error("env SLUICE_WORKERS", 0, e);
+    else c.workers = static_cast<int>(w);
+  }
+  if (auto v = getenv("SLUICE_INSTANCE")) {
+    if (has_ctl(*v)) error("env SLUICE_INSTANCE", 0, "must not contain control characters");
+    else c.instance = *v;
+  }
+  // Empty SLUICE_ACCESS_LOG is meaningful ("" = off), so it is read unfiltered.
+  if (auto v = env_ ? env_("SLUICE_ACCESS_LOG") : std::nullopt) c.access_log = *v;
+  if (auto v = getenv("SLUICE_API_KEYS")) {
+    std::string_view rest = *v;
+    size_t n = 0;
+    while (true) {
+      const auto comma = rest.find(',');
+      const std::string_view entry = trim(rest.substr(0, comma));
+      if (!entry.empty()) {
+        ++n;
+        const auto colon = entry.find(':');
+        ApiKey k;
+        k.tenant = "default";
+        k.models = {"*"};
+        if (colon == std::string_view::npos) {
+          error("env SLUICE_API_KEYS", 0, "entry " + std::to_string(n) + " is not name:secret");
+        } else {
+          k.name = std::string(trim(entry.substr(0, colon)));
+          k.key = std::string(trim(entry.substr(colon + 1)));
+          if (auto e = check_ident(k.name); !e.empty()) {
+            error("env SLUICE_API_KEYS", 0, "entry " + std::to_string(n) + " name: " + e);
+          } else if (auto e2 = check_secret(k.key); !e2.empty()) {
+            error("env SLUICE_API_KEYS", 0, "entry " + std::to_string(n) + " (" + k.name + "): " + e2);
+          } else {
+            KeyOrigin o;
+            o.entry = o.name = o.secret = {"env SLUICE_API_KEYS", 0};
+            c.keys.push_back(std::move(k));
+            key_origins_.push_back(std::move(o));
+          }
+        }
+      }
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+  }
+}
+
+void Loader::validate(Config& c, const YAML::Node& models_node) {
+  if (c.routes.empty()) {
+    error("models", models_node.IsDefined() ? line_of(models_node) : 0, "at least one route is required");
+  }
+  std::unordered_map<std::string_view, size_t> aliases;
+  for (size_t i = 0; i < c.routes.size(); ++i) {
+    const auto& a = c.routes[i].alias;
+    if (a.empty()) continue;
+    auto [it, fresh] = aliases.emplace(a, i);
+    if (!fresh) {
+      const auto& first = route_origins_[it->second];
+      error(route_origins_[i].path, route_origins_[i].line,
+            "duplicate alias " + q(a) + " (first defined at " + first.path +
+                (first.line ? ", line " + std::to_string(first.line) : std::string()) + ")");
+    }
+  }
+  std::unordered_map<std::string_view, size_t> names, secrets;
+  for (size_t i = 0; i < c.keys.size(); ++i) {
+    const ApiKey& k = c.keys[i];
+    const KeyOrigin& o = key_origins_[i];
+    if (!k.name.empty()) {
+      auto [it, fresh] = names.emplace(k.name, i);
+      if (!fresh) {
+        error(o.name.path, o.name.line,
+              "duplicate key name " + q(k.name) + " (first used at " + key_origins_[it->second].name.path + ")");
+      }
+    }
+    if (!k.key.empty()) {
+      auto [it, fresh] = secrets.emplace(k.key, i);
+      if (!fresh) {
+        // Never print the secret itself: name the other key instead.
+        error(o.secret.path, o.secret.line,
+              "duplicate secret: key " + q(k.name) + " has the same secret as key " +
+                  q(c.keys[it->second].name));
+      }
+    }
+    for (size_t m = 0; m < k.models.size() && m < o.models.size(); ++m) {
+      if (k.models[m] != "*" && !aliases.count(k.models[m])) {
+        error(o.models[m].path, o.models[m].line, "unknown model alias " + q(k.models[m]));
+      }
+    }
+  }
+}
+
+LoadResult Loader::run(const YAML::Node& root) {
+  auto c = std::make_shared<Config>();
+  YAML::Node models_node;
+  bool have_params = false, have_options = false;
+  Fields f;
+  if (!root.IsNull()) {
+    if (!root.IsMap()) {
+      error("", line_of(root), std::string("expected a map of settings at the top level, got ") + kind_of(root));
+    } else {
+      fields(root, "",
+             {"instance", "listen", "workers", "limits", "timeouts", "access_log", "keys", "keys_file", "models",
+              "params", "options"},
+             f);
+    }
+  }
+  if (auto v = get(f, "instance")) {
+    if (get_string(*v, "instance", c->instance)) {
+      if (c->instance.empty()) error("instance", line_of(*v), "must not be empty (omit it for the default)");
+      else if (has_ctl(c->instance)) error("instance", line_of(*v), "must not contain control characters");
+    }
+  }
+  if (auto v = get(f, "listen")) {
+    std::string s;
+    if (get_string(*v, "listen", s)) report(check_host_port(trim(s), c->listen_host, c->listen_port), "listen", *v);
+  }
+  if (auto v = get(f, "workers")) get_int(*v, "workers", 0, 1024, c->workers);
+  if (auto v = get(f, "limits")) parse_limits(*v, *c);
+  if (auto v = get(f, "timeouts")) parse_timeouts(*v, *c);
+  if (auto v = get(f, "access_log")) {
+    if (v->IsNull()) error("access_log", line_of(*v), "expected a string (\"-\" = stdout, \"\" = off, or a path), got nothing (null)");
+    else get_string(*v, "access_log", c->access_log);
+  }
+  if (auto v = get(f, "models")) {
+    models_node = *v;
+    if (!v->IsNull()) {
+      if (!v->IsSequence()) {
+        error("models", line_of(*v), std::string("expected a list of routes, got ") + kind_of(*v));
+      } else {
+        for (size_t i = 0; i < v->size(); ++i) {
+          const YAML::Node rn = (*v)[i];
+          const std::string path = index("models", i);
+          Route r;
+          parse_route(rn, path, r);
+          Origin o{path, line_of(rn)};
+          if (rn.IsMap()) {
+            if (const YAML::Node fa = rn["alias"]; fa.IsDefined()) o = {join(path, "alias"), line_of(fa)};
+          }
+          c->routes.push_back(std::move(r));
+          route_origins_.push_back(std::move(o));
+        }
+      }
+    }
+  }
+  if (auto v = get(f, "keys")) parse_keys(*v, "keys", *c);
+  if (auto v = get(f, "keys_file")) load_keys_file(*v, *c);
+  if (auto v = get(f, "params")) { parse_ranges(*v, "params", c->params); have_params = true; }
+  if (auto v = get(f, "options")) { parse_ranges(*v, "options", c->options); have_options = true; }
+  if (!have_params) c->params = default_params();
+  if (!have_options) c->options = default_options();
+
+  apply_env(*c);
+  validate(*c, models_node);
+
+  if (c->instance.empty()) c->instance = local_hostname() + ":" + std::to_string(c->listen_port);
+
+  LoadResult res;
+  if (errors_.empty()) res.config = std::move(c);
+  else res.errors = std::move(errors_);
+  return res;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+
+std::string_view to_string(Provider p) noexcept {
+  switch (p) {
+    case Provider::simulated: return "simulated";
+    case Provider::openai: return "openai";
+    case Provider::ollama: return "ollama";
+  }
+  return "unknown";
+}
+
+const Route* Config::find_route(std::string_view alias) const noexcept {
+  for (const auto& r : routes) {
+    if (r.alias == alias) return &r;
+  }
+  return nullptr;
+}
+
+const ApiKey* Config::find_key(std::string_view secret) const noexcept {
+  if (secret.empty()) return nullptr;
+  for (const auto& k : keys) {
+    if (k.key == secret) return &k;
+  }
+  return nullptr;
+}
+
+std::string ConfigError::to_string() const {
+  std::string out;
+  if (line > 0) out += "line " + std::to_string(line) + ": ";
+  if (!key.empty()) out += key + ": ";
+  out += message;
+  return out;
+}
+
+std::optional<std::string> process_env(const char* name) {
+  if (const char* v = std::getenv(name)) return std::string(v);
+  return std::nullopt;
+}
+
+LoadResult load_string(const std::string& yaml, EnvLookup env, const std::string& base_dir) {
+  Loader loader(env, fs::path(base_dir.empty() ? "." : base_dir));
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    LoadResult res;
+    res.errors.push_back(ConfigError{"", e.mark.line < 0 ? 0 : e.mark.line + 1, "invalid YAML: " + e.msg});
+    return res;
+  }
+  try {
+    return loader.run(root);
+  } catch (const YAML::Exception& e) {
+    loader.error("", e.mark.line < 0 ? 0 : e.mark.line + 1, "invalid YAML: " + e.msg);
+  } catch (const std::exception& e) {
+    loader.error("", 0, std::string("cannot load configuration: ") + e.what());
+  }
+  LoadResult res;
+  res.errors = loader.take_errors();
+  return res;
+}
+
+LoadResult load_file(const std::string& path, EnvLookup env) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    LoadResult res;
+    res.errors.push_back(ConfigError{"", 0, "cannot read config file " + path + ": " + std::strerror(errno)});
+    return res;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  fs::path dir = fs::path(path).parent_path();
+  return load_string(ss.str(), env, dir.empty() ? std::string(".") : dir.string());
+}
+
+std::string describe(const Config& c) {
+  std::string out;
+  out += "instance:  " + c.instance + "\n";
+  out += "listen:    " + host_for_display(c.listen_host) + ":" + std::to_string(c.listen_port) +
+         (c.listen_port == 0 ? " (any free port)" : "") + "\n";
+  out += "workers:   " + (c.workers == 0 ? std::string("auto (one per core)") : std::to_string(c.workers)) + "\n";
+  out += "access log: " + (c.access_log == "-" ? std::string("stdout") : c.access_log.empty() ? std::string("off") : c.access_log) + "\n";
+  out += "limits:    body " + std::to_string(c.max_body_bytes) + " B, headers " + std::to_string(c.max_header_bytes) +
+         " B, stream buffer " + std::to_string(c.max_stream_buffer_events) + " events, upstream response " +
+         std::to_string(c.max_upstream_response_bytes) + " B, pool " + std::to_string(c.upstream_pool_per_host) +
+         " per host\n";
+  const auto& t = c.timeouts;
+  out += "timeouts:  connect " + fmt_duration(t.connect) + ", first_token " + fmt_duration(t.first_token) + ", idle " +
+         fmt_duration(t.idle) + ", total " + fmt_duration(t.total) + ", client_header " + fmt_duration(t.client_header) +
+         ", keep_alive " + fmt_duration(t.keep_alive) + ", heartbeat " + fmt_duration(t.heartbeat) +
+         ", shutdown_grace " + fmt_duration(t.shutdown_grace) + "\n";
+  out += "routes (" + std::to_string(c.routes.size()) + "):\n";
+  for (const auto& r : c.routes) {
+    const Backend& b = r.backend;
+    out += "  " + r.alias + " -> " + std::string(to_string(b.provider));
+    if (b.provider == Provider::simulated) {
+      out += " (ttft " + fmt_duration(b.sim.ttft) + ", inter_token " + fmt_duration(b.sim.inter_token) +
+             ", max_in_flight " + std::to_string(b.sim.max_in_flight) + ")";
+    } else {
+      out += " " + std::string(b.tls ? "https://" : "http://") + host_for_display(b.host) + ":" +
+             std::to_string(b.port) + b.path_prefix;
+      if (b.tls && !b.tls_verify) out += " (tls_verify off)";
+    }
+    out += " model " + b.model;
+    if (!b.api_key.empty()) out += " api_key " + sluice::mask_key(b.api_key);
+    out += "\n";
+  }
+  out += "keys (" + std::to_string(c.keys.size()) + "):\n";
+  for (const auto& k : c.keys) {
+    out += "  " + k.name + " tenant=" + k.tenant + " tier=" + k.tier + " models=";
+    for (size_t i = 0; i < k.models.size(); ++i) out += (i ? "," : "") + k.models[i];
+    if (k.admin) out += " admin";
+    out += " key=" + sluice::mask_key(k.key) + "\n";
+  }
+  out += "params:    " + std::to_string(c.params.size()) + " checked, options: " + std::to_string(c.options.size()) +
+         " allowed\n";
+  return out;
+}
+
+}  // namespace sluice::config

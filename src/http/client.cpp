@@ -1,0 +1,301 @@
+#include "http/client.hpp"
+
+#include <sys/socket.h>
+
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "http/beast.hpp"
+
+namespace sluice::http {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+namespace ssl = boost::asio::ssl;
+using net::awaitable;
+using tcp = net::ip::tcp;
+constexpr auto nothrow = net::as_tuple(net::use_awaitable);
+
+namespace {
+
+using PlainStream = beast::tcp_stream;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
+struct Conn {
+  std::string pool_key;
+  std::unique_ptr<PlainStream> plain;
+  std::unique_ptr<TlsStream> tls;
+  beast::flat_buffer buffer;
+
+  beast::tcp_stream& lowest() { return plain ? *plain : beast::get_lowest_layer(*tls); }
+
+  // An idle pooled connection the server has closed reads EOF without blocking.
+  bool looks_alive() {
+    if (buffer.size() != 0) return false;  // unsolicited bytes: not a clean connection
+    char c;
+    auto fd = lowest().socket().native_handle();
+    ssize_t r = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r == 0) return false;
+    if (r < 0) return errno == EAGAIN || errno == EWOULDBLOCK;
+    return false;
+  }
+};
+
+ClientError make_error(const beast::error_code& ec, ClientErrc fallback, std::string_view what) {
+  ClientErrc kind = fallback;
+  if (ec == beast::error::timeout) kind = ClientErrc::timeout;
+  else if (ec == net::error::operation_aborted) kind = ClientErrc::cancelled;
+  else if (ec == bhttp::error::body_limit || ec == bhttp::error::header_limit) kind = ClientErrc::too_large;
+  else if (ec.category() == make_error_code(bhttp::error::end_of_stream).category() &&
+           ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message)
+    kind = ClientErrc::protocol;
+  return ClientError{kind, std::string(what) + ": " + ec.message()};
+}
+
+class ClientImpl;
+
+class ResponseImpl final : public ClientResponse {
+ public:
+  ResponseImpl(ClientImpl& owner, std::unique_ptr<Conn> c,
+               std::unique_ptr<bhttp::response_parser<bhttp::buffer_body>> p)
+      : owner_(owner), conn_(std::move(c)), parser_(std::move(p)) {}
+  ~ResponseImpl() override;
+
+  int status() const override { return parser_->get().result_int(); }
+  std::string_view header(std::string_view name) const override {
+    const auto& m = parser_->get();
+    auto it = m.find(name);
+    if (it == m.end()) return {};
+    auto v = it->value();
+    return {v.data(), v.size()};
+  }
+
+  awaitable<Piece> read_some(std::chrono::milliseconds timeout) override {
+    if (!conn_) co_return ClientError{ClientErrc::io, "connection closed"};
+    if (parser_->is_done()) co_return std::string_view{};
+    for (;;) {
+      auto& body = parser_->get().body();
+      body.data = buf_;
+      body.size = sizeof buf_;
+      conn_->lowest().expires_after(timeout);
+      beast::error_code ec;
+      if (conn_->plain) {
+        std::tie(ec, std::ignore) = co_await bhttp::async_read_some(*conn_->plain, conn_->buffer, *parser_, nothrow);
+      } else {
+        std::tie(ec, std::ignore) = co_await bhttp::async_read_some(*conn_->tls, conn_->buffer, *parser_, nothrow);
+      }
+      if (ec == bhttp::error::need_buffer) ec = {};
+      if (ec) {
+        failed_ = true;
+        co_return make_error(ec, ClientErrc::io, "reading upstream body");
+      }
+      const std::size_t got = sizeof buf_ - parser_->get().body().size;
+      if (got > 0) co_return std::string_view(buf_, got);
+      if (parser_->is_done()) co_return std::string_view{};
+    }
+  }
+
+  awaitable<std::variant<std::string, ClientError>> read_all(std::size_t limit,
+                                                             std::chrono::milliseconds timeout) override {
+    std::string out;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
+        failed_ = true;
+        co_return ClientError{ClientErrc::timeout, "reading upstream body: timed out"};
+      }
+      auto piece = co_await read_some(left);
+      if (auto* err = std::get_if<ClientError>(&piece)) co_return std::move(*err);
+      auto sv = std::get<std::string_view>(piece);
+      if (sv.empty()) co_return out;
+      if (out.size() + sv.size() > limit) {
+        failed_ = true;
+        co_return ClientError{ClientErrc::too_large, "upstream body exceeds " + std::to_string(limit) + " bytes"};
+      }
+      out.append(sv);
+    }
+  }
+
+  void abort() override {
+    if (conn_) {
+      beast::error_code ec;
+      conn_->lowest().socket().shutdown(tcp::socket::shutdown_both, ec);
+      conn_->lowest().close();
+      conn_.reset();
+    }
+  }
+
+ private:
+  ClientImpl& owner_;
+  std::unique_ptr<Conn> conn_;
+  std::unique_ptr<bhttp::response_parser<bhttp::buffer_body>> parser_;
+  bool failed_ = false;
+  char buf_[16384];
+};
+
+class ClientImpl final : public Client {
+ public:
+  ClientImpl(net::any_io_executor ex, int max_idle) : ex_(std::move(ex)), max_idle_(max_idle), resolver_(ex_) {}
+
+  const ClientStats& stats() const override { return stats_; }
+
+  void give_back(std::unique_ptr<Conn> c) {
+    auto& idle = idle_[c->pool_key];
+    if (static_cast<int>(idle.size()) >= max_idle_) return;  // closes it
+    c->lowest().expires_never();
+    idle.push_back(std::move(c));
+  }
+
+  awaitable<Result> send(const Target& t, const ClientRequest& req, std::chrono::milliseconds connect_timeout,
+                         std::chrono::milliseconds head_timeout) override {
+    std::string key = (t.tls ? "s:" : "p:") + t.host + ":" + std::to_string(t.port);
+    // A pooled connection may have been closed by the server since; such a failure
+    // before any response byte is retried once on a fresh connection.
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      std::unique_ptr<Conn> conn;
+      bool reused = false;
+      if (attempt == 0) conn = take_idle(key);
+      if (conn) {
+        reused = true;
+        ++stats_.reused;
+      } else {
+        auto r = co_await connect(t, key, connect_timeout);
+        if (auto* e = std::get_if<ClientError>(&r)) co_return std::move(*e);
+        conn = std::move(std::get<std::unique_ptr<Conn>>(r));
+        ++stats_.connects;
+      }
+      bhttp::request<bhttp::string_body> msg{bhttp::string_to_verb(req.method), req.target, 11};
+      msg.set(bhttp::field::host, t.host);
+      msg.set(bhttp::field::user_agent, "sluice");
+      if (!req.content_type.empty()) msg.set(bhttp::field::content_type, req.content_type);
+      for (const auto& [k, v] : req.headers) msg.set(k, v);
+      msg.keep_alive(true);
+      msg.body() = req.body;
+      msg.prepare_payload();
+
+      auto parser = std::make_unique<bhttp::response_parser<bhttp::buffer_body>>();
+      parser->header_limit(64 * 1024);
+      // The body is bounded by the caller (read_all limit, stream buffering), not here.
+      parser->body_limit(std::numeric_limits<std::uint64_t>::max());
+      beast::error_code ec;
+      conn->lowest().expires_after(head_timeout + connect_timeout);
+      if (conn->plain) {
+        std::tie(ec, std::ignore) = co_await bhttp::async_write(*conn->plain, msg, nothrow);
+      } else {
+        std::tie(ec, std::ignore) = co_await bhttp::async_write(*conn->tls, msg, nothrow);
+      }
+      if (!ec) {
+        conn->lowest().expires_after(head_timeout);
+        if (conn->plain) {
+          std::tie(ec, std::ignore) = co_await bhttp::async_read_header(*conn->plain, conn->buffer, *parser, nothrow);
+        } else {
+          std::tie(ec, std::ignore) = co_await bhttp::async_read_header(*conn->tls, conn->buffer, *parser, nothrow);
+        }
+      }
+      if (ec) {
+        const bool stale = reused && conn->buffer.size() == 0 &&
+                           (ec == bhttp::error::end_of_stream || ec == net::error::eof ||
+                            ec == net::error::connection_reset || ec == net::error::broken_pipe);
+        if (stale) {
+          ++stats_.stale_retries;
+          continue;
+        }
+        co_return make_error(ec, ClientErrc::io, "upstream exchange");
+      }
+      co_return std::unique_ptr<ClientResponse>(
+          std::make_unique<ResponseImpl>(*this, std::move(conn), std::move(parser)));
+    }
+    co_return ClientError{ClientErrc::io, "upstream closed the connection twice"};
+  }
+
+ private:
+  std::unique_ptr<Conn> take_idle(const std::string& key) {
+    auto it = idle_.find(key);
+    if (it == idle_.end()) return nullptr;
+    auto& v = it->second;
+    while (!v.empty()) {
+      auto c = std::move(v.back());
+      v.pop_back();
+      if (c->looks_alive()) return c;
+    }
+    return nullptr;
+  }
+
+  ssl::context& tls_context(const Target& t) {
+    std::string key = (t.verify ? "v:" : "n:") + t.ca_file;
+    auto it = tls_.find(key);
+    if (it != tls_.end()) return *it->second;
+    auto ctx = std::make_unique<ssl::context>(ssl::context::tls_client);
+    ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                     ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
+    if (t.verify) {
+      ctx->set_default_verify_paths();
+      if (!t.ca_file.empty()) ctx->load_verify_file(t.ca_file);
+      ctx->set_verify_mode(ssl::verify_peer);
+    } else {
+      ctx->set_verify_mode(ssl::verify_none);
+    }
+    auto& ref = *ctx;
+    tls_.emplace(key, std::move(ctx));
+    return ref;
+  }
+
+  awaitable<std::variant<std::unique_ptr<Conn>, ClientError>> connect(const Target& t, const std::string& key,
+                                                                     std::chrono::milliseconds timeout) {
+    auto conn = std::make_unique<Conn>();
+    conn->pool_key = key;
+    auto [rec, results] = co_await resolver_.async_resolve(t.host, std::to_string(t.port), nothrow);
+    if (rec) co_return make_error(rec, ClientErrc::connect_failed, "resolving " + t.host);
+    if (t.tls) {
+      ssl::context* ctx;
+      try {
+        ctx = &tls_context(t);
+      } catch (const std::exception& e) {
+        co_return ClientError{ClientErrc::connect_failed, std::string("TLS setup: ") + e.what()};
+      }
+      conn->tls = std::make_unique<TlsStream>(ex_, *ctx);
+    } else {
+      conn->plain = std::make_unique<PlainStream>(ex_);
+    }
+    auto& low = conn->lowest();
+    low.expires_after(timeout);
+    auto [cec, ep] = co_await low.async_connect(results, nothrow);
+    if (cec) co_return make_error(cec, ClientErrc::connect_failed, "connecting to " + t.host + ":" + std::to_string(t.port));
+    low.socket().set_option(tcp::no_delay(true));
+    if (conn->tls) {
+      if (!SSL_set_tlsext_host_name(conn->tls->native_handle(), t.host.c_str())) {
+        co_return ClientError{ClientErrc::connect_failed, "TLS: cannot set SNI"};
+      }
+      if (t.verify) conn->tls->set_verify_callback(ssl::host_name_verification(t.host));
+      auto [hec] = co_await conn->tls->async_handshake(ssl::stream_base::client, nothrow);
+      if (hec) co_return make_error(hec, ClientErrc::connect_failed, "TLS handshake with " + t.host);
+    }
+    co_return std::move(conn);
+  }
+
+  net::any_io_executor ex_;
+  int max_idle_;
+  tcp::resolver resolver_;
+  ClientStats stats_;
+  std::unordered_map<std::string, std::vector<std::unique_ptr<Conn>>> idle_;
+  std::map<std::string, std::unique_ptr<ssl::context>> tls_;
+};
+
+ResponseImpl::~ResponseImpl() {
+  if (conn_ && !failed_ && parser_->is_done() && parser_->keep_alive()) {
+    owner_.give_back(std::move(conn_));
+  } else {
+    abort();
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Client> Client::create(net::any_io_executor ex, int max_idle_per_host) {
+  return std::make_unique<ClientImpl>(std::move(ex), max_idle_per_host);
+}
+
+}  // namespace sluice::http

@@ -1,0 +1,83 @@
+#pragma once
+// Upstream HTTP/1.1 client with keep-alive pooling, one instance per worker thread (not
+// thread-safe, no locks). Plain TCP or TLS (SNI, certificate and host name checks).
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "http/server.hpp"
+
+namespace sluice::http {
+
+struct Target {
+  bool tls = false;
+  std::string host;
+  std::uint16_t port = 80;
+  bool verify = true;       // verify the certificate chain and host name
+  std::string ca_file;      // extra CA bundle (PEM), optional
+};
+
+struct ClientRequest {
+  std::string method = "POST";
+  std::string target;       // path and query
+  HeaderList headers;       // Host, Content-Length and Connection are set by the client
+  std::string body;
+  std::string content_type = "application/json";
+};
+
+enum class ClientErrc : std::uint8_t {
+  connect_failed,   // resolve/connect/TLS handshake failed
+  timeout,          // a deadline passed (connect, head, read)
+  io,               // the connection failed mid-exchange
+  protocol,         // not valid HTTP
+  too_large,        // body above the caller's limit
+  cancelled,        // the caller cancelled (e.g. the client left)
+};
+
+struct ClientError {
+  ClientErrc kind;
+  std::string message;
+};
+
+// An exchange whose response head has arrived; the body is read piece by piece.
+class ClientResponse {
+ public:
+  virtual ~ClientResponse() = default;  // returns the connection to the pool if reusable
+  virtual int status() const = 0;
+  virtual std::string_view header(std::string_view name) const = 0;
+  // Next piece of the (de-chunked) body; an empty view with no error means the end.
+  // The view is valid until the next call.
+  using Piece = std::variant<std::string_view, ClientError>;
+  virtual boost::asio::awaitable<Piece> read_some(std::chrono::milliseconds timeout) = 0;
+  // The whole body, bounded by `limit` bytes.
+  virtual boost::asio::awaitable<std::variant<std::string, ClientError>> read_all(
+      std::size_t limit, std::chrono::milliseconds timeout) = 0;
+  // Closes the connection now; it will not be reused.
+  virtual void abort() = 0;
+};
+
+struct ClientStats {
+  std::uint64_t connects = 0;
+  std::uint64_t reused = 0;
+  std::uint64_t stale_retries = 0;
+};
+
+class Client {
+ public:
+  virtual ~Client() = default;
+  static std::unique_ptr<Client> create(boost::asio::any_io_executor ex, int max_idle_per_host);
+  // Connects (or reuses a pooled connection), sends the request and waits for the
+  // response head. `head_timeout` bounds the wait for the head after the request is sent.
+  using Result = std::variant<std::unique_ptr<ClientResponse>, ClientError>;
+  virtual boost::asio::awaitable<Result> send(const Target& target, const ClientRequest& req,
+                                              std::chrono::milliseconds connect_timeout,
+                                              std::chrono::milliseconds head_timeout) = 0;
+  virtual const ClientStats& stats() const = 0;
+};
+
+}  // namespace sluice::http

@@ -1,0 +1,428 @@
+#include "http/server.hpp"
+
+#include <atomic>
+#include <iostream>
+#include <list>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+
+#include "common/text.hpp"
+#include "http/beast.hpp"
+
+namespace sluice::http {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using net::awaitable;
+using net::use_awaitable;
+using tcp = net::ip::tcp;
+constexpr auto nothrow = net::as_tuple(use_awaitable);
+
+std::string_view Request::path() const {
+  auto t = target();
+  auto q = t.find('?');
+  return q == std::string_view::npos ? t : t.substr(0, q);
+}
+
+std::string_view Request::query_param(std::string_view name) const {
+  auto t = target();
+  auto q = t.find('?');
+  if (q == std::string_view::npos) return {};
+  auto rest = t.substr(q + 1);
+  while (!rest.empty()) {
+    auto amp = rest.find('&');
+    auto pair = rest.substr(0, amp);
+    auto eq = pair.find('=');
+    if (pair.substr(0, eq) == name) return eq == std::string_view::npos ? std::string_view{} : pair.substr(eq + 1);
+    if (amp == std::string_view::npos) break;
+    rest = rest.substr(amp + 1);
+  }
+  return {};
+}
+
+namespace {
+
+class RequestImpl final : public Request {
+ public:
+  explicit RequestImpl(const bhttp::request<bhttp::string_body>& m) : m_(m) {}
+  std::string_view method() const override {
+    auto v = m_.method_string();
+    return {v.data(), v.size()};
+  }
+  std::string_view target() const override {
+    auto v = m_.target();
+    return {v.data(), v.size()};
+  }
+  std::string_view body() const override { return m_.body(); }
+  std::string_view header(std::string_view name) const override {
+    auto it = m_.find(name);
+    if (it == m_.end()) return {};
+    auto v = it->value();
+    return {v.data(), v.size()};
+  }
+
+ private:
+  const bhttp::request<bhttp::string_body>& m_;
+};
+
+struct Worker;
+
+// One client connection; lives inside its session coroutine's frame.
+struct Session {
+  Worker& worker;
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;
+  bool idle = true;  // waiting for the next request (may be closed at shutdown)
+
+  Session(Worker& w, tcp::socket s) : worker(w), stream(std::move(s)) {}
+};
+
+struct ServerImpl;
+
+struct Worker {
+  ServerImpl& server;
+  int index;
+  net::io_context ioc{1};
+  std::unique_ptr<tcp::acceptor> acceptor;
+  Handler handler;
+  std::unordered_set<Session*> sessions;
+  bool draining = false;
+  std::thread thread;
+
+  Worker(ServerImpl& s, int i) : server(s), index(i) {}
+};
+
+struct ServerImpl final : Server {
+  ServerOptions opts;
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::uint16_t bound_port = 0;
+  std::atomic<std::size_t> in_flight{0};
+  std::once_flag shutdown_once;
+
+  std::uint16_t port() const override { return bound_port; }
+  std::size_t active_requests() const override { return in_flight.load(std::memory_order_relaxed); }
+  void shutdown(std::chrono::milliseconds grace) override;
+  void join() override {
+    for (auto& w : workers) {
+      if (w->thread.joinable()) w->thread.join();
+    }
+  }
+  ~ServerImpl() override {
+    for (auto& w : workers) w->ioc.stop();
+    join();
+  }
+};
+
+class ExchangeImpl final : public Exchange {
+ public:
+  ExchangeImpl(Session& s, const RequestImpl& req, bool keep_alive)
+      : s_(s), req_(req), keep_alive_(keep_alive) {}
+
+  const Request& request() const override { return req_; }
+  net::any_io_executor executor() const override { return s_.stream.get_executor(); }
+  bool started() const override { return started_; }
+  bool finished() const { return finished_; }
+  bool failed() const { return failed_; }
+  bool keep_alive() const { return keep_alive_; }
+
+  awaitable<bool> reply(Response r) override {
+    if (started_) co_return false;
+    started_ = true;
+    bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(r.status), 11};
+    fill_head(res, r.content_type, r.headers);
+    res.body() = std::move(r.body);
+    res.prepare_payload();
+    s_.stream.expires_after(kWriteTimeout);
+    auto [ec, n] = co_await bhttp::async_write(s_.stream, res, nothrow);
+    finished_ = !ec;
+    failed_ = !!ec;
+    co_return !ec;
+  }
+
+  awaitable<bool> begin_stream(int status, std::string_view content_type, const HeaderList& headers) override {
+    if (started_) co_return false;
+    started_ = true;
+    bhttp::response<bhttp::empty_body> res{static_cast<bhttp::status>(status), 11};
+    fill_head(res, content_type, headers);
+    res.chunked(true);
+    bhttp::response_serializer<bhttp::empty_body> sr{res};
+    s_.stream.expires_after(kWriteTimeout);
+    auto [ec, n] = co_await bhttp::async_write_header(s_.stream, sr, nothrow);
+    failed_ = !!ec;
+    co_return !ec;
+  }
+
+  awaitable<bool> write_chunk(std::string_view data) override {
+    if (failed_ || data.empty()) co_return !failed_;
+    s_.stream.expires_after(kWriteTimeout);
+    auto [ec, n] = co_await net::async_write(s_.stream, bhttp::make_chunk(net::buffer(data.data(), data.size())), nothrow);
+    failed_ = !!ec;
+    co_return !ec;
+  }
+
+  awaitable<bool> end_stream() override {
+    if (failed_) co_return false;
+    s_.stream.expires_after(kWriteTimeout);
+    auto [ec, n] = co_await net::async_write(s_.stream, bhttp::make_chunk_last(), nothrow);
+    failed_ = !!ec;
+    finished_ = !ec;
+    co_return !ec;
+  }
+
+  awaitable<void> wait_client_gone() override {
+    // Reads into the session buffer so a pipelined request is not lost. No timeout:
+    // this read only watches for the peer closing.
+    for (;;) {
+      if (s_.buffer.size() > kMaxPipelined) {
+        // The client keeps sending while we answer; stop reading and just wait.
+        net::steady_timer t{s_.stream.get_executor(), net::steady_timer::time_point::max()};
+        co_await t.async_wait(nothrow);
+        co_return;
+      }
+      auto [ec, n] = co_await s_.stream.socket().async_read_some(s_.buffer.prepare(4096), nothrow);
+      if (ec == net::error::operation_aborted) {
+        // Cancelled by the caller's race; nothing was consumed.
+        co_return;
+      }
+      if (ec || n == 0) {
+        client_gone_ = true;
+        failed_ = true;
+        co_return;
+      }
+      s_.buffer.commit(n);
+    }
+  }
+
+  bool client_gone() const { return client_gone_; }
+
+ private:
+  static constexpr auto kWriteTimeout = std::chrono::seconds(30);
+  static constexpr std::size_t kMaxPipelined = 64 * 1024;
+
+  template <class Msg>
+  void fill_head(Msg& res, std::string_view content_type, const HeaderList& headers);
+
+  Session& s_;
+  const RequestImpl& req_;
+  bool keep_alive_;
+  bool started_ = false;
+  bool finished_ = false;
+  bool failed_ = false;
+  bool client_gone_ = false;
+};
+
+template <class Msg>
+void ExchangeImpl::fill_head(Msg& res, std::string_view content_type, const HeaderList& headers) {
+  const auto& opts = s_.worker.server.opts;
+  res.set(bhttp::field::server, opts.server_name);
+  if (!content_type.empty()) res.set(bhttp::field::content_type, content_type);
+  for (const auto& [k, v] : opts.extra_headers) res.set(k, v);
+  for (const auto& [k, v] : headers) res.set(k, v);
+  if (s_.worker.draining) keep_alive_ = false;
+  res.keep_alive(keep_alive_);
+}
+
+Response default_local_reply(int status, std::string_view message) {
+  Response r;
+  r.status = status;
+  r.body = R"({"error":{"message":)";
+  append_json_string(r.body, message);
+  r.body += R"(,"type":"invalid_request_error","code":null,"param":null}})";
+  return r;
+}
+
+awaitable<void> write_local(Session& s, int status, std::string_view message) {
+  const auto& opts = s.worker.server.opts;
+  Response r = opts.local_reply ? opts.local_reply(status, message) : default_local_reply(status, message);
+  bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(r.status), 11};
+  res.set(bhttp::field::server, opts.server_name);
+  res.set(bhttp::field::content_type, r.content_type);
+  for (const auto& [k, v] : opts.extra_headers) res.set(k, v);
+  for (const auto& [k, v] : r.headers) res.set(k, v);
+  res.keep_alive(false);
+  res.body() = std::move(r.body);
+  res.prepare_payload();
+  s.stream.expires_after(std::chrono::seconds(5));
+  co_await bhttp::async_write(s.stream, res, nothrow);
+}
+
+awaitable<void> run_session(Worker& w, tcp::socket sock) {
+  Session s{w, std::move(sock)};
+  w.sessions.insert(&s);
+  struct Unregister {
+    Worker& w;
+    Session* s;
+    ~Unregister() { w.sessions.erase(s); }
+  } unregister{w, &s};
+  const auto& opts = w.server.opts;
+  s.stream.socket().set_option(tcp::no_delay(true));
+
+  try {
+    for (;;) {
+      s.idle = true;
+      if (w.draining) break;
+      if (s.buffer.size() == 0) {
+        // Idle keep-alive wait for the first byte of the next request.
+        s.stream.expires_after(opts.keep_alive);
+        auto [ec, n] = co_await s.stream.async_read_some(s.buffer.prepare(8192), nothrow);
+        if (ec || n == 0) break;
+        s.buffer.commit(n);
+      }
+      s.idle = false;
+      bhttp::request_parser<bhttp::string_body> parser;
+      parser.header_limit(static_cast<std::uint32_t>(opts.max_header_bytes));
+      parser.body_limit(opts.max_body_bytes);
+      s.stream.expires_after(opts.read_timeout);
+      auto [ec, n] = co_await bhttp::async_read(s.stream, s.buffer, parser, nothrow);
+      if (ec == bhttp::error::header_limit) {
+        co_await write_local(s, 431, "request headers exceed the limit");
+        break;
+      }
+      if (ec == bhttp::error::body_limit) {
+        co_await write_local(s, 413, "request body exceeds the limit of " + std::to_string(opts.max_body_bytes) + " bytes");
+        break;
+      }
+      if (ec == beast::error::timeout) {
+        co_await write_local(s, 408, "timed out reading the request");
+        break;
+      }
+      if (ec == bhttp::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset) break;
+      if (ec) {
+        co_await write_local(s, 400, std::string("malformed HTTP request: ") + ec.message());
+        break;
+      }
+      s.stream.expires_never();
+      const auto& msg = parser.get();
+      RequestImpl req{msg};
+      ExchangeImpl ex{s, req, msg.keep_alive()};
+      w.server.in_flight.fetch_add(1, std::memory_order_relaxed);
+      struct Dec {
+        std::atomic<std::size_t>& c;
+        ~Dec() { c.fetch_sub(1, std::memory_order_relaxed); }
+      } dec{w.server.in_flight};
+      bool threw = false;
+      try {
+        co_await w.handler(ex);
+      } catch (const std::exception& e) {
+        std::cerr << "sluice: handler error: " << e.what() << "\n";
+        threw = true;
+      }
+      if (threw) {
+        if (!ex.started()) co_await write_local(s, 500, "internal error");
+        break;
+      }
+      if (!ex.started()) {
+        co_await write_local(s, 500, "handler produced no response");
+        break;
+      }
+      if (!ex.finished() || ex.failed() || !ex.keep_alive()) break;
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "sluice: session error: " << e.what() << "\n";
+  }
+  beast::error_code ignored;
+  s.stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  s.stream.close();
+}
+
+awaitable<void> accept_loop(Worker& w) {
+  for (;;) {
+    auto [ec, sock] = co_await w.acceptor->async_accept(nothrow);
+    if (ec) {
+      if (ec == net::error::operation_aborted || !w.acceptor->is_open()) co_return;
+      if (ec == net::error::no_descriptors || ec == net::error::no_buffer_space) {
+        // Out of file descriptors: back off instead of spinning.
+        net::steady_timer t{w.ioc, std::chrono::milliseconds(50)};
+        co_await t.async_wait(nothrow);
+      }
+      continue;
+    }
+    net::co_spawn(w.ioc, run_session(w, std::move(sock)), net::detached);
+  }
+}
+
+std::unique_ptr<tcp::acceptor> make_acceptor(net::io_context& ioc, const tcp::endpoint& ep) {
+  auto a = std::make_unique<tcp::acceptor>(ioc);
+  a->open(ep.protocol());
+  a->set_option(net::socket_base::reuse_address(true));
+  int one = 1;
+  if (::setsockopt(a->native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) {
+    throw std::system_error(errno, std::generic_category(), "SO_REUSEPORT");
+  }
+  a->bind(ep);
+  a->listen(net::socket_base::max_listen_connections);
+  return a;
+}
+
+void ServerImpl::shutdown(std::chrono::milliseconds grace) {
+  std::call_once(shutdown_once, [&] {
+    for (auto& wp : workers) {
+      Worker* w = wp.get();
+      net::post(w->ioc, [w, grace] {
+        w->draining = true;
+        beast::error_code ec;
+        w->acceptor->close(ec);
+        for (Session* s : w->sessions) {
+          if (s->idle) s->stream.socket().cancel(ec);
+        }
+        // Hard stop once the grace period is over.
+        auto t = std::make_shared<net::steady_timer>(w->ioc, grace);
+        t->async_wait([w, t](const beast::error_code&) { w->ioc.stop(); });
+        // Stop earlier if every session is done: poll cheaply.
+        auto poll = std::make_shared<std::function<void()>>();
+        auto pt = std::make_shared<net::steady_timer>(w->ioc);
+        *poll = [w, pt, poll] {
+          if (w->sessions.empty()) {
+            w->ioc.stop();
+            return;
+          }
+          for (Session* s : w->sessions) {
+            beast::error_code ec2;
+            if (s->idle) s->stream.socket().cancel(ec2);
+          }
+          pt->expires_after(std::chrono::milliseconds(20));
+          pt->async_wait([poll](const beast::error_code& e) {
+            if (!e) (*poll)();
+          });
+        };
+        (*poll)();
+      });
+    }
+  });
+}
+
+}  // namespace
+
+std::unique_ptr<Server> Server::start(ServerOptions options, HandlerFactory factory) {
+  auto impl = std::make_unique<ServerImpl>();
+  impl->opts = std::move(options);
+  int n = impl->opts.workers > 0 ? impl->opts.workers : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  tcp::endpoint ep{net::ip::make_address(impl->opts.host), impl->opts.port};
+  for (int i = 0; i < n; ++i) {
+    auto w = std::make_unique<Worker>(*impl, i);
+    w->acceptor = make_acceptor(w->ioc, ep);
+    if (i == 0) {
+      // Port 0: the first listener picks the port; the others join it.
+      ep.port(w->acceptor->local_endpoint().port());
+      impl->bound_port = ep.port();
+    }
+    w->handler = factory(i, w->ioc.get_executor());
+    impl->workers.push_back(std::move(w));
+  }
+  for (auto& wp : impl->workers) {
+    Worker* w = wp.get();
+    net::co_spawn(w->ioc, accept_loop(*w), net::detached);
+    w->thread = std::thread([w] {
+      try {
+        w->ioc.run();
+      } catch (const std::exception& e) {
+        std::cerr << "sluice: worker " << w->index << " stopped: " << e.what() << "\n";
+      }
+    });
+  }
+  return impl;
+}
+
+}  // namespace sluice::http

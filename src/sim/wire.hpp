@@ -1,0 +1,84 @@
+#pragma once
+// Wire formats of the simulator: request parsing and response bodies for the OpenAI,
+// Ollama and Anthropic chat APIs. Pure functions, no I/O.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "http/server.hpp"
+
+namespace sluice::sim {
+
+enum class Api { openai, ollama, anthropic };
+
+struct GenRequest {
+  Api api = Api::openai;
+  std::string model;
+  bool stream = false;
+  bool include_usage = false;               // OpenAI stream_options.include_usage
+  std::optional<std::int64_t> max_tokens;   // as the request set it (see plan_output)
+  std::int64_t prompt_tokens = 1;           // content bytes / 4, min 1
+};
+
+// Parses a generation request body:
+// - OpenAI /v1/chat/completions: model, messages, stream (default false),
+//   stream_options.include_usage, max_completion_tokens (preferred) or max_tokens (>= 1).
+// - Ollama /api/chat: model, messages, stream (default true), options.num_predict
+//   (negative = no limit).
+// - Anthropic /v1/messages: model, messages, system, stream (default false), max_tokens (>= 1).
+// Prompt bytes are the message contents (strings, or the "text" of content parts) plus the
+// Anthropic "system" text. Returns nullopt and sets `error` when the body is unusable.
+std::optional<GenRequest> parse_request(Api api, std::string_view body, std::string& error);
+
+// The identity of one answer.
+struct ReplyInfo {
+  Api api = Api::openai;
+  std::string id;             // "chatcmpl-..." / "msg_..." (unused by Ollama)
+  std::string model;          // echoed from the request
+  std::int64_t created = 0;   // unix seconds
+  std::int64_t prompt_tokens = 0;
+  bool include_usage = false;
+};
+
+// Durations reported by Ollama's final object (nanoseconds).
+struct Timing {
+  std::int64_t total_ns = 0;
+  std::int64_t load_ns = 0;
+  std::int64_t prompt_eval_ns = 0;   // arrival (or slot) to first token
+  std::int64_t eval_ns = 0;          // first token to last
+};
+
+std::string_view stream_content_type(Api api);  // text/event-stream or application/x-ndjson
+
+// The stream bytes for token `index` (one chunk). Index 0 also carries what precedes the
+// first token: the assistant role (OpenAI) or message_start, content_block_start and ping
+// (Anthropic).
+std::string stream_token(const ReplyInfo& r, std::int64_t index, std::string_view text);
+
+// Everything after the last token: OpenAI final chunk with finish_reason, the usage chunk
+// when include_usage, "data: [DONE]"; Ollama final object with counts and durations;
+// Anthropic content_block_stop, message_delta, message_stop.
+std::string stream_end(const ReplyInfo& r, std::int64_t output_tokens, bool length_limited,
+                       const Timing& t);
+
+// Non-streaming answer body.
+std::string full_body(const ReplyInfo& r, std::string_view content, std::int64_t output_tokens,
+                      bool length_limited, const Timing& t);
+
+enum class ErrorKind { bad_request, not_found, rate_limited, internal, unavailable, queue_full };
+// Error reply in the API's shape (status from the kind; Retry-After: 1 on 429):
+// OpenAI {"error":{"message","type","code","param"}}, Ollama {"error":"..."},
+// Anthropic {"type":"error","error":{"type","message"}}.
+http::Response error_response(Api api, ErrorKind kind, std::string_view message);
+int status_of(ErrorKind kind) noexcept;
+
+// GET /v1/models and GET /api/tags bodies.
+std::string openai_models_body(const std::vector<std::string>& models, std::int64_t created);
+std::string ollama_tags_body(const std::vector<std::string>& models);
+
+// RFC 3339 UTC with nanoseconds, as Ollama writes created_at.
+std::string rfc3339_now();
+
+}  // namespace sluice::sim

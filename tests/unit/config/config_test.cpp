@@ -1,0 +1,3 @@
+#include <gtest/gtest.h>
+#include "config/config.hpp"
+TEST(Config, Placeholder) {}
