@@ -345,7 +345,7 @@ std::string index(const std::string& path, size_t i) {
   return path + "[" + std::to_string(i) + "]";
 }
 
-int line_of(const YAML::Node& n) {
+int mark_line(const YAML::Node& n) {
   const auto m = n.Mark();
   return m.line < 0 ? 0 : m.line + 1;
 }
@@ -407,7 +407,7 @@ class Loader {
   void parse_ranges(const YAML::Node& n, const std::string& path,
                     std::map<std::string, Range, std::less<>>& out);
   void apply_env(Config& c);
-  void validate(Config& c, const YAML::Node& models_node);
+  void validate(Config& c, const YAML::Node* models_node);
 
   EnvLookup env_;
   fs::path base_dir_;
@@ -415,6 +415,18 @@ class Loader {
   std::string_view suffix_;          // appended to messages (" (in keys.yaml)")
   std::vector<KeyOrigin> key_origins_;
   std::vector<Origin> route_origins_;
+  // yaml-cpp marks an empty value ("workers:") at the next token, often the next line;
+  // such values are reported at their key's line instead.
+  std::vector<std::pair<YAML::Node, int>> null_lines_;
+
+  int line_of(const YAML::Node& n) const {
+    if (n.IsNull()) {
+      for (const auto& [node, line] : null_lines_) {
+        if (node.is(n)) return line;
+      }
+    }
+    return mark_line(n);
+  }
 };
 
 bool Loader::fields(const YAML::Node& n, const std::string& path,
@@ -448,6 +460,7 @@ bool Loader::fields(const YAML::Node& n, const std::string& path,
                                    std::string(suffix_));
       continue;
     }
+    if (val.IsNull()) null_lines_.emplace_back(val, line_of(k));
     out.emplace(name, val);
   }
   return true;
@@ -828,6 +841,7 @@ void Loader::parse_ranges(const YAML::Node& n, const std::string& path,
   }
   for (auto it = n.begin(); it != n.end(); ++it) {
     const YAML::Node key = it->first, val = it->second;
+    if (val.IsNull()) null_lines_.emplace_back(val, line_of(key));
     if (!key.IsScalar() || key.Scalar().empty()) {
       error(path, line_of(key), "expected a parameter name");
       continue;
@@ -922,9 +936,9 @@ void Loader::apply_env(Config& c) {
   }
 }
 
-void Loader::validate(Config& c, const YAML::Node& models_node) {
+void Loader::validate(Config& c, const YAML::Node* models_node) {
   if (c.routes.empty()) {
-    error("models", models_node.IsDefined() ? line_of(models_node) : 0, "at least one route is required");
+    error("models", models_node ? line_of(*models_node) : 0, "at least one route is required");
   }
   std::unordered_map<std::string_view, size_t> aliases;
   for (size_t i = 0; i < c.routes.size(); ++i) {
@@ -968,7 +982,7 @@ void Loader::validate(Config& c, const YAML::Node& models_node) {
 
 LoadResult Loader::run(const YAML::Node& root) {
   auto c = std::make_shared<Config>();
-  YAML::Node models_node;
+  const YAML::Node* models_node = nullptr;
   bool have_params = false, have_options = false;
   Fields f;
   if (!root.IsNull()) {
@@ -999,7 +1013,7 @@ LoadResult Loader::run(const YAML::Node& root) {
     else get_string(*v, "access_log", c->access_log);
   }
   if (auto v = get(f, "models")) {
-    models_node = *v;
+    models_node = v;
     if (!v->IsNull()) {
       if (!v->IsSequence()) {
         error("models", line_of(*v), std::string("expected a list of routes, got ") + kind_of(*v));
@@ -1030,6 +1044,18 @@ LoadResult Loader::run(const YAML::Node& root) {
   validate(*c, models_node);
 
   if (c->instance.empty()) c->instance = local_hostname() + ":" + std::to_string(c->listen_port);
+
+  // Report in reading order: the main file by line, then the keys file, then the
+  // environment (stable, so errors on one line keep the order they were found in).
+  auto group = [](const ConfigError& e) {
+    if (e.key.rfind("env ", 0) == 0) return 2;
+    if (e.key.rfind("keys_file[", 0) == 0) return 1;
+    return 0;
+  };
+  std::stable_sort(errors_.begin(), errors_.end(), [&](const ConfigError& a, const ConfigError& b) {
+    auto line = [](const ConfigError& e) { return e.line > 0 ? e.line : std::numeric_limits<int>::max(); };
+    return std::pair(group(a), line(a)) < std::pair(group(b), line(b));
+  });
 
   LoadResult res;
   if (errors_.empty()) res.config = std::move(c);
@@ -1115,17 +1141,17 @@ LoadResult load_file(const std::string& path, EnvLookup env) {
 
 std::string describe(const Config& c) {
   std::string out;
-  out += "instance:  " + c.instance + "\n";
-  out += "listen:    " + host_for_display(c.listen_host) + ":" + std::to_string(c.listen_port) +
+  out += "instance:   " + c.instance + "\n";
+  out += "listen:     " + host_for_display(c.listen_host) + ":" + std::to_string(c.listen_port) +
          (c.listen_port == 0 ? " (any free port)" : "") + "\n";
-  out += "workers:   " + (c.workers == 0 ? std::string("auto (one per core)") : std::to_string(c.workers)) + "\n";
+  out += "workers:    " + (c.workers == 0 ? std::string("auto (one per core)") : std::to_string(c.workers)) + "\n";
   out += "access log: " + (c.access_log == "-" ? std::string("stdout") : c.access_log.empty() ? std::string("off") : c.access_log) + "\n";
-  out += "limits:    body " + std::to_string(c.max_body_bytes) + " B, headers " + std::to_string(c.max_header_bytes) +
+  out += "limits:     body " + std::to_string(c.max_body_bytes) + " B, headers " + std::to_string(c.max_header_bytes) +
          " B, stream buffer " + std::to_string(c.max_stream_buffer_events) + " events, upstream response " +
          std::to_string(c.max_upstream_response_bytes) + " B, pool " + std::to_string(c.upstream_pool_per_host) +
          " per host\n";
   const auto& t = c.timeouts;
-  out += "timeouts:  connect " + fmt_duration(t.connect) + ", first_token " + fmt_duration(t.first_token) + ", idle " +
+  out += "timeouts:   connect " + fmt_duration(t.connect) + ", first_token " + fmt_duration(t.first_token) + ", idle " +
          fmt_duration(t.idle) + ", total " + fmt_duration(t.total) + ", client_header " + fmt_duration(t.client_header) +
          ", keep_alive " + fmt_duration(t.keep_alive) + ", heartbeat " + fmt_duration(t.heartbeat) +
          ", shutdown_grace " + fmt_duration(t.shutdown_grace) + "\n";
@@ -1152,7 +1178,7 @@ std::string describe(const Config& c) {
     if (k.admin) out += " admin";
     out += " key=" + sluice::mask_key(k.key) + "\n";
   }
-  out += "params:    " + std::to_string(c.params.size()) + " checked, options: " + std::to_string(c.options.size()) +
+  out += "params:     " + std::to_string(c.params.size()) + " checked, options: " + std::to_string(c.options.size()) +
          " allowed\n";
   return out;
 }

@@ -119,12 +119,14 @@ class ResponseImpl final : public ClientResponse {
     }
   }
 
+  // Safe while a read is pending in another coroutine: the socket is closed (the read
+  // completes with an error) but the stream object lives until this response does.
   void abort() override {
+    failed_ = true;
     if (conn_) {
       beast::error_code ec;
       conn_->lowest().socket().shutdown(tcp::socket::shutdown_both, ec);
       conn_->lowest().close();
-      conn_.reset();
     }
   }
 

@@ -195,7 +195,7 @@ class ExchangeImpl final : public Exchange {
     }
   }
 
-  bool client_gone() const { return client_gone_; }
+  bool client_gone() const override { return client_gone_; }
 
  private:
   static constexpr auto kWriteTimeout = std::chrono::seconds(30);

@@ -56,6 +56,8 @@ class Exchange {
   // cancellation, so it can race the work it guards: `co_await (work() || gone())`.
   // Bytes that arrive meanwhile (a pipelined request) are kept for the next read.
   virtual boost::asio::awaitable<void> wait_client_gone() = 0;
+  // True once wait_client_gone() saw the client leave (false if it was just cancelled).
+  virtual bool client_gone() const = 0;
 
   // True once any byte of the response went out: from then on nothing may be retried.
   virtual bool started() const = 0;

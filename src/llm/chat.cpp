@@ -1,1 +1,632 @@
-// implementation pending
+#include "llm/chat.hpp"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/serializer.hpp>
+#include <boost/json/value.hpp>
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/text.hpp"
+
+namespace sluice::llm {
+namespace json = boost::json;
+
+namespace {
+
+// ---- small output helpers ---------------------------------------------------------
+
+// Appends the JSON serialization of v to out, without an intermediate string.
+void append_value(std::string& out, const json::value& v) {
+  json::serializer sr;
+  sr.reset(&v);
+  std::size_t chunk = 256;
+  while (!sr.done()) {
+    const std::size_t old = out.size();
+    out.resize(old + chunk);
+    const auto written = sr.read(out.data() + old, chunk);
+    out.resize(old + written.size());
+    if (chunk < 64 * 1024) chunk *= 2;
+  }
+}
+
+void append_key(std::string& out, bool& first, std::string_view key) {
+  if (!first) out.push_back(',');
+  first = false;
+  append_json_string(out, key);
+  out.push_back(':');
+}
+
+// Shortest round-trip text of a double ("0.7", "32768", "1e+300").
+std::string format_number(double d) {
+  char buf[64];
+  auto [p, ec] = std::to_chars(buf, buf + sizeof buf, d);
+  return ec == std::errc() ? std::string(buf, p) : std::string("?");
+}
+
+std::string format_value(const json::value& v) {
+  switch (v.kind()) {
+    case json::kind::int64: return std::to_string(v.get_int64());
+    case json::kind::uint64: return std::to_string(v.get_uint64());
+    case json::kind::double_: return format_number(v.get_double());
+    default: return json::serialize(v);
+  }
+}
+
+// ---- validation -------------------------------------------------------------------
+
+RequestError error(Reason r, std::string message, std::string param) {
+  return RequestError{r, std::move(message), std::move(param)};
+}
+
+bool is_integer(const json::value& v) { return v.is_int64() || v.is_uint64(); }
+
+const char* kind_name(const json::value& v) {
+  switch (v.kind()) {
+    case json::kind::null: return "null";
+    case json::kind::bool_: return "a boolean";
+    case json::kind::int64:
+    case json::kind::uint64:
+    case json::kind::double_: return "a number";
+    case json::kind::string: return "a string";
+    case json::kind::array: return "an array";
+    case json::kind::object: return "an object";
+  }
+  return "?";
+}
+
+std::optional<RequestError> type_error(std::string_view field, const json::value& v,
+                                       std::string_view expected) {
+  std::string msg;
+  msg.reserve(64);
+  msg += "'";
+  msg += field;
+  msg += "' must be ";
+  msg += expected;
+  msg += ", got ";
+  msg += kind_name(v);
+  return error(Reason::invalid_request, std::move(msg), std::string(field));
+}
+
+// Checks a numeric value against its configured range. `path` is the field path used in
+// the message and as the error's param.
+std::optional<RequestError> check_range(std::string_view path, const json::value& v,
+                                        const config::Range& range) {
+  const std::string allowed =
+      "[" + format_number(range.min) + ", " + format_number(range.max) + "]";
+  if (range.integer && !is_integer(v)) {
+    return error(Reason::option_out_of_range,
+                 std::string(path) + "=" + format_value(v) + " is not an integer (allowed: " +
+                     "integers in " + allowed + ")",
+                 std::string(path));
+  }
+  const double d = v.is_int64()    ? static_cast<double>(v.get_int64())
+                   : v.is_uint64() ? static_cast<double>(v.get_uint64())
+                                   : v.get_double();
+  if (!(d >= range.min && d <= range.max)) {
+    return error(Reason::option_out_of_range,
+                 std::string(path) + "=" + format_value(v) + " is out of range " + allowed,
+                 std::string(path));
+  }
+  return std::nullopt;
+}
+
+enum class Field {
+  model, messages, stream, stream_options, number, integer, max_tokens, stop, object,
+  boolean, string, array, tool_choice, response_format, options, keep_alive,
+};
+
+// The known top-level fields of a chat-completions request and how each is checked.
+std::optional<Field> known_field(std::string_view k) {
+  struct Entry {
+    std::string_view name;
+    Field f;
+  };
+  static constexpr Entry kFields[] = {
+      {"model", Field::model},
+      {"messages", Field::messages},
+      {"stream", Field::stream},
+      {"stream_options", Field::stream_options},
+      {"temperature", Field::number},
+      {"top_p", Field::number},
+      {"n", Field::integer},
+      {"max_tokens", Field::max_tokens},
+      {"max_completion_tokens", Field::max_tokens},
+      {"stop", Field::stop},
+      {"presence_penalty", Field::number},
+      {"frequency_penalty", Field::number},
+      {"logit_bias", Field::object},
+      {"logprobs", Field::boolean},
+      {"top_logprobs", Field::integer},
+      {"user", Field::string},
+      {"seed", Field::integer},
+      {"tools", Field::array},
+      {"tool_choice", Field::tool_choice},
+      {"parallel_tool_calls", Field::boolean},
+      {"response_format", Field::response_format},
+      {"options", Field::options},
+      {"keep_alive", Field::keep_alive},
+      {"metadata", Field::object},
+      {"store", Field::boolean},
+      {"service_tier", Field::string},
+  };
+  for (const auto& e : kFields) {
+    if (e.name == k) return e.f;
+  }
+  return std::nullopt;
+}
+
+std::optional<RequestError> check_messages(const json::value& v) {
+  if (!v.is_array()) return type_error("messages", v, "a non-empty array of messages");
+  const auto& arr = v.get_array();
+  if (arr.empty()) {
+    return error(Reason::invalid_request, "'messages' must contain at least one message",
+                 "messages");
+  }
+  for (std::size_t i = 0; i < arr.size(); ++i) {
+    const std::string path = "messages[" + std::to_string(i) + "]";
+    if (!arr[i].is_object()) return type_error(path, arr[i], "an object");
+    const auto& m = arr[i].get_object();
+    const auto* role = m.if_contains("role");
+    if (!role) {
+      return error(Reason::invalid_request, "'" + path + ".role' is required",
+                   path + ".role");
+    }
+    if (!role->is_string() || role->get_string().empty()) {
+      return type_error(path + ".role", *role, "a non-empty string");
+    }
+    if (const auto* content = m.if_contains("content")) {
+      if (content->is_array()) {
+        const auto& parts = content->get_array();
+        for (std::size_t j = 0; j < parts.size(); ++j) {
+          const auto& part = parts[j];
+          const std::string ppath = path + ".content[" + std::to_string(j) + "]";
+          if (!part.is_object()) return type_error(ppath, part, "an object");
+          const auto* type = part.get_object().if_contains("type");
+          if (!type || !type->is_string()) {
+            return error(Reason::invalid_request, "'" + ppath + ".type' must be a string",
+                         ppath + ".type");
+          }
+          if (type->get_string() == "text") {
+            const auto* text = part.get_object().if_contains("text");
+            if (!text || !text->is_string()) {
+              return error(Reason::invalid_request,
+                           "'" + ppath + ".text' must be a string", ppath + ".text");
+            }
+          }
+        }
+      } else if (!content->is_string() && !content->is_null()) {
+        return type_error(path + ".content", *content, "a string, an array of parts or null");
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<RequestError> check_field(std::string_view k, Field f, const json::value& v,
+                                        const config::Config& cfg) {
+  switch (f) {
+    case Field::model:
+      if (!v.is_string() || v.get_string().empty()) return type_error(k, v, "a non-empty string");
+      return std::nullopt;
+    case Field::messages:
+      return check_messages(v);
+    case Field::stream:
+      if (!v.is_bool() && !v.is_null()) return type_error(k, v, "a boolean");
+      return std::nullopt;
+    case Field::stream_options:
+      if (v.is_null()) return std::nullopt;
+      if (!v.is_object()) return type_error(k, v, "an object");
+      if (const auto* iu = v.get_object().if_contains("include_usage");
+          iu && !iu->is_bool() && !iu->is_null()) {
+        return type_error("stream_options.include_usage", *iu, "a boolean");
+      }
+      return std::nullopt;
+    case Field::number:
+      if (!v.is_number() && !v.is_null()) return type_error(k, v, "a number");
+      return std::nullopt;
+    case Field::integer:
+      if (!is_integer(v) && !v.is_null()) return type_error(k, v, "an integer");
+      return std::nullopt;
+    case Field::max_tokens:
+      if (v.is_null()) return std::nullopt;
+      if (!is_integer(v) || (v.is_int64() && v.get_int64() < 1)) {
+        return type_error(k, v, "a positive integer");
+      }
+      return std::nullopt;
+    case Field::stop:
+      if (v.is_null() || v.is_string()) return std::nullopt;
+      if (v.is_array()) {
+        for (const auto& s : v.get_array()) {
+          if (!s.is_string()) return type_error(k, v, "a string or an array of strings");
+        }
+        return std::nullopt;
+      }
+      return type_error(k, v, "a string or an array of strings");
+    case Field::object:
+      if (!v.is_object() && !v.is_null()) return type_error(k, v, "an object");
+      return std::nullopt;
+    case Field::boolean:
+      if (!v.is_bool() && !v.is_null()) return type_error(k, v, "a boolean");
+      return std::nullopt;
+    case Field::string:
+      if (!v.is_string() && !v.is_null()) return type_error(k, v, "a string");
+      return std::nullopt;
+    case Field::array:
+      if (!v.is_array() && !v.is_null()) return type_error(k, v, "an array");
+      return std::nullopt;
+    case Field::tool_choice:
+      if (!v.is_string() && !v.is_object() && !v.is_null()) {
+        return type_error(k, v, "a string or an object");
+      }
+      return std::nullopt;
+    case Field::response_format: {
+      if (v.is_null()) return std::nullopt;
+      if (!v.is_object()) return type_error(k, v, "an object");
+      const auto* type = v.get_object().if_contains("type");
+      if (!type || !type->is_string()) {
+        return error(Reason::invalid_request, "'response_format.type' must be a string",
+                     "response_format.type");
+      }
+      return std::nullopt;
+    }
+    case Field::keep_alive:
+      if (!v.is_string() && !v.is_number() && !v.is_null()) {
+        return type_error(k, v, "a duration string or a number of seconds");
+      }
+      return std::nullopt;
+    case Field::options: {
+      if (v.is_null()) return std::nullopt;
+      if (!v.is_object()) return type_error(k, v, "an object");
+      for (const auto& kv : v.get_object()) {
+        const std::string path = "options." + std::string(kv.key());
+        auto it = cfg.options.find(std::string_view(kv.key()));
+        if (it == cfg.options.end()) {
+          return error(Reason::option_not_allowed, "'" + path + "' is not allowed", path);
+        }
+        if (!kv.value().is_number()) return type_error(path, kv.value(), "a number");
+        if (auto e = check_range(path, kv.value(), it->second)) return e;
+      }
+      return std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
+
+std::int64_t estimate_content(const json::value& content) {
+  if (content.is_string()) return estimate_tokens(content.get_string());
+  std::int64_t n = 0;
+  if (content.is_array()) {
+    for (const auto& part : content.get_array()) {
+      if (!part.is_object()) continue;
+      const auto* text = part.get_object().if_contains("text");
+      if (text && text->is_string()) n += estimate_tokens(text->get_string());
+    }
+  }
+  return n;
+}
+
+std::string_view sv(const json::string& s) { return {s.data(), s.size()}; }
+
+}  // namespace
+
+// ---- parse_chat_request -------------------------------------------------------------
+
+ParseResult parse_chat_request(std::string_view body, const config::Config& cfg) {
+  json::parse_options opts;
+  opts.max_depth = 64;
+  boost::system::error_code ec;
+  json::value root = json::parse(body, ec, {}, opts);
+  if (ec) {
+    return error(Reason::bad_json, "request body is not valid JSON: " + ec.message(), "");
+  }
+  if (!root.is_object()) {
+    return error(Reason::bad_json, "request body must be a JSON object", "");
+  }
+  auto& obj = root.get_object();
+  for (const auto& kv : obj) {
+    const std::string_view k = kv.key();
+    const auto f = known_field(k);
+    if (!f) {
+      return error(Reason::option_not_allowed, "unknown parameter '" + std::string(k) + "'",
+                   std::string(k));
+    }
+    if (auto e = check_field(k, *f, kv.value(), cfg)) return std::move(*e);
+    if (kv.value().is_number()) {
+      if (auto it = cfg.params.find(k); it != cfg.params.end()) {
+        if (auto e = check_range(k, kv.value(), it->second)) return std::move(*e);
+      }
+    }
+  }
+  const auto* model = obj.if_contains("model");
+  if (!model) return error(Reason::invalid_request, "missing required parameter 'model'", "model");
+  const auto* messages = obj.if_contains("messages");
+  if (!messages) {
+    return error(Reason::invalid_request, "missing required parameter 'messages'", "messages");
+  }
+
+  ChatRequest req;
+  req.model = std::string(sv(model->get_string()));
+  if (const auto* s = obj.if_contains("stream"); s && s->is_bool()) req.stream = s->get_bool();
+  if (const auto* so = obj.if_contains("stream_options"); so && so->is_object()) {
+    const auto* iu = so->get_object().if_contains("include_usage");
+    req.include_usage = req.stream && iu && iu->is_bool() && iu->get_bool();
+  }
+  for (const char* k : {"max_completion_tokens", "max_tokens"}) {
+    if (const auto* m = obj.if_contains(k); m && is_integer(*m)) {
+      req.max_tokens = m->is_int64() ? m->get_int64()
+                                     : static_cast<std::int64_t>(std::min<std::uint64_t>(
+                                           m->get_uint64(), INT64_MAX));
+      break;
+    }
+  }
+  std::int64_t est = 0;
+  for (const auto& m : messages->get_array()) {
+    est += 4;
+    if (const auto* c = m.get_object().if_contains("content")) est += estimate_content(*c);
+  }
+  req.prompt_tokens_estimate = est;
+  req.body = std::move(obj);
+  return req;
+}
+
+std::int64_t estimate_tokens(std::string_view text) noexcept {
+  // ASCII bytes count a quarter token each (rounded up); every multi-byte UTF-8 sequence
+  // (CJK, accented letters, emoji...) counts one token, identified by its lead byte.
+  std::int64_t ascii = 0, multibyte = 0;
+  for (unsigned char c : text) {
+    if (c < 0x80) {
+      ++ascii;
+    } else if (c >= 0xC0) {
+      ++multibyte;
+    }
+  }
+  return (ascii + 3) / 4 + multibyte;
+}
+
+// ---- OpenAI upstream ------------------------------------------------------------------
+
+UpstreamCall build_openai_call(const ChatRequest& req, const config::Backend& backend) {
+  UpstreamCall call;
+  const std::string_view prefix = backend.path_prefix;
+  call.target = std::string(prefix);
+  call.target += (prefix.size() >= 3 && prefix.substr(prefix.size() - 3) == "/v1")
+                     ? "/chat/completions"
+                     : "/v1/chat/completions";
+
+  const std::string& model = backend.model.empty() ? req.model : backend.model;
+  std::string& out = call.body;
+  out.reserve(256);
+  out.push_back('{');
+  bool first = true;
+  bool wrote_stream_options = false;
+  for (const auto& kv : req.body) {
+    const std::string_view k = kv.key();
+    if (k == "options" || k == "keep_alive") continue;  // Ollama-only
+    if (k == "model") {
+      append_key(out, first, k);
+      append_json_string(out, model);
+      continue;
+    }
+    if (k == "stream_options") {
+      // Only valid with stream=true upstream; when streaming, usage is always requested.
+      if (!req.stream) continue;
+      append_key(out, first, k);
+      json::object so;
+      if (kv.value().is_object()) so = kv.value().get_object();
+      so["include_usage"] = true;
+      append_value(out, json::value(std::move(so)));
+      wrote_stream_options = true;
+      continue;
+    }
+    append_key(out, first, k);
+    append_value(out, kv.value());
+  }
+  if (req.stream && !wrote_stream_options) {
+    append_key(out, first, "stream_options");
+    out += R"({"include_usage":true})";
+  }
+  out.push_back('}');
+  return call;
+}
+
+// ---- Ollama upstream ------------------------------------------------------------------
+
+namespace {
+
+// OpenAI content (string, parts array or null) -> Ollama content string + images.
+void append_ollama_content(std::string& out, bool& first, const json::value& content) {
+  if (content.is_string()) {
+    append_key(out, first, "content");
+    append_json_string(out, sv(content.get_string()));
+    return;
+  }
+  std::string text;
+  std::vector<std::string_view> images;
+  if (content.is_array()) {
+    for (const auto& part : content.get_array()) {
+      if (!part.is_object()) continue;
+      const auto& p = part.get_object();
+      const auto* type = p.if_contains("type");
+      if (!type || !type->is_string()) continue;
+      if (type->get_string() == "text") {
+        if (const auto* t = p.if_contains("text"); t && t->is_string()) {
+          if (!text.empty()) text.push_back('\n');
+          text.append(sv(t->get_string()));
+        }
+      } else if (type->get_string() == "image_url") {
+        const auto* iu = p.if_contains("image_url");
+        const json::value* url = nullptr;
+        if (iu && iu->is_string()) url = iu;
+        if (iu && iu->is_object()) url = iu->get_object().if_contains("url");
+        if (!url || !url->is_string()) continue;
+        // Ollama takes raw base64 images; only data: URLs can be forwarded.
+        std::string_view u = sv(url->get_string());
+        const auto comma = u.find(',');
+        if (u.starts_with("data:") && comma != std::string_view::npos &&
+            u.substr(0, comma).ends_with(";base64")) {
+          images.push_back(u.substr(comma + 1));
+        }
+      }
+    }
+  }
+  append_key(out, first, "content");
+  append_json_string(out, text);
+  if (!images.empty()) {
+    append_key(out, first, "images");
+    out.push_back('[');
+    for (std::size_t i = 0; i < images.size(); ++i) {
+      if (i) out.push_back(',');
+      append_json_string(out, images[i]);
+    }
+    out.push_back(']');
+  }
+}
+
+// OpenAI assistant tool_calls (arguments as a JSON string) -> Ollama (arguments object).
+void append_ollama_tool_calls(std::string& out, const json::value& calls) {
+  if (!calls.is_array()) {
+    append_value(out, calls);
+    return;
+  }
+  out.push_back('[');
+  bool first_call = true;
+  for (const auto& c : calls.get_array()) {
+    if (!first_call) out.push_back(',');
+    first_call = false;
+    const json::object* fn = nullptr;
+    if (c.is_object()) {
+      if (const auto* f = c.get_object().if_contains("function"); f && f->is_object()) {
+        fn = &f->get_object();
+      }
+    }
+    if (!fn) {
+      append_value(out, c);
+      continue;
+    }
+    out += R"({"function":{)";
+    bool first = true;
+    for (const auto& kv : *fn) {
+      append_key(out, first, kv.key());
+      if (kv.key() == "arguments" && kv.value().is_string()) {
+        boost::system::error_code ec;
+        json::value args = json::parse(kv.value().get_string(), ec);
+        if (!ec && args.is_object()) {
+          append_value(out, args);
+        } else {
+          out += "{}";
+        }
+      } else {
+        append_value(out, kv.value());
+      }
+    }
+    out += "}}";
+  }
+  out.push_back(']');
+}
+
+}  // namespace
+
+UpstreamCall build_ollama_call(const ChatRequest& req, const config::Backend& backend) {
+  UpstreamCall call;
+  call.target = backend.path_prefix + "/api/chat";
+  const std::string& model = backend.model.empty() ? req.model : backend.model;
+  const json::object& body = req.body;
+  std::string& out = call.body;
+  out.reserve(256);
+  out += R"({"model":)";
+  append_json_string(out, model);
+
+  out += R"(,"messages":[)";
+  if (const auto* msgs = body.if_contains("messages"); msgs && msgs->is_array()) {
+    bool first_msg = true;
+    for (const auto& mv : msgs->get_array()) {
+      if (!first_msg) out.push_back(',');
+      first_msg = false;
+      if (!mv.is_object()) {
+        append_value(out, mv);
+        continue;
+      }
+      out.push_back('{');
+      bool first = true;
+      bool has_content = false;
+      for (const auto& kv : mv.get_object()) {
+        const std::string_view k = kv.key();
+        if (k == "content") {
+          append_ollama_content(out, first, kv.value());
+          has_content = true;
+        } else if (k == "tool_calls") {
+          append_key(out, first, k);
+          append_ollama_tool_calls(out, kv.value());
+        } else {
+          append_key(out, first, k);
+          append_value(out, kv.value());
+        }
+      }
+      if (!has_content) {
+        append_key(out, first, "content");
+        out += R"("")";
+      }
+      out.push_back('}');
+    }
+  }
+  out += "]";
+
+  out += req.stream ? R"(,"stream":true)" : R"(,"stream":false)";
+
+  // Sampling parameters -> options; the client's own "options" win over them.
+  json::object options;
+  for (const char* k :
+       {"temperature", "top_p", "seed", "presence_penalty", "frequency_penalty"}) {
+    if (const auto* v = body.if_contains(k); v && !v->is_null()) options[k] = *v;
+  }
+  if (const auto* stop = body.if_contains("stop")) {
+    if (stop->is_string()) {
+      options["stop"] = json::array{*stop};
+    } else if (stop->is_array()) {
+      options["stop"] = *stop;
+    }
+  }
+  if (req.max_tokens) options["num_predict"] = *req.max_tokens;
+  if (const auto* o = body.if_contains("options"); o && o->is_object()) {
+    for (const auto& kv : o->get_object()) options[kv.key()] = kv.value();
+  }
+  if (!options.empty()) {
+    out += R"(,"options":)";
+    append_value(out, json::value(std::move(options)));
+  }
+
+  if (const auto* ka = body.if_contains("keep_alive"); ka && !ka->is_null()) {
+    out += R"(,"keep_alive":)";
+    append_value(out, *ka);
+  }
+  if (const auto* rf = body.if_contains("response_format"); rf && rf->is_object()) {
+    const auto& o = rf->get_object();
+    const auto* type = o.if_contains("type");
+    if (type && type->is_string() && type->get_string() == "json_object") {
+      out += R"(,"format":"json")";
+    } else if (type && type->is_string() && type->get_string() == "json_schema") {
+      // Ollama structured outputs: "format" takes the JSON schema itself.
+      const auto* js = o.if_contains("json_schema");
+      const json::value* schema =
+          js && js->is_object() ? js->get_object().if_contains("schema") : nullptr;
+      if (schema && schema->is_object()) {
+        out += R"(,"format":)";
+        append_value(out, *schema);
+      } else {
+        out += R"(,"format":"json")";
+      }
+    }
+  }
+  if (const auto* tools = body.if_contains("tools"); tools && tools->is_array()) {
+    out += R"(,"tools":)";
+    append_value(out, *tools);
+  }
+  out.push_back('}');
+  return call;
+}
+
+}  // namespace sluice::llm

@@ -1,0 +1,169 @@
+#include "gateway/gateway.hpp"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <iostream>
+#include <thread>
+
+#include "common/reason.hpp"
+#include "common/text.hpp"
+#include "gateway/state.hpp"
+#include "http/server.hpp"
+#include "sim/sim.hpp"
+
+namespace sluice::gateway {
+namespace {
+
+std::string hostname() {
+  char buf[256] = {0};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "sluice";
+  return buf;
+}
+
+class GatewayImpl final : public Gateway {
+ public:
+  explicit GatewayImpl(std::shared_ptr<const config::Config> cfg) {
+    shared_.cfg = std::move(cfg);
+    const auto& c = *shared_.cfg;
+    access_log_ = std::make_unique<telemetry::AccessLog>(c.access_log);
+    shared_.access_log = access_log_.get();
+    for (const auto& k : c.keys) shared_.keys.emplace(k.key, &k);
+
+    for (const auto& route : c.routes) {
+      Upstream up;
+      up.route = &route;
+      up.backend = route.backend;
+      if (route.backend.provider == config::Provider::simulated) {
+        // The demo provider: the simulator's HTTP face, embedded in this process on a
+        // loopback port, so the demo exercises the same path as a real upstream.
+        sim::SimServerOptions so;
+        so.settings = route.backend.sim;
+        so.models = {route.backend.model};
+        so.workers = 1;
+        auto server = sim::SimServer::start(so);
+        up.backend.tls = false;
+        up.backend.host = "127.0.0.1";
+        up.backend.port = server->port();
+        up.backend.path_prefix = "";
+        sims_.push_back(std::move(server));
+        up.wire = config::Provider::openai;
+      } else {
+        up.wire = route.backend.provider;
+      }
+      up.target.tls = up.backend.tls;
+      up.target.host = up.backend.host;
+      up.target.port = up.backend.port;
+      up.target.verify = up.backend.tls_verify;
+      up.target.ca_file = up.backend.ca_file;
+      if (!up.backend.api_key.empty()) up.authorization = "Bearer " + up.backend.api_key;
+      up.label = up.backend.host + ":" + std::to_string(up.backend.port);
+      shared_.upstreams.emplace(route.alias, std::move(up));
+    }
+
+    http::ServerOptions so;
+    so.host = c.listen_host;
+    so.port = c.listen_port;
+    so.workers = c.workers;
+    so.max_header_bytes = c.max_header_bytes;
+    so.max_body_bytes = c.max_body_bytes;
+    so.read_timeout = c.timeouts.client_header;
+    so.keep_alive = c.timeouts.keep_alive;
+    so.local_reply = [](int status, std::string_view message) {
+      http::Response r;
+      r.status = status;
+      Reason reason = status == 413 ? Reason::body_too_large
+                      : status == 431 ? Reason::headers_too_large
+                                      : Reason::invalid_request;
+      r.body = error_body(reason, message);
+      return r;
+    };
+    shared_.instance = !c.instance.empty()  ? c.instance
+                       : c.listen_port != 0 ? hostname() + ":" + std::to_string(c.listen_port)
+                                            : hostname() + ":pid" + std::to_string(::getpid());
+    so.extra_headers.emplace_back("x-sluice-instance", shared_.instance);
+    server_ = http::Server::start(so, [this](int, boost::asio::any_io_executor ex) {
+      return make_handler(shared_, std::move(ex));
+    });
+  }
+
+  std::uint16_t port() const override { return server_->port(); }
+  const std::string& instance() const { return shared_.instance; }
+
+  void shutdown() override {
+    shared_.draining.store(true);
+    server_->shutdown(shared_.cfg->timeouts.shutdown_grace);
+  }
+
+  void join() override {
+    server_->join();
+    for (auto& s : sims_) {
+      s->shutdown(std::chrono::milliseconds(100));
+      s->join();
+    }
+    access_log_->flush();
+  }
+
+ private:
+  Shared shared_;
+  std::unique_ptr<telemetry::AccessLog> access_log_;
+  std::vector<std::unique_ptr<sim::SimServer>> sims_;
+  std::unique_ptr<http::Server> server_;
+};
+
+config::LoadResult load_or_report(const std::string& path) {
+  auto res = config::load_file(path);
+  if (!res.ok()) {
+    std::cerr << "sluice: " << path << " is not valid:\n";
+    for (const auto& e : res.errors) std::cerr << "  " << e.to_string() << "\n";
+  }
+  return res;
+}
+
+}  // namespace
+
+std::unique_ptr<Gateway> Gateway::start(std::shared_ptr<const config::Config> cfg) {
+  return std::make_unique<GatewayImpl>(std::move(cfg));
+}
+
+int run_check_config(const std::string& path) {
+  auto res = load_or_report(path);
+  if (!res.ok()) return 1;
+  std::cout << config::describe(*res.config) << "config OK\n";
+  return 0;
+}
+
+int run_serve(const std::string& path) {
+  auto res = load_or_report(path);
+  if (!res.ok()) return 1;
+
+  // Signals are taken synchronously by this thread; workers never see them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  std::unique_ptr<Gateway> gw;
+  try {
+    gw = Gateway::start(res.config);
+  } catch (const std::exception& e) {
+    std::cerr << "sluice: cannot start: " << e.what() << "\n";
+    return 1;
+  }
+  auto* impl = static_cast<GatewayImpl*>(gw.get());
+  std::cerr << "sluice " << "serving as " << impl->instance() << "\n" << config::describe(*res.config);
+  std::cerr << "sluice listening on " << res.config->listen_host << ":" << gw->port() << std::endl;
+
+  int sig = 0;
+  sigwait(&set, &sig);
+  std::cerr << "sluice: signal " << sig << ", draining (grace "
+            << res.config->timeouts.shutdown_grace.count() << " ms)" << std::endl;
+  gw->shutdown();
+  gw->join();
+  std::cerr << "sluice: stopped" << std::endl;
+  return 0;
+}
+
+}  // namespace sluice::gateway

@@ -1,0 +1,30 @@
+#pragma once
+// The gateway: wires configuration, the HTTP server, upstream clients, the embedded
+// simulator and telemetry together. `sluice serve` is run_serve().
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "config/config.hpp"
+
+namespace sluice::gateway {
+
+class Gateway {
+ public:
+  virtual ~Gateway() = default;
+  // Starts everything (throws std::runtime_error with a reason on failure).
+  static std::unique_ptr<Gateway> start(std::shared_ptr<const config::Config> cfg);
+  virtual std::uint16_t port() const = 0;
+  // Stops accepting, lets in-flight requests finish within the configured grace period.
+  virtual void shutdown() = 0;
+  virtual void join() = 0;
+};
+
+// `sluice serve --config FILE`: loads and validates the config, prints the banner, serves
+// until SIGTERM/SIGINT, drains, exits 0.
+int run_serve(const std::string& config_path);
+// `sluice check-config FILE`: validates, prints every error (exit 1) or the banner (exit 0).
+int run_check_config(const std::string& config_path);
+
+}  // namespace sluice::gateway

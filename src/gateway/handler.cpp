@@ -1,0 +1,505 @@
+// The request path: identify, authenticate, parse and validate, route, call the upstream,
+// relay (streaming or not), record. See docs/phases.md.
+#include <boost/asio/experimental/channel.hpp>
+#include <chrono>
+
+#include "common/ids.hpp"
+#include "common/reason.hpp"
+#include "common/text.hpp"
+#include "gateway/state.hpp"
+#include "http/beast.hpp"
+#include "llm/chat.hpp"
+
+namespace sluice::gateway {
+
+namespace net = boost::asio;
+using namespace net::experimental::awaitable_operators;
+using net::awaitable;
+using Clock = std::chrono::steady_clock;
+using Ms = std::chrono::milliseconds;
+
+namespace {
+
+constexpr auto nothrow = net::as_tuple(net::use_awaitable);
+
+double ms_since(Clock::time_point t0, Clock::time_point t1 = Clock::now()) {
+  return std::chrono::duration<double, std::milli>(t1 - t0).count();
+}
+
+Ms left_until(Clock::time_point deadline) {
+  auto d = std::chrono::duration_cast<Ms>(deadline - Clock::now());
+  return d.count() > 0 ? d : Ms(0);
+}
+
+std::int64_t unix_ms_now() {
+  return std::chrono::duration_cast<Ms>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Per-request context: written by the phases in order, read by `record`.
+struct Context {
+  Clock::time_point start = Clock::now();
+  std::string request_id;
+  telemetry::RequestRecord rec;
+  const config::ApiKey* key = nullptr;
+  http::HeaderList headers;  // sent on every reply of this request
+};
+
+// The outcome of relaying one upstream answer.
+struct Relay {
+  Reason reason = Reason::ok;
+  std::string error;
+  double ttft_ms = -1;
+  Clock::time_point first_token_at{};
+  Clock::time_point last_token_at{};
+  bool client_gone = false;
+  bool error_frame_sent = false;  // the translator already wrote it
+};
+
+using FrameChannel = net::experimental::channel<void(boost::system::error_code, std::string)>;
+
+class WorkerHandler {
+ public:
+  WorkerHandler(Shared& g, net::any_io_executor ex)
+      : g_(g), cfg_(*g.cfg), client_(http::Client::create(ex, cfg_.upstream_pool_per_host)) {}
+
+  awaitable<void> handle(http::Exchange& ex) {
+    Context ctx;
+    const auto& req = ex.request();
+    auto rid = req.header("x-request-id");
+    ctx.request_id = valid_request_id(rid) ? std::string(rid) : new_request_id();
+    ctx.headers.emplace_back("x-request-id", ctx.request_id);
+    ctx.rec.unix_ms = unix_ms_now();
+    ctx.rec.request_id = ctx.request_id;
+    ctx.rec.method = req.method();
+    ctx.rec.path = req.path();
+    ctx.rec.instance = g_.instance;
+
+    const auto path = req.path();
+    const auto method = req.method();
+    if (path == "/health") {
+      co_await ex.reply(json_reply(200, R"({"status":"ok"})", ctx));
+      co_return;  // probes are not logged
+    }
+    if (path == "/ready") {
+      const bool ready = !g_.draining.load(std::memory_order_relaxed);
+      co_await ex.reply(json_reply(ready ? 200 : 503, ready ? R"({"status":"ready"})" : R"({"status":"draining"})", ctx));
+      co_return;
+    }
+    if (path == "/v1/chat/completions") {
+      if (method != "POST") {
+        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use POST for /v1/chat/completions");
+      } else if (authenticate(ex, ctx)) {
+        co_await chat(ex, ctx);
+      } else {
+        co_await auth_failure(ex, ctx);
+      }
+    } else if (path == "/v1/models") {
+      if (method != "GET") {
+        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for /v1/models");
+      } else if (authenticate(ex, ctx)) {
+        co_await models(ex, ctx);
+      } else {
+        co_await auth_failure(ex, ctx);
+      }
+    } else {
+      co_await local_reply(ex, ctx, Reason::not_found, "no route for " + std::string(method) + " " + std::string(path));
+    }
+    record(ctx);
+  }
+
+ private:
+  http::Response json_reply(int status, std::string body, const Context& ctx) {
+    http::Response r;
+    r.status = status;
+    r.body = std::move(body);
+    r.headers = ctx.headers;
+    return r;
+  }
+
+  awaitable<void> local_reply(http::Exchange& ex, Context& ctx, Reason reason, std::string message,
+                              std::string_view param = {}) {
+    ctx.rec.status = http_status(reason);
+    ctx.rec.reason = reason;
+    ctx.rec.error = message;
+    if (reason == Reason::client_closed) co_return;  // nobody to answer
+    co_await ex.reply(json_reply(http_status(reason), error_body(reason, message, param), ctx));
+  }
+
+  // Phase: authenticate. Deny by default.
+  std::optional<Reason> auth_error_;
+  bool authenticate(http::Exchange& ex, Context& ctx) {
+    const auto& req = ex.request();
+    std::string_view secret;
+    auto authz = req.header("authorization");
+    if (authz.size() > 7 && iequals(authz.substr(0, 7), "bearer ")) {
+      secret = authz.substr(7);
+      while (!secret.empty() && secret.front() == ' ') secret.remove_prefix(1);
+    } else {
+      secret = req.header("x-api-key");
+    }
+    if (secret.empty()) {
+      auth_error_ = Reason::missing_key;
+      return false;
+    }
+    auto it = g_.keys.find(std::string(secret));
+    if (it == g_.keys.end()) {
+      ctx.rec.key_masked = mask_key(secret);
+      auth_error_ = Reason::invalid_key;
+      return false;
+    }
+    ctx.key = it->second;
+    ctx.rec.key_name = ctx.key->name;
+    ctx.rec.key_masked = mask_key(secret);
+    ctx.rec.tenant = ctx.key->tenant;
+    ctx.rec.tier = ctx.key->tier;
+    return true;
+  }
+
+  awaitable<void> auth_failure(http::Exchange& ex, Context& ctx) {
+    if (*auth_error_ == Reason::missing_key) {
+      co_await local_reply(ex, ctx, Reason::missing_key,
+                           "no API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'");
+    } else {
+      co_await local_reply(ex, ctx, Reason::invalid_key, "the API key is not valid");
+    }
+  }
+
+  static bool key_allows(const config::ApiKey& k, std::string_view alias) {
+    for (const auto& m : k.models) {
+      if (m == "*" || m == alias) return true;
+    }
+    return false;
+  }
+
+  awaitable<void> models(http::Exchange& ex, Context& ctx) {
+    std::string body = R"({"object":"list","data":[)";
+    bool first = true;
+    for (const auto& route : cfg_.routes) {
+      if (!key_allows(*ctx.key, route.alias)) continue;
+      if (!first) body += ',';
+      first = false;
+      body += R"({"id":)";
+      append_json_string(body, route.alias);
+      body += R"(,"object":"model","created":0,"owned_by":)";
+      append_json_string(body, config::to_string(route.backend.provider));
+      body += '}';
+    }
+    body += "]}";
+    ctx.rec.status = 200;
+    co_await ex.reply(json_reply(200, std::move(body), ctx));
+  }
+
+  // Phases 4..13 for /v1/chat/completions.
+  awaitable<void> chat(http::Exchange& ex, Context& ctx) {
+    // Parse and validate.
+    auto parsed = llm::parse_chat_request(ex.request().body(), cfg_);
+    if (auto* err = std::get_if<llm::RequestError>(&parsed)) {
+      co_await local_reply(ex, ctx, err->reason, err->message, err->param);
+      co_return;
+    }
+    auto& creq = std::get<llm::ChatRequest>(parsed);
+    ctx.rec.alias = creq.model;
+    ctx.rec.stream = creq.stream;
+
+    // Route.
+    auto it = g_.upstreams.find(creq.model);
+    if (it == g_.upstreams.end()) {
+      co_await local_reply(ex, ctx, Reason::model_not_found, "model '" + creq.model + "' does not exist", "model");
+      co_return;
+    }
+    if (!key_allows(*ctx.key, creq.model)) {
+      co_await local_reply(ex, ctx, Reason::model_not_allowed,
+                           "this API key may not use model '" + creq.model + "'", "model");
+      co_return;
+    }
+    const Upstream& up = it->second;
+    ctx.rec.model = up.backend.model;
+    ctx.rec.provider = config::to_string(up.route->backend.provider);
+    ctx.rec.backend = up.label;
+
+    // Upstream request: the adapter rewrites the body; credentials and trace go in headers.
+    auto call = up.wire == config::Provider::ollama ? llm::build_ollama_call(creq, up.backend)
+                                                     : llm::build_openai_call(creq, up.backend);
+    http::ClientRequest ureq;
+    ureq.target = std::move(call.target);
+    ureq.body = std::move(call.body);
+    if (!up.authorization.empty()) ureq.headers.emplace_back("Authorization", up.authorization);
+    ureq.headers.emplace_back("traceparent", next_traceparent(ex.request().header("traceparent")));
+    ureq.headers.emplace_back("X-Request-Id", ctx.request_id);
+
+    const auto& to = cfg_.timeouts;
+    const auto deadline = ctx.start + to.total;
+    // Non-streaming answers arrive whole, so only the total deadline bounds the head.
+    const Ms head_timeout = creq.stream ? std::min(to.first_token, left_until(deadline)) : left_until(deadline);
+
+    http::Client::Result sent = http::ClientError{http::ClientErrc::cancelled, "client closed the connection"};
+    auto send_it = [&]() -> awaitable<void> {
+      sent = co_await client_->send(up.target, ureq, to.connect, head_timeout);
+    };
+    co_await (send_it() || ex.wait_client_gone());
+    if (ex.client_gone()) sent = http::ClientError{http::ClientErrc::cancelled, "client closed the connection"};
+    if (auto* err = std::get_if<http::ClientError>(&sent)) {
+      co_await upstream_failure(ex, ctx, *err, creq.stream, /*before_first_token=*/true);
+      co_return;
+    }
+    auto resp = std::move(std::get<std::unique_ptr<http::ClientResponse>>(sent));
+    ctx.rec.upstream_status = resp->status();
+
+    if (resp->status() < 200 || resp->status() > 299) {
+      co_await upstream_status_error(ex, ctx, *resp, up);
+      co_return;
+    }
+    if (creq.stream) {
+      co_await relay_stream(ex, ctx, creq, up, *resp, deadline);
+    } else {
+      co_await relay_whole(ex, ctx, creq, up, *resp, deadline);
+    }
+  }
+
+  awaitable<void> upstream_failure(http::Exchange& ex, Context& ctx, const http::ClientError& err, bool stream,
+                                   bool before_first_token) {
+    switch (err.kind) {
+      case http::ClientErrc::cancelled:
+        ctx.rec.client_cancelled = true;
+        co_await local_reply(ex, ctx, Reason::client_closed, "client closed the connection");
+        break;
+      case http::ClientErrc::connect_failed:
+        co_await local_reply(ex, ctx, Reason::upstream_unreachable, "upstream unreachable: " + err.message);
+        break;
+      case http::ClientErrc::timeout:
+        co_await local_reply(ex, ctx,
+                             stream && before_first_token ? Reason::first_token_timeout : Reason::upstream_timeout,
+                             "upstream did not answer in time");
+        break;
+      default:
+        co_await local_reply(ex, ctx, Reason::upstream_error, "upstream failed: " + err.message);
+    }
+  }
+
+  // A non-2xx upstream answer before anything reached the client.
+  awaitable<void> upstream_status_error(http::Exchange& ex, Context& ctx, http::ClientResponse& resp,
+                                        const Upstream& up) {
+    const int st = resp.status();
+    auto body = co_await resp.read_all(64 * 1024, Ms(5000));
+    std::string detail;
+    if (auto* s = std::get_if<std::string>(&body)) detail = s->substr(0, 512);
+    // Client errors the upstream found in a valid request pass through unchanged, so SDKs
+    // see the provider's own message; the rest is the gateway's problem to report.
+    const bool pass = (st == 400 || st == 413 || st == 422 || st == 429) && up.wire == config::Provider::openai &&
+                      !detail.empty() && detail.front() == '{';
+    if (pass) {
+      ctx.rec.status = st;
+      ctx.rec.reason = Reason::upstream_error;
+      ctx.rec.error = "upstream answered " + std::to_string(st);
+      http::Response r = json_reply(st, std::move(std::get<std::string>(body)), ctx);
+      if (auto ra = resp.header("retry-after"); !ra.empty()) r.headers.emplace_back("Retry-After", std::string(ra));
+      co_await ex.reply(std::move(r));
+      co_return;
+    }
+    co_await local_reply(ex, ctx, Reason::upstream_error,
+                         "upstream answered HTTP " + std::to_string(st) + (detail.empty() ? "" : ": " + detail));
+  }
+
+  awaitable<void> relay_whole(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq, const Upstream& up,
+                              http::ClientResponse& resp, Clock::time_point deadline) {
+    std::variant<std::string, http::ClientError> body = http::ClientError{http::ClientErrc::cancelled, "client left"};
+    auto read_it = [&]() -> awaitable<void> {
+      body = co_await resp.read_all(cfg_.max_upstream_response_bytes, left_until(deadline));
+    };
+    co_await (read_it() || ex.wait_client_gone());
+    if (ex.client_gone()) body = http::ClientError{http::ClientErrc::cancelled, "client closed the connection"};
+    if (auto* err = std::get_if<http::ClientError>(&body)) {
+      resp.abort();
+      co_await upstream_failure(ex, ctx, *err, false, false);
+      co_return;
+    }
+    auto& text = std::get<std::string>(body);
+    auto done = up.wire == config::Provider::ollama ? llm::translate_ollama_completion(text, creq, ctx.request_id)
+                                                    : llm::read_openai_completion(text);
+    if (!done) {
+      co_await local_reply(ex, ctx, Reason::upstream_bad_response, "upstream sent a body that is not a completion");
+      co_return;
+    }
+    const double gen_ms = ms_since(ctx.start);
+    ctx.rec.prompt_tokens = done->usage.prompt_tokens;
+    ctx.rec.completion_tokens = done->usage.completion_tokens;
+    if (done->usage.completion_tokens > 0 && gen_ms > 0) {
+      ctx.rec.tokens_per_s = done->usage.completion_tokens * 1000.0 / gen_ms;
+    }
+    ctx.rec.status = 200;
+    http::Response r = json_reply(200, std::move(done->body), ctx);
+    if (!co_await ex.reply(std::move(r))) ctx.rec.client_cancelled = true;
+  }
+
+  // Streaming relay: a producer reads the upstream into a bounded channel; the consumer
+  // writes to the client, with heartbeats while the upstream is silent. The response head
+  // goes out with the first frame, so a failure before it is still a plain HTTP error.
+  awaitable<void> relay_stream(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq, const Upstream& up,
+                               http::ClientResponse& resp, Clock::time_point deadline) {
+    auto translator = up.wire == config::Provider::ollama ? llm::make_ollama_stream(creq, ctx.request_id)
+                                                          : llm::make_openai_stream(creq);
+    FrameChannel ch{ex.executor(), cfg_.max_stream_buffer_events};
+    Relay relay;
+    bool producer_done = false;
+    auto last_write = Clock::now();
+    const auto& to = cfg_.timeouts;
+
+    auto stop = [&] {
+      ch.close();
+      if (!producer_done) resp.abort();
+    };
+
+    auto producer = [&]() -> awaitable<void> {
+      std::string frames;
+      for (;;) {
+        Ms timeout = translator->first_token_seen()
+                         ? std::min(to.idle, left_until(deadline))
+                         : std::min(left_until(ctx.start + to.first_token), left_until(deadline));
+        auto piece = co_await resp.read_some(timeout);
+        frames.clear();
+        if (auto* err = std::get_if<http::ClientError>(&piece)) {
+          if (err->kind == http::ClientErrc::timeout) {
+            relay.reason = !translator->first_token_seen() ? Reason::first_token_timeout
+                           : left_until(deadline).count() == 0 ? Reason::upstream_timeout
+                                                               : Reason::upstream_idle_timeout;
+            relay.error = "upstream stream timed out";
+          } else if (err->kind == http::ClientErrc::cancelled) {
+            relay.reason = Reason::client_closed;
+          } else {
+            relay.reason = Reason::upstream_stream_failed;
+            relay.error = err->message;
+          }
+          break;
+        }
+        auto bytes = std::get<std::string_view>(piece);
+        if (bytes.empty()) {
+          if (!translator->finish(frames)) {
+            relay.reason = Reason::upstream_stream_failed;
+            relay.error = "upstream stream ended before its end marker";
+          }
+          if (!frames.empty()) co_await ch.async_send({}, std::move(frames), nothrow);
+          break;
+        }
+        const bool had_token = translator->first_token_seen();
+        const bool ok = translator->feed(bytes, frames);
+        const auto now = Clock::now();
+        if (!had_token && translator->first_token_seen()) {
+          relay.first_token_at = now;
+          relay.ttft_ms = ms_since(ctx.start, now);
+        }
+        if (translator->first_token_seen()) relay.last_token_at = now;
+        if (!frames.empty()) {
+          auto [ec] = co_await ch.async_send({}, std::move(frames), nothrow);
+          frames = std::string();
+          if (ec) break;  // consumer stopped
+        }
+        if (!ok) {
+          relay.reason = Reason::upstream_stream_failed;
+          relay.error = translator->error().empty() ? "upstream sent an invalid stream" : translator->error();
+          // The translator already produced the error frame.
+          relay.error_frame_sent = true;
+          break;
+        }
+      }
+      producer_done = true;
+      ch.close();  // the consumer drains what is buffered, then sees the end
+    };
+
+    auto begin = [&]() -> awaitable<bool> {
+      http::HeaderList h = ctx.headers;
+      h.emplace_back("Cache-Control", "no-cache");
+      h.emplace_back("X-Accel-Buffering", "no");
+      co_return co_await ex.begin_stream(200, "text/event-stream", h);
+    };
+
+    auto consumer = [&]() -> awaitable<void> {
+      for (;;) {
+        auto [ec, data] = co_await ch.async_receive(nothrow);
+        if (ec) break;  // closed: producer finished (or stop())
+        if (!ex.started() && !co_await begin()) {
+          relay.client_gone = true;
+          break;
+        }
+        if (!co_await ex.write_chunk(data)) {
+          relay.client_gone = true;
+          break;
+        }
+        last_write = Clock::now();
+      }
+      stop();
+    };
+
+    auto heartbeat = [&]() -> awaitable<void> {
+      net::steady_timer t{ex.executor()};
+      for (;;) {
+        t.expires_at(last_write + to.heartbeat);
+        auto [ec] = co_await t.async_wait(nothrow);
+        if (ec) co_return;
+        if (Clock::now() - last_write >= to.heartbeat) {
+          ch.try_send(boost::system::error_code{}, std::string(": keep-alive\n\n"));
+          last_write = Clock::now();
+        }
+      }
+    };
+
+    auto watch = [&]() -> awaitable<void> {
+      co_await ex.wait_client_gone();
+      if (ex.client_gone()) {
+        relay.client_gone = true;
+        stop();
+      }
+    };
+
+    co_await (producer() && (consumer() || heartbeat() || watch()));
+
+    // Settle what happened.
+    ctx.rec.ttft_ms = relay.ttft_ms;
+    const auto& usage = translator->usage();
+    ctx.rec.prompt_tokens = usage.prompt_tokens >= 0 ? usage.prompt_tokens : creq.prompt_tokens_estimate;
+    ctx.rec.completion_tokens = usage.completion_tokens >= 0 ? usage.completion_tokens : translator->content_chunks();
+    if (relay.ttft_ms >= 0 && relay.last_token_at > relay.first_token_at && ctx.rec.completion_tokens > 1) {
+      ctx.rec.tokens_per_s = (ctx.rec.completion_tokens - 1) * 1000.0 / ms_since(relay.first_token_at, relay.last_token_at);
+    }
+    if (relay.client_gone) {
+      ctx.rec.client_cancelled = true;
+      ctx.rec.status = http_status(Reason::client_closed);
+      ctx.rec.reason = Reason::client_closed;
+      co_return;
+    }
+    if (relay.reason == Reason::ok) {
+      ctx.rec.status = 200;
+      if (!ex.started()) co_await begin();  // an empty but well-formed stream
+      if (!co_await ex.end_stream()) ctx.rec.client_cancelled = true;
+      co_return;
+    }
+    if (!ex.started()) {
+      // Nothing reached the client yet: answer with a plain HTTP error.
+      co_await local_reply(ex, ctx, relay.reason, relay.error);
+      co_return;
+    }
+    // Mid-stream failure: an error event, then a clean end.
+    ctx.rec.status = 200;
+    ctx.rec.reason = relay.reason;
+    ctx.rec.error = relay.error;
+    if (!relay.error_frame_sent) co_await ex.write_chunk(llm::error_frame(relay.reason, relay.error));
+    co_await ex.end_stream();
+  }
+
+  void record(Context& ctx) {
+    ctx.rec.wall_ms = ms_since(ctx.start);
+    if (g_.access_log) g_.access_log->submit(std::move(ctx.rec));
+  }
+
+  Shared& g_;
+  const config::Config& cfg_;
+  std::unique_ptr<http::Client> client_;
+};
+
+}  // namespace
+
+http::Handler make_handler(Shared& shared, net::any_io_executor ex) {
+  auto h = std::make_shared<WorkerHandler>(shared, std::move(ex));
+  return [h](http::Exchange& ex) -> awaitable<void> { return h->handle(ex); };
+}
+
+}  // namespace sluice::gateway

@@ -1,0 +1,37 @@
+#pragma once
+// State shared read-only by every worker (plus a few atomics), and the per-worker handler.
+#include <atomic>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "config/config.hpp"
+#include "http/client.hpp"
+#include "http/server.hpp"
+#include "telemetry/access_log.hpp"
+
+namespace sluice::gateway {
+
+// A route resolved for the data path: where to connect and how to speak to it.
+struct Upstream {
+  const config::Route* route = nullptr;
+  config::Backend backend;        // copy; for `simulated` it points at the embedded simulator
+  config::Provider wire = config::Provider::openai;  // protocol spoken: openai or ollama
+  http::Target target;
+  std::string authorization;      // "Bearer ..." or empty
+  std::string label;              // host:port, for logs
+};
+
+struct Shared {
+  std::shared_ptr<const config::Config> cfg;
+  std::unordered_map<std::string, Upstream> upstreams;   // by alias
+  std::unordered_map<std::string, const config::ApiKey*> keys;  // by secret
+  std::string instance;
+  telemetry::AccessLog* access_log = nullptr;
+  std::atomic<bool> draining{false};
+};
+
+http::Handler make_handler(Shared& shared, boost::asio::any_io_executor ex);
+
+}  // namespace sluice::gateway

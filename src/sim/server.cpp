@@ -1,0 +1,330 @@
+// The simulator's HTTP face: routes, the generation coroutine, fault handling, SimServer.
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json.hpp>
+#include <chrono>
+#include <stdexcept>
+
+#include "common/ids.hpp"
+#include "sim/engine.hpp"
+#include "sim/sim.hpp"
+#include "sim/wire.hpp"
+
+namespace sluice::sim {
+
+namespace asio = boost::asio;
+using namespace boost::asio::experimental::awaitable_operators;
+using Clock = std::chrono::steady_clock;
+using std::chrono::nanoseconds;
+
+namespace {
+
+struct Shared {
+  std::shared_ptr<Engine> engine;
+  std::vector<std::string> models;
+  std::int64_t started_unix = 0;
+};
+
+std::int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::int64_t ns_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration_cast<nanoseconds>(b - a).count();
+}
+
+asio::awaitable<void> sleep_until(Clock::time_point tp) {
+  asio::steady_timer t(co_await asio::this_coro::executor);
+  t.expires_at(tp);
+  co_await t.async_wait(asio::use_awaitable);
+}
+
+// The abort fault. A handler exception makes http::Server close the connection; when the
+// response has started, the client sees it end without its terminating chunk. Before
+// that the server would write a 500, so the response head is sent first (the Exchange
+// interface has no way to close a connection with nothing sent): the client gets a 200
+// head and then EOF.
+struct DropConnection : std::runtime_error {
+  DropConnection() : std::runtime_error("sim: abort fault, connection dropped") {}
+};
+
+asio::awaitable<void> drop_connection(http::Exchange& ex, std::string_view content_type) {
+  if (!ex.started()) co_await ex.begin_stream(200, content_type, {});
+  throw DropConnection();
+}
+
+// Set by serve() once it has counted the request's outcome; when the client-gone side
+// of the race wins before that, the request counts as cancelled.
+struct RunState {
+  bool finished = false;
+};
+
+// Everything after fault selection: hang, slot, TTFT, tokens, the answer.
+asio::awaitable<void> serve(std::shared_ptr<Engine> eng, http::Exchange& ex, GenRequest req,
+                            config::SimSettings s, Fault fault, Clock::time_point arrival,
+                            RunState& st) {
+  if (fault.kind == FaultKind::hang) {
+    eng->count(Engine::Counter::hung);
+    co_await sleep_until(Clock::time_point::max());  // until the client goes (or shutdown)
+    co_return;
+  }
+
+  std::optional<Engine::Slot> slot = co_await eng->acquire();
+  if (!slot) {
+    eng->count(Engine::Counter::rejected_queue_full);
+    st.finished = true;
+    co_await ex.reply(error_response(req.api, ErrorKind::queue_full, "queue full"));
+    co_return;
+  }
+  const Clock::time_point slot_time = Clock::now();
+
+  const OutputPlan out = plan_output(req.max_tokens, s);
+  std::int64_t abort_at = -1;
+  if (fault.kind == FaultKind::abort)
+    abort_at = fault.abort_after >= 0 ? std::min(fault.abort_after, out.tokens) : out.tokens / 2;
+
+  ReplyInfo info;
+  info.api = req.api;
+  info.id = (req.api == Api::anthropic ? "msg_" : "chatcmpl-") + new_request_id();
+  info.model = req.model;
+  info.created = unix_now();
+  info.prompt_tokens = req.prompt_tokens;
+  info.include_usage = req.include_usage;
+
+  // Time to first token: fixed part + prefill per prompt token (+ slow first token), each
+  // jittered. Later tokens follow every inter_token (jittered), scheduled from the
+  // previous deadline so write time does not accumulate.
+  const auto ttft_base =
+      std::chrono::duration_cast<nanoseconds>(s.ttft) +
+      nanoseconds(static_cast<std::int64_t>(s.ttft_per_prompt_token_ms * 1e6 *
+                                            static_cast<double>(req.prompt_tokens)));
+  Clock::time_point deadline = slot_time + eng->jittered(ttft_base, s.jitter);
+  if (fault.slow_first_token.count() > 0)
+    deadline += eng->jittered(std::chrono::duration_cast<nanoseconds>(fault.slow_first_token), s.jitter);
+  const nanoseconds itl = std::chrono::duration_cast<nanoseconds>(s.inter_token);
+
+  const std::string_view content_type =
+      req.stream ? stream_content_type(req.api) : std::string_view("application/json");
+  auto drop = [&]() {
+    eng->count(Engine::Counter::aborted);
+    st.finished = true;
+    slot->release();
+    return drop_connection(ex, content_type);
+  };
+  auto gone = [&]() {
+    eng->count(Engine::Counter::cancelled);
+    st.finished = true;
+  };
+
+  std::string content;
+  Clock::time_point first_token = slot_time;
+  for (std::int64_t i = 0; i < out.tokens; ++i) {
+    if (i == abort_at) {
+      co_await sleep_until(deadline);
+      co_await drop();
+    }
+    co_await sleep_until(deadline);
+    const std::string text = token_text(i);
+    if (i == 0) first_token = Clock::now();
+    if (req.stream) {
+      if (i == 0 && !co_await ex.begin_stream(200, stream_content_type(req.api), {})) { gone(); co_return; }
+      if (!co_await ex.write_chunk(stream_token(info, i, text))) { gone(); co_return; }
+    } else {
+      content += text;
+    }
+    deadline += eng->jittered(itl, s.jitter);
+  }
+  if (out.tokens == 0) {
+    co_await sleep_until(deadline);
+    first_token = Clock::now();
+  }
+  if (abort_at == out.tokens) co_await drop();  // everything but the end of the answer
+
+  const Clock::time_point end = Clock::now();
+  Timing t;
+  t.total_ns = ns_between(arrival, end);
+  t.load_ns = ns_between(arrival, slot_time);
+  t.prompt_eval_ns = ns_between(slot_time, first_token);
+  t.eval_ns = ns_between(first_token, end);
+  slot->release();  // the "GPU" is done; only bytes remain to be sent
+
+  if (req.stream) {
+    if (out.tokens == 0 && !co_await ex.begin_stream(200, stream_content_type(req.api), {}))
+      { gone(); co_return; }
+    if (!co_await ex.write_chunk(stream_end(info, out.tokens, out.length_limited, t)) ||
+        !co_await ex.end_stream())
+      { gone(); co_return; }
+  } else {
+    http::Response r;
+    r.body = full_body(info, content, out.tokens, out.length_limited, t);
+    if (!co_await ex.reply(std::move(r))) { gone(); co_return; }
+  }
+  eng->count(Engine::Counter::completed);
+  st.finished = true;
+}
+
+asio::awaitable<void> handle_generation(std::shared_ptr<Engine> eng, http::Exchange& ex, Api api) {
+  const Clock::time_point arrival = Clock::now();
+  eng->count(Engine::Counter::requests);
+  std::string err;
+  std::optional<GenRequest> req = parse_request(api, ex.request().body(), err);
+  if (!req) {
+    co_await ex.reply(error_response(api, ErrorKind::bad_request, err));
+    co_return;
+  }
+  const config::SimSettings s = eng->settings();
+  Fault fault;
+  if (auto h = ex.request().header("x-sim-fault"); !h.empty()) {
+    if (!parse_fault_header(h, fault, err)) {
+      co_await ex.reply(error_response(api, ErrorKind::bad_request, err));
+      co_return;
+    }
+  } else {
+    fault = eng->choose_fault(s);
+  }
+  switch (fault.kind) {
+    case FaultKind::error_429:
+      eng->count(Engine::Counter::errors_429);
+      co_await ex.reply(error_response(api, ErrorKind::rate_limited, "simulated rate limit"));
+      co_return;
+    case FaultKind::error_500:
+      eng->count(Engine::Counter::errors_500);
+      co_await ex.reply(error_response(api, ErrorKind::internal, "simulated internal error"));
+      co_return;
+    case FaultKind::error_503:
+      eng->count(Engine::Counter::errors_503);
+      co_await ex.reply(error_response(api, ErrorKind::unavailable, "simulated service unavailable"));
+      co_return;
+    default:
+      break;
+  }
+  RunState st;
+  auto result = co_await (serve(eng, ex, std::move(*req), s, fault, arrival, st) ||
+                          ex.wait_client_gone());
+  if (result.index() == 1 && !st.finished) eng->count(Engine::Counter::cancelled);
+}
+
+http::Response json_reply(int status, std::string body) {
+  http::Response r;
+  r.status = status;
+  r.body = std::move(body);
+  return r;
+}
+
+asio::awaitable<void> handle(std::shared_ptr<Shared> sh, http::Exchange& ex) {
+  const auto& rq = ex.request();
+  const std::string_view path = rq.path();
+  const std::string_view method = rq.method();
+  const bool get = method == "GET" || method == "HEAD";
+  const bool post = method == "POST";
+  Engine& eng = *sh->engine;
+
+  auto method_not_allowed = [&]() {
+    auto r = error_response(Api::openai, ErrorKind::bad_request, "method not allowed");
+    r.status = 405;
+    return r;
+  };
+
+  if (path == "/v1/chat/completions" || path == "/api/chat" || path == "/v1/messages") {
+    const Api api = path == "/api/chat" ? Api::ollama
+                    : path == "/v1/messages" ? Api::anthropic
+                                             : Api::openai;
+    if (!post) {
+      auto r = error_response(api, ErrorKind::bad_request, "method not allowed");
+      r.status = 405;
+      co_await ex.reply(std::move(r));
+      co_return;
+    }
+    co_await handle_generation(sh->engine, ex, api);
+    co_return;
+  }
+  if (path == "/health") {
+    co_await ex.reply(get ? json_reply(200, R"({"status":"ok"})") : method_not_allowed());
+  } else if (path == "/v1/models") {
+    co_await ex.reply(get ? json_reply(200, openai_models_body(sh->models, sh->started_unix))
+                          : method_not_allowed());
+  } else if (path == "/api/tags") {
+    co_await ex.reply(get ? json_reply(200, ollama_tags_body(sh->models)) : method_not_allowed());
+  } else if (path == "/api/version") {
+    co_await ex.reply(get ? json_reply(200, R"({"version":"0.0.0-sluice-sim"})") : method_not_allowed());
+  } else if (path == "/sim/stats") {
+    co_await ex.reply(get ? json_reply(200, stats_json(eng.stats())) : method_not_allowed());
+  } else if (path == "/sim/reset") {
+    if (post) eng.reset_stats();
+    co_await ex.reply(post ? json_reply(200, stats_json(eng.stats())) : method_not_allowed());
+  } else if (path == "/sim/config") {
+    if (get) {
+      co_await ex.reply(json_reply(200, settings_json(eng.settings())));
+    } else if (post) {
+      std::string err;
+      if (eng.update_settings(rq.body(), err)) {
+        co_await ex.reply(json_reply(200, settings_json(eng.settings())));
+      } else {
+        co_await ex.reply(error_response(Api::openai, ErrorKind::bad_request, err));
+      }
+    } else {
+      co_await ex.reply(method_not_allowed());
+    }
+  } else if (path == "/") {
+    http::Response r;
+    r.content_type = "text/plain";
+    r.body = "sluice-sim is running";
+    co_await ex.reply(get ? std::move(r) : method_not_allowed());
+  } else {
+    co_await ex.reply(error_response(Api::openai, ErrorKind::not_found,
+                                     "no route for " + std::string(method) + " " + std::string(path)));
+  }
+}
+
+}  // namespace
+
+struct SimServer::Impl {
+  std::shared_ptr<Shared> shared;
+  std::unique_ptr<http::Server> server;  // declared last: destroyed first
+};
+
+SimServer::SimServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+SimServer::~SimServer() {
+  if (impl_ && impl_->server) {
+    impl_->server->shutdown(std::chrono::milliseconds(0));
+    impl_->server->join();
+  }
+}
+
+std::unique_ptr<SimServer> SimServer::start(SimServerOptions o) {
+  auto sh = std::make_shared<Shared>();
+  sh->engine = std::make_shared<Engine>(o.settings);  // validates
+  sh->models = o.models.empty() ? std::vector<std::string>{"sluice-sim"} : std::move(o.models);
+  sh->started_unix = unix_now();
+
+  http::ServerOptions so;
+  so.host = o.host;
+  so.port = o.port;
+  so.workers = std::max(1, o.workers);
+  so.max_body_bytes = 16u << 20;
+  so.server_name = "sluice-sim";
+  so.local_reply = [](int status, std::string_view message) {
+    auto r = error_response(Api::openai, ErrorKind::bad_request, message);
+    r.status = status;
+    return r;
+  };
+  auto impl = std::make_unique<Impl>();
+  impl->shared = sh;
+  impl->server = http::Server::start(std::move(so), [sh](int, asio::any_io_executor) -> http::Handler {
+    return [sh](http::Exchange& ex) { return handle(sh, ex); };
+  });
+  return std::unique_ptr<SimServer>(new SimServer(std::move(impl)));
+}
+
+std::uint16_t SimServer::port() const { return impl_->server->port(); }
+Stats SimServer::stats() const { return impl_->shared->engine->stats(); }
+Engine& SimServer::engine() { return *impl_->shared->engine; }
+void SimServer::shutdown(std::chrono::milliseconds grace) { impl_->server->shutdown(grace); }
+void SimServer::join() { impl_->server->join(); }
+
+}  // namespace sluice::sim

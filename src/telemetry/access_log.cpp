@@ -1,0 +1,159 @@
+#include "telemetry/access_log.hpp"
+
+#include <cmath>
+#include <ctime>
+#include <stdexcept>
+#include <vector>
+
+#include "common/text.hpp"
+
+namespace sluice::telemetry {
+namespace {
+
+void field(std::string& o, std::string_view k, std::string_view v) {
+  o += ",\"";
+  o += k;
+  o += "\":";
+  append_json_string(o, v);
+}
+void field_num(std::string& o, std::string_view k, double v, bool null_if_negative = true) {
+  o += ",\"";
+  o += k;
+  o += "\":";
+  if (null_if_negative && v < 0) {
+    o += "null";
+    return;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", std::round(v * 10) / 10);
+  o += buf;
+}
+void field_int(std::string& o, std::string_view k, std::int64_t v, bool null_if_negative = true) {
+  o += ",\"";
+  o += k;
+  o += "\":";
+  if (null_if_negative && v < 0) {
+    o += "null";
+  } else {
+    o += std::to_string(v);
+  }
+}
+
+std::string iso8601(std::int64_t unix_ms) {
+  std::time_t secs = unix_ms / 1000;
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(unix_ms % 1000));
+  return buf;
+}
+
+}  // namespace
+
+std::string to_json(const RequestRecord& r) {
+  std::string o;
+  o.reserve(512);
+  o += "{\"time\":";
+  append_json_string(o, iso8601(r.unix_ms));
+  field(o, "request_id", r.request_id);
+  field(o, "instance", r.instance);
+  field(o, "method", r.method);
+  field(o, "path", r.path);
+  field(o, "key_id", r.key_masked);
+  field(o, "key_name", r.key_name);
+  field(o, "tenant", r.tenant);
+  field(o, "tier", r.tier);
+  field(o, "alias", r.alias);
+  field(o, "model", r.model);
+  field(o, "provider", r.provider);
+  field(o, "backend", r.backend);
+  field_int(o, "status", r.status);
+  field(o, "reason", reason_code(r.reason));
+  if (!r.error.empty()) field(o, "error", r.error);
+  field_int(o, "upstream_status", r.upstream_status > 0 ? r.upstream_status : -1);
+  o += ",\"stream\":";
+  o += r.stream ? "true" : "false";
+  o += ",\"client_cancelled\":";
+  o += r.client_cancelled ? "true" : "false";
+  field_num(o, "wall_ms", r.wall_ms);
+  field_num(o, "ttft_ms", r.ttft_ms);
+  field_num(o, "tokens_per_s", r.tokens_per_s);
+  field_int(o, "prompt_tokens", r.prompt_tokens);
+  field_int(o, "completion_tokens", r.completion_tokens);
+  o += '}';
+  return o;
+}
+
+AccessLog::AccessLog(const std::string& path, std::size_t capacity) : capacity_(capacity) {
+  if (path.empty()) return;
+  if (path == "-") {
+    out_ = stdout;
+  } else {
+    out_ = std::fopen(path.c_str(), "a");
+    if (!out_) throw std::runtime_error("cannot open access log " + path);
+    owns_file_ = true;
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+AccessLog::~AccessLog() {
+  if (!out_) return;
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  if (owns_file_) std::fclose(out_);
+}
+
+void AccessLog::submit(RequestRecord&& r) {
+  if (!out_) return;
+  {
+    std::lock_guard lk(mu_);
+    if (queue_.size() >= capacity_) {
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    queue_.push_back(std::move(r));
+  }
+  cv_.notify_one();
+}
+
+void AccessLog::flush() {
+  if (!out_) return;
+  std::unique_lock lk(mu_);
+  drained_.wait(lk, [&] { return queue_.empty() && busy_ == 0; });
+}
+
+void AccessLog::run() {
+  std::vector<RequestRecord> batch;
+  std::string text;
+  for (;;) {
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty() && stop_) return;
+      batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
+      queue_.clear();
+      busy_ = batch.size();
+    }
+    text.clear();
+    for (const auto& r : batch) {
+      text += to_json(r);
+      text += '\n';
+    }
+    std::fwrite(text.data(), 1, text.size(), out_);
+    std::fflush(out_);
+    written_.fetch_add(batch.size(), std::memory_order_relaxed);
+    batch.clear();
+    {
+      std::lock_guard lk(mu_);
+      busy_ = 0;
+    }
+    drained_.notify_all();
+  }
+}
+
+}  // namespace sluice::telemetry

@@ -1,0 +1,47 @@
+#pragma once
+// The access log: one JSON line per request, formatted and written by its own thread so
+// the request path only moves a record into a bounded queue. A full queue drops (and
+// counts) instead of blocking.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "telemetry/record.hpp"
+
+namespace sluice::telemetry {
+
+class AccessLog {
+ public:
+  // path: "-" for stdout, a file path (appended), or "" for none.
+  explicit AccessLog(const std::string& path, std::size_t capacity = 65536);
+  ~AccessLog();  // flushes what is queued
+  AccessLog(const AccessLog&) = delete;
+  AccessLog& operator=(const AccessLog&) = delete;
+
+  bool enabled() const noexcept { return out_ != nullptr; }
+  void submit(RequestRecord&& r);
+  std::uint64_t written() const noexcept { return written_.load(std::memory_order_relaxed); }
+  std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
+  void flush();  // waits until everything submitted so far is written
+
+ private:
+  void run();
+
+  std::FILE* out_ = nullptr;
+  bool owns_file_ = false;
+  std::size_t capacity_;
+  std::mutex mu_;
+  std::condition_variable cv_, drained_;
+  std::deque<RequestRecord> queue_;
+  bool stop_ = false;
+  std::size_t busy_ = 0;
+  std::atomic<std::uint64_t> written_{0}, dropped_{0};
+  std::thread thread_;
+};
+
+}  // namespace sluice::telemetry

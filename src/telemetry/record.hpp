@@ -1,0 +1,41 @@
+#pragma once
+// What sluice remembers of one request: the access-log line (and later the history row
+// and the event) are all made from this. It never holds a secret.
+#include <cstdint>
+#include <string>
+
+#include "common/reason.hpp"
+
+namespace sluice::telemetry {
+
+struct RequestRecord {
+  std::int64_t unix_ms = 0;        // when the request arrived (wall clock)
+  std::string request_id;
+  std::string method;
+  std::string path;
+  std::string key_name;            // configured key id, e.g. "prod-app"
+  std::string key_masked;          // e.g. "sk-prod-***1a2b"
+  std::string tenant;
+  std::string tier;
+  std::string alias;               // model as the client asked
+  std::string model;               // real model sent upstream
+  std::string provider;
+  std::string backend;             // host:port of the upstream
+  int status = 0;
+  Reason reason = Reason::ok;
+  std::string error;               // short message for local replies / failures
+  int upstream_status = 0;
+  bool stream = false;
+  bool client_cancelled = false;
+  double wall_ms = 0;
+  double ttft_ms = -1;             // -1 = not applicable / no token
+  double tokens_per_s = -1;
+  std::int64_t prompt_tokens = -1;
+  std::int64_t completion_tokens = -1;
+  std::string instance;
+};
+
+// One JSON object, no trailing newline.
+std::string to_json(const RequestRecord& r);
+
+}  // namespace sluice::telemetry
