@@ -376,7 +376,8 @@ TEST(OllamaStream, ToolCalls) {
       out));
   const auto f = frames(out);
   ASSERT_EQ(f.size(), 3u);
-  const auto& delta = json::parse(f[0]).at("choices").at(0).at("delta");
+  const auto c0 = json::parse(f[0]);
+  const auto& delta = c0.at("choices").at(0).at("delta");
   EXPECT_EQ(delta.at("role").as_string(), "assistant");
   const auto& call = delta.at("tool_calls").at(0);
   EXPECT_EQ(call.at("index").as_int64(), 0);

@@ -1,0 +1,666 @@
+// End to end: SimServer on an ephemeral port, spoken to over plain POSIX sockets.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sim/engine.hpp"
+#include "sim/sim.hpp"
+
+using namespace sluice;
+using namespace sluice::sim;
+namespace json = boost::json;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// A minimal blocking HTTP/1.1 client: one request per connection.
+class Conn {
+ public:
+  explicit Conn(std::uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd_ < 0) throw std::runtime_error("socket");
+    timeval tv{15, 0};  // a stuck test fails instead of hanging
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    int one = 1;
+    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw std::runtime_error("connect");
+  }
+  ~Conn() { close(); }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+  void send_request(std::string_view method, std::string_view path, std::string_view body = {},
+                    const std::vector<std::string>& headers = {}) {
+    std::string req = std::string(method) + " " + std::string(path) + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    for (const auto& h : headers) req += h + "\r\n";
+    if (!body.empty() || method == "POST") {
+      req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+    }
+    req += "Connection: close\r\n\r\n";
+    req += body;
+    std::size_t off = 0;
+    while (off < req.size()) {
+      ssize_t n = ::send(fd_, req.data() + off, req.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) throw std::runtime_error("send");
+      off += static_cast<std::size_t>(n);
+    }
+  }
+
+  struct Head {
+    int status = 0;
+    std::map<std::string, std::string> headers;  // lower-case names
+    bool chunked() const {
+      auto it = headers.find("transfer-encoding");
+      return it != headers.end() && it->second == "chunked";
+    }
+  };
+
+  Head read_head() {
+    std::string h;
+    while (true) {
+      auto end = buf_.find("\r\n\r\n");
+      if (end != std::string::npos) {
+        h = buf_.substr(0, end);
+        buf_.erase(0, end + 4);
+        break;
+      }
+      if (!fill()) throw std::runtime_error("EOF before the response head");
+    }
+    Head head;
+    std::size_t pos = h.find("\r\n");
+    std::string status_line = h.substr(0, pos);
+    head.status = std::stoi(status_line.substr(9, 3));
+    while (pos != std::string::npos) {
+      std::size_t next = h.find("\r\n", pos + 2);
+      std::string line = h.substr(pos + 2, next == std::string::npos ? std::string::npos : next - pos - 2);
+      auto colon = line.find(':');
+      if (colon != std::string::npos) {
+        std::string name = line.substr(0, colon);
+        for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        std::string value = line.substr(colon + 1);
+        while (!value.empty() && value.front() == ' ') value.erase(0, 1);
+        head.headers[name] = value;
+      }
+      pos = next;
+    }
+    return head;
+  }
+
+  // Next chunk of a chunked body; nullopt at the terminating chunk. Sets eof when the
+  // connection ended first.
+  std::optional<std::string> read_chunk(bool& eof) {
+    eof = false;
+    std::size_t nl;
+    while ((nl = buf_.find("\r\n")) == std::string::npos) {
+      if (!fill()) {
+        eof = true;
+        return std::nullopt;
+      }
+    }
+    const std::size_t size = std::stoul(buf_.substr(0, nl), nullptr, 16);
+    buf_.erase(0, nl + 2);
+    while (buf_.size() < size + 2) {
+      if (!fill()) {
+        eof = true;
+        return std::nullopt;
+      }
+    }
+    std::string data = buf_.substr(0, size);
+    buf_.erase(0, size + 2);
+    if (size == 0) return std::nullopt;
+    return data;
+  }
+
+  std::string read_body(const Head& h) {
+    if (h.chunked()) {
+      std::string all;
+      bool eof = false;
+      while (auto c = read_chunk(eof)) all += *c;
+      if (eof) throw std::runtime_error("chunked body ended without its last chunk");
+      return all;
+    }
+    std::size_t len = std::stoul(h.headers.at("content-length"));
+    while (buf_.size() < len) {
+      if (!fill()) throw std::runtime_error("EOF in body");
+    }
+    std::string b = buf_.substr(0, len);
+    buf_.erase(0, len);
+    return b;
+  }
+
+  // True when the peer closed (read returns 0 or an error other than a timeout).
+  bool at_eof() {
+    while (true) {
+      if (!buf_.empty()) return false;
+      char c[512];
+      ssize_t n = ::recv(fd_, c, sizeof c, 0);
+      if (n > 0) {
+        buf_.append(c, static_cast<std::size_t>(n));
+        return false;
+      }
+      return true;
+    }
+  }
+
+ private:
+  bool fill() {
+    char c[4096];
+    ssize_t n = ::recv(fd_, c, sizeof c, 0);
+    if (n <= 0) return false;
+    buf_.append(c, static_cast<std::size_t>(n));
+    return true;
+  }
+
+  int fd_ = -1;
+  std::string buf_;
+};
+
+struct Reply {
+  int status = 0;
+  std::map<std::string, std::string> headers;
+  std::string body;
+  std::vector<std::string> chunks;  // for chunked replies, each HTTP chunk
+};
+
+Reply call(std::uint16_t port, std::string_view method, std::string_view path, std::string_view body = {},
+           const std::vector<std::string>& headers = {}) {
+  Conn c(port);
+  c.send_request(method, path, body, headers);
+  auto h = c.read_head();
+  Reply r;
+  r.status = h.status;
+  r.headers = h.headers;
+  if (h.chunked()) {
+    bool eof = false;
+    while (auto ch = c.read_chunk(eof)) {
+      r.chunks.push_back(*ch);
+      r.body += *ch;
+    }
+    if (eof) throw std::runtime_error("chunked body ended without its last chunk");
+  } else {
+    r.body = c.read_body(h);
+  }
+  return r;
+}
+
+bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds limit = 10s) {
+  const auto end = Clock::now() + limit;
+  while (Clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return pred();
+}
+
+struct SseFrame {
+  std::string event, data;
+};
+std::vector<SseFrame> sse_frames(std::string_view s) {
+  std::vector<SseFrame> out;
+  while (true) {
+    auto end = s.find("\n\n");
+    if (end == std::string_view::npos) break;
+    std::string_view f = s.substr(0, end);
+    s.remove_prefix(end + 2);
+    SseFrame fr;
+    while (!f.empty()) {
+      auto nl = f.find('\n');
+      std::string_view line = f.substr(0, nl);
+      if (line.starts_with("event: ")) fr.event = line.substr(7);
+      if (line.starts_with("data: ")) fr.data = line.substr(6);
+      if (nl == std::string_view::npos) break;
+      f.remove_prefix(nl + 1);
+    }
+    out.push_back(fr);
+  }
+  return out;
+}
+
+config::SimSettings fast() {
+  config::SimSettings s;
+  s.ttft = 5ms;
+  s.inter_token = 1ms;
+  s.jitter = 0;
+  s.default_output_tokens = 6;
+  s.seed = 7;
+  return s;
+}
+
+class SimServerTest : public ::testing::Test {
+ protected:
+  void start(config::SimSettings s = fast(), int workers = 2) {
+    SimServerOptions o;
+    o.settings = s;
+    o.workers = workers;
+    o.models = {"sim-a", "sim-b"};
+    server_ = SimServer::start(o);
+    port_ = server_->port();
+    ASSERT_NE(port_, 0);
+  }
+  void TearDown() override {
+    if (server_) {
+      server_->shutdown(200ms);
+      server_->join();
+    }
+  }
+  std::unique_ptr<SimServer> server_;
+  std::uint16_t port_ = 0;
+};
+
+const char* kOpenAi = R"({"model":"gpt-sim","messages":[{"role":"user","content":"hello there, simulator"}]})";
+
+std::string openai_body(int max_tokens, bool stream, bool usage = false) {
+  std::string b = R"({"model":"gpt-sim","messages":[{"role":"user","content":"hello there, simulator"}],"max_tokens":)" +
+                  std::to_string(max_tokens);
+  if (stream) b += R"(,"stream":true)";
+  if (usage) b += R"(,"stream_options":{"include_usage":true})";
+  return b + "}";
+}
+
+}  // namespace
+
+TEST_F(SimServerTest, HealthModelsTagsAndUnknownPath) {
+  start();
+  auto h = call(port_, "GET", "/health");
+  EXPECT_EQ(h.status, 200);
+
+  auto m = call(port_, "GET", "/v1/models");
+  ASSERT_EQ(m.status, 200);
+  auto data = json::parse(m.body).as_object().at("data").as_array();
+  ASSERT_EQ(data.size(), 2u);
+  EXPECT_EQ(data[1].as_object().at("id").as_string(), "sim-b");
+
+  auto t = call(port_, "GET", "/api/tags");
+  ASSERT_EQ(t.status, 200);
+  EXPECT_EQ(json::parse(t.body).as_object().at("models").as_array()[0].as_object().at("name").as_string(), "sim-a");
+
+  EXPECT_EQ(call(port_, "GET", "/nope").status, 404);
+  EXPECT_EQ(call(port_, "GET", "/v1/chat/completions").status, 405);
+  EXPECT_EQ(server_->stats().requests, 0u);
+}
+
+TEST_F(SimServerTest, OpenAiNonStream) {
+  start();
+  auto r = call(port_, "POST", "/v1/chat/completions", openai_body(3, false));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(r.headers["content-type"].starts_with("application/json"));
+  auto b = json::parse(r.body).as_object();
+  EXPECT_EQ(b.at("model").as_string(), "gpt-sim");  // any model is accepted and echoed
+  auto ch = b.at("choices").as_array()[0].as_object();
+  EXPECT_EQ(ch.at("message").as_object().at("content").as_string(), "tok0 tok1 tok2 ");
+  EXPECT_EQ(ch.at("finish_reason").as_string(), "length");
+  auto u = b.at("usage").as_object();
+  EXPECT_EQ(u.at("completion_tokens").as_int64(), 3);
+  EXPECT_EQ(u.at("prompt_tokens").as_int64(), 5);  // 22 bytes / 4
+
+  // No limit: default_output_tokens, finish "stop".
+  r = call(port_, "POST", "/v1/chat/completions", kOpenAi);
+  b = json::parse(r.body).as_object();
+  EXPECT_EQ(b.at("usage").as_object().at("completion_tokens").as_int64(), 6);
+  EXPECT_EQ(b.at("choices").as_array()[0].as_object().at("finish_reason").as_string(), "stop");
+
+  auto st = server_->stats();
+  EXPECT_EQ(st.requests, 2u);
+  EXPECT_EQ(st.completed, 2u);
+  EXPECT_EQ(st.cancelled, 0u);
+}
+
+TEST_F(SimServerTest, OpenAiStreamOneChunkPerToken) {
+  start();
+  auto r = call(port_, "POST", "/v1/chat/completions", openai_body(4, true, true));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers["content-type"], "text/event-stream");
+  // 4 token chunks, then one chunk with finish + usage + [DONE].
+  ASSERT_EQ(r.chunks.size(), 5u);
+  std::string content;
+  for (int i = 0; i < 4; ++i) {
+    auto fs = sse_frames(r.chunks[i]);
+    ASSERT_EQ(fs.size(), 1u);
+    auto delta = json::parse(fs[0].data).as_object().at("choices").as_array()[0].as_object().at("delta").as_object();
+    EXPECT_EQ(delta.contains("role"), i == 0);
+    content += delta.at("content").as_string();
+  }
+  EXPECT_EQ(content, "tok0 tok1 tok2 tok3 ");
+  auto tail = sse_frames(r.chunks[4]);
+  ASSERT_EQ(tail.size(), 3u);
+  EXPECT_EQ(json::parse(tail[0].data).as_object().at("choices").as_array()[0].as_object().at("finish_reason").as_string(), "length");
+  EXPECT_EQ(json::parse(tail[1].data).as_object().at("usage").as_object().at("completion_tokens").as_int64(), 4);
+  EXPECT_EQ(tail[2].data, "[DONE]");
+  EXPECT_EQ(server_->stats().completed, 1u);
+}
+
+TEST_F(SimServerTest, OllamaStreamAndNonStream) {
+  start();
+  auto r = call(port_, "POST", "/api/chat",
+                R"({"model":"llama3","messages":[{"role":"user","content":"hi"}],"options":{"num_predict":3}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers["content-type"], "application/x-ndjson");
+  ASSERT_EQ(r.chunks.size(), 4u);  // stream is the default for /api/chat
+  for (int i = 0; i < 3; ++i) {
+    auto o = json::parse(r.chunks[i]).as_object();
+    EXPECT_FALSE(o.at("done").as_bool());
+    EXPECT_EQ(o.at("message").as_object().at("content").as_string(), "tok" + std::to_string(i) + " ");
+  }
+  auto fin = json::parse(r.chunks[3]).as_object();
+  EXPECT_TRUE(fin.at("done").as_bool());
+  EXPECT_EQ(fin.at("done_reason").as_string(), "length");
+  EXPECT_EQ(fin.at("eval_count").as_int64(), 3);
+  EXPECT_EQ(fin.at("prompt_eval_count").as_int64(), 1);
+  // 5ms TTFT: prompt_eval_duration (ns) covers at least it; total covers everything.
+  EXPECT_GE(fin.at("prompt_eval_duration").as_int64(), 5'000'000);
+  EXPECT_GE(fin.at("total_duration").as_int64(), fin.at("prompt_eval_duration").as_int64());
+
+  r = call(port_, "POST", "/api/chat", R"({"model":"llama3","messages":[{"role":"user","content":"hi"}],"stream":false})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto o = json::parse(r.body).as_object();
+  EXPECT_TRUE(o.at("done").as_bool());
+  EXPECT_EQ(o.at("done_reason").as_string(), "stop");
+  EXPECT_EQ(o.at("message").as_object().at("content").as_string(), "tok0 tok1 tok2 tok3 tok4 tok5 ");
+  EXPECT_EQ(o.at("eval_count").as_int64(), 6);
+  EXPECT_EQ(server_->stats().completed, 2u);
+}
+
+TEST_F(SimServerTest, AnthropicStreamAndNonStream) {
+  start();
+  auto r = call(port_, "POST", "/v1/messages",
+                R"({"model":"claude-sim","max_tokens":2,"stream":true,"messages":[{"role":"user","content":"hi"}]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers["content-type"], "text/event-stream");
+  ASSERT_EQ(r.chunks.size(), 3u);
+  std::vector<std::string> events;
+  std::string text;
+  for (auto& f : sse_frames(r.body)) {
+    events.push_back(f.event);
+    auto d = json::parse(f.data).as_object();
+    if (f.event == "content_block_delta") text += d.at("delta").as_object().at("text").as_string();
+    if (f.event == "message_delta")
+      EXPECT_EQ(d.at("delta").as_object().at("stop_reason").as_string(), "max_tokens");
+  }
+  EXPECT_EQ(events, (std::vector<std::string>{"message_start", "content_block_start", "ping",
+                                              "content_block_delta", "content_block_delta",
+                                              "content_block_stop", "message_delta", "message_stop"}));
+  EXPECT_EQ(text, "tok0 tok1 ");
+
+  r = call(port_, "POST", "/v1/messages", R"({"model":"claude-sim","messages":[{"role":"user","content":"hi"}]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto b = json::parse(r.body).as_object();
+  EXPECT_EQ(b.at("type").as_string(), "message");
+  EXPECT_EQ(b.at("stop_reason").as_string(), "end_turn");
+  EXPECT_EQ(b.at("content").as_array()[0].as_object().at("text").as_string(), "tok0 tok1 tok2 tok3 tok4 tok5 ");
+  EXPECT_EQ(b.at("usage").as_object().at("output_tokens").as_int64(), 6);
+}
+
+TEST_F(SimServerTest, FaultHeaderErrorsInEachShape) {
+  start();
+  auto r = call(port_, "POST", "/v1/chat/completions", kOpenAi, {"x-sim-fault: error-429"});
+  EXPECT_EQ(r.status, 429);
+  EXPECT_EQ(r.headers["retry-after"], "1");
+  EXPECT_EQ(json::parse(r.body).as_object().at("error").as_object().at("code").as_string(), "rate_limit_exceeded");
+
+  r = call(port_, "POST", "/api/chat", R"({"model":"m","messages":[]})", {"x-sim-fault: error-500"});
+  EXPECT_EQ(r.status, 500);
+  EXPECT_TRUE(json::parse(r.body).as_object().at("error").is_string());
+
+  r = call(port_, "POST", "/v1/messages", R"({"model":"m","messages":[]})", {"X-Sim-Fault: error-503"});
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(json::parse(r.body).as_object().at("type").as_string(), "error");
+
+  r = call(port_, "POST", "/v1/chat/completions", kOpenAi, {"x-sim-fault: bogus"});
+  EXPECT_EQ(r.status, 400);
+  r = call(port_, "POST", "/v1/chat/completions", "{not json");
+  EXPECT_EQ(r.status, 400);
+
+  auto st = server_->stats();
+  EXPECT_EQ(st.requests, 5u);
+  EXPECT_EQ(st.errors_429, 1u);
+  EXPECT_EQ(st.errors_500, 1u);
+  EXPECT_EQ(st.errors_503, 1u);
+  EXPECT_EQ(st.completed, 0u);
+}
+
+TEST_F(SimServerTest, RandomFaultsFollowRates) {
+  auto s = fast();
+  s.error_rate_500 = 1.0;
+  start(s);
+  EXPECT_EQ(call(port_, "POST", "/v1/chat/completions", kOpenAi).status, 500);
+  // "none" overrides the random faults for one request.
+  EXPECT_EQ(call(port_, "POST", "/v1/chat/completions", kOpenAi, {"x-sim-fault: none"}).status, 200);
+  EXPECT_EQ(server_->stats().errors_500, 1u);
+}
+
+TEST_F(SimServerTest, AbortAfterNDropsTheStream) {
+  start();
+  Conn c(port_);
+  c.send_request("POST", "/v1/chat/completions", openai_body(10, true), {"x-sim-fault: abort-after=2"});
+  auto h = c.read_head();
+  ASSERT_EQ(h.status, 200);
+  bool eof = false;
+  std::vector<std::string> chunks;
+  while (auto ch = c.read_chunk(eof)) chunks.push_back(*ch);
+  EXPECT_TRUE(eof) << "the stream must end without its terminating chunk";
+  EXPECT_EQ(chunks.size(), 2u);
+  for (auto& ch : chunks) EXPECT_EQ(ch.find("[DONE]"), std::string::npos);
+  ASSERT_TRUE(wait_until([&] { return server_->stats().aborted == 1; }));
+  EXPECT_EQ(server_->stats().completed, 0u);
+  EXPECT_EQ(server_->stats().in_flight, 0);
+}
+
+TEST_F(SimServerTest, RandomAbortSendsAboutHalf) {
+  auto s = fast();
+  s.abort_rate = 1.0;
+  start(s);
+  Conn c(port_);
+  c.send_request("POST", "/api/chat", R"({"model":"m","messages":[],"options":{"num_predict":10}})");
+  ASSERT_EQ(c.read_head().status, 200);
+  bool eof = false;
+  int n = 0;
+  while (c.read_chunk(eof)) ++n;
+  EXPECT_TRUE(eof);
+  EXPECT_EQ(n, 5);
+}
+
+TEST_F(SimServerTest, NonStreamAbortGivesNoBody) {
+  start();
+  Conn c(port_);
+  c.send_request("POST", "/v1/chat/completions", openai_body(4, false), {"x-sim-fault: abort-after=2"});
+  bool complete = false;
+  try {
+    auto h = c.read_head();
+    (void)c.read_body(h);
+    complete = true;
+  } catch (const std::exception&) {
+  }
+  EXPECT_FALSE(complete);
+  ASSERT_TRUE(wait_until([&] { return server_->stats().aborted == 1; }));
+}
+
+TEST_F(SimServerTest, HangEndsWhenTheClientLeaves) {
+  start();
+  {
+    Conn c(port_);
+    c.send_request("POST", "/v1/chat/completions", kOpenAi, {"x-sim-fault: hang"});
+    ASSERT_TRUE(wait_until([&] { return server_->stats().hung == 1; }));
+    std::this_thread::sleep_for(30ms);
+    EXPECT_EQ(server_->stats().cancelled, 0u);
+  }  // closes
+  ASSERT_TRUE(wait_until([&] { return server_->stats().cancelled == 1; }));
+  EXPECT_EQ(server_->stats().completed, 0u);
+}
+
+TEST_F(SimServerTest, ClosingMidStreamCountsCancelled) {
+  auto s = fast();
+  s.inter_token = 20ms;
+  start(s);
+  {
+    Conn c(port_);
+    c.send_request("POST", "/v1/chat/completions", openai_body(1000, true));
+    ASSERT_EQ(c.read_head().status, 200);
+    bool eof = false;
+    ASSERT_TRUE(c.read_chunk(eof).has_value());
+    EXPECT_EQ(server_->stats().in_flight, 1);
+  }
+  ASSERT_TRUE(wait_until([&] { return server_->stats().cancelled == 1; }));
+  EXPECT_TRUE(wait_until([&] { return server_->stats().in_flight == 0; }));
+  EXPECT_EQ(server_->stats().completed, 0u);
+}
+
+TEST_F(SimServerTest, ClosingBeforeFirstTokenCountsCancelled) {
+  auto s = fast();
+  s.ttft = 60000ms;
+  start(s);
+  {
+    Conn c(port_);
+    c.send_request("POST", "/api/chat", R"({"model":"m","messages":[]})");
+    ASSERT_TRUE(wait_until([&] { return server_->stats().in_flight == 1; }));
+  }
+  ASSERT_TRUE(wait_until([&] { return server_->stats().cancelled == 1; }));
+  EXPECT_TRUE(wait_until([&] { return server_->stats().in_flight == 0; }));
+}
+
+TEST_F(SimServerTest, QueueingCancelAndQueueFull) {
+  auto s = fast();
+  s.max_in_flight = 1;
+  s.max_waiting = 1;
+  s.ttft = 60000ms;  // the first request holds the only slot
+  start(s);
+  Conn a(port_);
+  a.send_request("POST", "/v1/chat/completions", kOpenAi);
+  ASSERT_TRUE(wait_until([&] { return server_->stats().in_flight == 1; }));
+  {
+    Conn b(port_);
+    b.send_request("POST", "/v1/chat/completions", kOpenAi);
+    ASSERT_TRUE(wait_until([&] { return server_->stats().waiting == 1; }));
+    // The queue is full now: a third request is rejected at once.
+    auto r = call(port_, "POST", "/v1/messages", R"({"model":"m","messages":[]})");
+    EXPECT_EQ(r.status, 503);
+    EXPECT_EQ(json::parse(r.body).as_object().at("error").as_object().at("type").as_string(), "overloaded_error");
+    EXPECT_EQ(server_->stats().rejected_queue_full, 1u);
+  }  // b leaves while queued
+  ASSERT_TRUE(wait_until([&] { return server_->stats().cancelled == 1; }));
+  EXPECT_EQ(server_->stats().waiting, 0);
+  EXPECT_EQ(server_->stats().in_flight, 1);
+  a.close();
+  ASSERT_TRUE(wait_until([&] { return server_->stats().cancelled == 2; }));
+  EXPECT_TRUE(wait_until([&] { return server_->stats().in_flight == 0; }));
+}
+
+TEST_F(SimServerTest, SecondRequestWaitsForTheSlot) {
+  auto s = fast();
+  s.max_in_flight = 1;
+  s.ttft = 0ms;
+  s.inter_token = 20ms;
+  start(s);
+  // A: 10 tokens. B arrives while A decodes and can start only after A released.
+  Conn a(port_);
+  a.send_request("POST", "/v1/chat/completions", openai_body(10, true));
+  ASSERT_EQ(a.read_head().status, 200);
+  bool eof = false;
+  ASSERT_TRUE(a.read_chunk(eof).has_value());  // A holds the slot
+  const auto b_start = Clock::now();
+  Conn b(port_);
+  b.send_request("POST", "/v1/chat/completions", openai_body(1, false));
+  ASSERT_TRUE(wait_until([&] { return server_->stats().waiting == 1; }));
+  int a_rest = 0;
+  while (a.read_chunk(eof)) ++a_rest;
+  EXPECT_FALSE(eof);
+  EXPECT_EQ(a_rest, 10);  // 9 tokens + the tail
+  auto bh = b.read_head();
+  ASSERT_EQ(bh.status, 200);
+  (void)b.read_body(bh);
+  // B waited for A's remaining 9 inter-token gaps (20ms each, no jitter).
+  EXPECT_GE(Clock::now() - b_start, 150ms);
+  EXPECT_EQ(server_->stats().completed, 2u);
+}
+
+TEST_F(SimServerTest, StreamTimingLowerBound) {
+  auto s = fast();
+  s.ttft = 50ms;
+  s.inter_token = 20ms;
+  start(s);
+  const auto t0 = Clock::now();
+  auto r = call(port_, "POST", "/v1/chat/completions", openai_body(10, true));
+  const auto took = Clock::now() - t0;
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.chunks.size(), 11u);
+  EXPECT_GE(took, 50ms + 9 * 20ms);  // timers never fire early; jitter is 0
+}
+
+TEST_F(SimServerTest, SlowFirstTokenHeaderAddsDelay) {
+  start();
+  const auto t0 = Clock::now();
+  auto r = call(port_, "POST", "/v1/chat/completions", openai_body(1, false), {"x-sim-fault: slow-first-token=300"});
+  EXPECT_EQ(r.status, 200);
+  EXPECT_GE(Clock::now() - t0, 300ms);
+}
+
+TEST_F(SimServerTest, StatsConfigAndResetEndpoints) {
+  start();
+  ASSERT_EQ(call(port_, "POST", "/v1/chat/completions", kOpenAi).status, 200);
+  auto st = json::parse(call(port_, "GET", "/sim/stats").body).as_object();
+  EXPECT_EQ(st.at("requests").to_number<int>(), 1);
+  EXPECT_EQ(st.at("completed").to_number<int>(), 1);
+  EXPECT_EQ(st.at("in_flight").to_number<int>(), 0);
+
+  auto cfg = call(port_, "POST", "/sim/config", R"({"default_output_tokens":2,"error_rate_503":0.5})");
+  ASSERT_EQ(cfg.status, 200) << cfg.body;
+  auto g = json::parse(call(port_, "GET", "/sim/config").body).as_object();
+  EXPECT_EQ(g.at("default_output_tokens").as_int64(), 2);
+  EXPECT_DOUBLE_EQ(g.at("error_rate_503").as_double(), 0.5);
+  EXPECT_EQ(call(port_, "POST", "/sim/config", R"({"max_in_flight":0})").status, 400);
+  EXPECT_EQ(call(port_, "POST", "/sim/config", R"({"error_rate_503":0})").status, 200);
+
+  // New requests see the new default length.
+  auto r = call(port_, "POST", "/v1/chat/completions", kOpenAi);
+  EXPECT_EQ(json::parse(r.body).as_object().at("usage").as_object().at("completion_tokens").as_int64(), 2);
+
+  auto reset = call(port_, "POST", "/sim/reset");
+  EXPECT_EQ(reset.status, 200);
+  st = json::parse(call(port_, "GET", "/sim/stats").body).as_object();
+  EXPECT_EQ(st.at("requests").to_number<int>(), 0);
+  EXPECT_EQ(st.at("completed").to_number<int>(), 0);
+}
+
+TEST_F(SimServerTest, ManyConcurrentClientsAcrossWorkers) {
+  auto s = fast();
+  s.max_in_flight = 4;
+  start(s, 2);
+  std::vector<std::thread> ts;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 16; ++i) {
+    ts.emplace_back([&, i] {
+      try {
+        auto r = call(port_, "POST", i % 2 ? "/v1/chat/completions" : "/api/chat",
+                      i % 2 ? openai_body(5, true) : R"({"model":"m","messages":[]})");
+        if (r.status == 200) ++ok;
+      } catch (...) {
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(ok.load(), 16);
+  auto st = server_->stats();
+  EXPECT_EQ(st.requests, 16u);
+  EXPECT_EQ(st.completed, 16u);
+  EXPECT_EQ(st.in_flight, 0);
+}
