@@ -3,6 +3,7 @@
 // the request path only moves a record into a bounded queue. A full queue drops (and
 // counts) instead of blocking.
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -32,6 +33,9 @@ class AccessLog {
  private:
   void run();
 
+  static constexpr std::size_t kWakeAt = 1024;  // queue depth that wakes the writer early
+  static constexpr auto kPollInterval = std::chrono::milliseconds(20);
+
   std::FILE* out_ = nullptr;
   bool owns_file_ = false;
   std::size_t capacity_;
@@ -40,6 +44,7 @@ class AccessLog {
   std::deque<RequestRecord> queue_;
   bool stop_ = false;
   std::size_t busy_ = 0;
+  int flush_waiters_ = 0;
   std::atomic<std::uint64_t> written_{0}, dropped_{0};
   std::thread thread_;
 };

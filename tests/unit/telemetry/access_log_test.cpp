@@ -1,0 +1,96 @@
+#include <gtest/gtest.h>
+
+#include <boost/json/parse.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "telemetry/access_log.hpp"
+
+using namespace sluice;
+using namespace sluice::telemetry;
+
+namespace {
+RequestRecord sample(int i) {
+  RequestRecord r;
+  r.unix_ms = 1700000000123;
+  r.request_id = "req-" + std::to_string(i);
+  r.key_masked = "sk-prod-***1a2b";
+  r.key_name = "prod";
+  r.tenant = "acme";
+  r.tier = "premium";
+  r.alias = "demo";
+  r.model = "llama3";
+  r.status = 200;
+  r.stream = true;
+  r.ttft_ms = 12.34;
+  r.prompt_tokens = 7;
+  r.completion_tokens = -1;
+  r.error = "quote \" and newline \n";
+  return r;
+}
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+}  // namespace
+
+TEST(RecordJson, IsValidJsonWithNullsForUnknowns) {
+  auto v = boost::json::parse(to_json(sample(1))).as_object();
+  EXPECT_EQ(v.at("time").as_string(), "2023-11-14T22:13:20.123Z");
+  EXPECT_EQ(v.at("request_id").as_string(), "req-1");
+  EXPECT_EQ(v.at("key_id").as_string(), "sk-prod-***1a2b");
+  EXPECT_EQ(v.at("status").as_int64(), 200);
+  EXPECT_EQ(v.at("reason").as_string(), "ok");
+  EXPECT_TRUE(v.at("stream").as_bool());
+  EXPECT_DOUBLE_EQ(v.at("ttft_ms").as_double(), 12.3);
+  EXPECT_TRUE(v.at("completion_tokens").is_null());
+  EXPECT_TRUE(v.at("tokens_per_s").is_null());
+  EXPECT_EQ(v.at("error").as_string(), "quote \" and newline \n");
+}
+
+TEST(AccessLog, WritesEveryRecordAsOneLine) {
+  auto path = (std::filesystem::temp_directory_path() / ("sluice-al-" + std::to_string(::getpid()) + ".log")).string();
+  std::remove(path.c_str());
+  {
+    AccessLog log(path);
+    for (int i = 0; i < 500; ++i) log.submit(sample(i));
+    log.flush();
+    EXPECT_EQ(log.written(), 500u);
+    EXPECT_EQ(log.dropped(), 0u);
+  }
+  auto lines = read_lines(path);
+  ASSERT_EQ(lines.size(), 500u);
+  EXPECT_EQ(boost::json::parse(lines[499]).as_object().at("request_id").as_string(), "req-499");
+  std::remove(path.c_str());
+}
+
+TEST(AccessLog, FullQueueDropsAndCounts) {
+  auto path = (std::filesystem::temp_directory_path() / ("sluice-al2-" + std::to_string(::getpid()) + ".log")).string();
+  std::remove(path.c_str());
+  std::uint64_t written = 0, dropped = 0;
+  {
+    AccessLog log(path, /*capacity=*/4);
+    // The writer drains at most every poll interval, so a burst past the capacity drops.
+    for (int i = 0; i < 1000; ++i) log.submit(sample(i));
+    log.flush();
+    written = log.written();
+    dropped = log.dropped();
+  }
+  EXPECT_GT(dropped, 0u);
+  EXPECT_EQ(written + dropped, 1000u);
+  EXPECT_EQ(read_lines(path).size(), written);
+  std::remove(path.c_str());
+}
+
+TEST(AccessLog, EmptyPathIsOff) {
+  AccessLog log("");
+  EXPECT_FALSE(log.enabled());
+  log.submit(sample(1));
+  EXPECT_EQ(log.written(), 0u);
+}
