@@ -95,6 +95,8 @@ class GatewayImpl final : public Gateway {
     server_->shutdown(shared_.cfg->timeouts.shutdown_grace);
   }
 
+  bool forced_stop() const override { return server_->forced_stop(); }
+
   void join() override {
     server_->join();
     for (auto& s : sims_) {
@@ -163,6 +165,11 @@ int run_serve(const std::string& path) {
   gw->shutdown();
   gw->join();
   std::cerr << "sluice: stopped" << std::endl;
+  if (gw->forced_stop()) {
+    // Abandoned coroutines still reference the loops: skip the destructors.
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }
   return 0;
 }
 

@@ -19,6 +19,7 @@ class Gateway {
   // Stops accepting, lets in-flight requests finish within the configured grace period.
   virtual void shutdown() = 0;
   virtual void join() = 0;
+  virtual bool forced_stop() const = 0;
 };
 
 // `sluice serve --config FILE`: loads and validates the config, prints the banner, serves

@@ -100,6 +100,9 @@ struct ServerImpl final : Server {
   std::uint16_t bound_port = 0;
   std::atomic<std::size_t> in_flight{0};
   std::once_flag shutdown_once;
+  std::atomic<bool> hard_stopped{false};
+
+  bool forced_stop() const override { return hard_stopped.load(); }
 
   std::uint16_t port() const override { return bound_port; }
   std::size_t active_requests() const override { return in_flight.load(std::memory_order_relaxed); }
@@ -356,39 +359,40 @@ std::unique_ptr<tcp::acceptor> make_acceptor(net::io_context& ioc, const tcp::en
   return a;
 }
 
+// Drains one worker: no new connections; idle keep-alive connections are closed at once;
+// requests in flight get `grace`, then their connections are shut down (which also ends
+// their upstream work: the handlers watch the client socket). The loop stops when no
+// session is left, so every coroutine ends normally and nothing is torn down mid-flight.
+awaitable<void> drain(Worker& w, std::chrono::milliseconds grace) {
+  w.draining = true;
+  beast::error_code ec;
+  w.acceptor->close(ec);
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  net::steady_timer t{w.ioc};
+  while (!w.sessions.empty()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline + std::chrono::seconds(2)) {
+      // A handler ignored its closed connection: stop the loop regardless.
+      w.server.hard_stopped.store(true);
+      break;
+    }
+    for (Session* s : w.sessions) {
+      if (s->idle || now >= deadline) {
+        s->stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+        s->stream.socket().cancel(ec);
+      }
+    }
+    t.expires_after(std::chrono::milliseconds(20));
+    co_await t.async_wait(nothrow);
+  }
+  w.ioc.stop();
+}
+
 void ServerImpl::shutdown(std::chrono::milliseconds grace) {
   std::call_once(shutdown_once, [&] {
     for (auto& wp : workers) {
       Worker* w = wp.get();
-      net::post(w->ioc, [w, grace] {
-        w->draining = true;
-        beast::error_code ec;
-        w->acceptor->close(ec);
-        for (Session* s : w->sessions) {
-          if (s->idle) s->stream.socket().cancel(ec);
-        }
-        // Hard stop once the grace period is over.
-        auto t = std::make_shared<net::steady_timer>(w->ioc, grace);
-        t->async_wait([w, t](const beast::error_code&) { w->ioc.stop(); });
-        // Stop earlier if every session is done: poll cheaply.
-        auto poll = std::make_shared<std::function<void()>>();
-        auto pt = std::make_shared<net::steady_timer>(w->ioc);
-        *poll = [w, pt, poll] {
-          if (w->sessions.empty()) {
-            w->ioc.stop();
-            return;
-          }
-          for (Session* s : w->sessions) {
-            beast::error_code ec2;
-            if (s->idle) s->stream.socket().cancel(ec2);
-          }
-          pt->expires_after(std::chrono::milliseconds(20));
-          pt->async_wait([poll](const beast::error_code& e) {
-            if (!e) (*poll)();
-          });
-        };
-        (*poll)();
-      });
+      net::co_spawn(w->ioc, drain(*w, grace), net::detached);
     }
   });
 }

@@ -97,6 +97,9 @@ class Server {
   virtual void shutdown(std::chrono::milliseconds grace) = 0;
   // Blocks until every worker thread has exited.
   virtual void join() = 0;
+  // True if shutdown had to stop a loop with requests still running (their coroutines
+  // were abandoned; the process should exit without running destructors).
+  virtual bool forced_stop() const = 0;
   // Connections and requests in flight (for /ready and tests).
   virtual std::size_t active_requests() const = 0;
 };
