@@ -153,7 +153,9 @@ class ClientImpl final : public Client {
 
   awaitable<Result> send(const Target& t, const ClientRequest& req, std::chrono::milliseconds connect_timeout,
                          std::chrono::milliseconds head_timeout) override {
-    std::string key = (t.tls ? "s:" : "p:") + t.host + ":" + std::to_string(t.port);
+    // Connections made under different TLS trust settings are never shared.
+    std::string key = t.tls ? "s:" + t.host + ":" + std::to_string(t.port) + (t.verify ? ":v:" : ":n:") + t.ca_file
+                            : "p:" + t.host + ":" + std::to_string(t.port);
     // A pooled connection may have been closed by the server since; such a failure
     // before any response byte is retried once on a fresh connection.
     for (int attempt = 0; attempt < 2; ++attempt) {
