@@ -376,6 +376,11 @@ class WorkerHandler {
           if (!translator->finish(frames)) {
             relay.reason = Reason::upstream_stream_failed;
             relay.error = "upstream stream ended before its end marker";
+          } else if (!translator->error().empty()) {
+            // The upstream sent an error event; it was relayed as is.
+            relay.reason = Reason::upstream_stream_failed;
+            relay.error = translator->error();
+            relay.error_frame_sent = true;
           }
           if (!frames.empty()) co_await ch.async_send({}, std::move(frames), nothrow);
           break;

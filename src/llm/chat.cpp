@@ -336,7 +336,11 @@ ParseResult parse_chat_request(std::string_view body, const config::Config& cfg)
     }
     if (auto e = check_field(k, *f, kv.value(), cfg)) return std::move(*e);
     if (kv.value().is_number()) {
-      if (auto it = cfg.params.find(k); it != cfg.params.end()) {
+      auto it = cfg.params.find(k);
+      // max_completion_tokens is the newer name of max_tokens: it shares its range
+      // unless it has one of its own.
+      if (it == cfg.params.end() && k == "max_completion_tokens") it = cfg.params.find("max_tokens");
+      if (it != cfg.params.end()) {
         if (auto e = check_range(k, kv.value(), it->second)) return std::move(*e);
       }
     }

@@ -83,10 +83,13 @@ class StreamTranslator {
  public:
   virtual ~StreamTranslator() = default;
   // Feeds raw upstream body bytes; appends complete client frames to `out`. Returns false
-  // on a protocol error (see error()); the stream must then be ended with error_frame().
+  // on a failure (see error()); the translator has then already appended error_frame()
+  // (which ends with [DONE]): the caller only ends the stream.
   virtual bool feed(std::string_view bytes, std::string& out) = 0;
   // Upstream body ended. Appends closing frames ([DONE] if the upstream did not send it).
-  // Returns false if the upstream ended before its end marker (a truncated stream).
+  // Returns false if the upstream ended before its end marker (a truncated stream): then
+  // nothing was appended and the caller sends error_frame(). When it returns true with
+  // error() set, an upstream error event was relayed and the stream is already closed.
   virtual bool finish(std::string& out) = 0;
 
   bool first_token_seen() const noexcept { return content_chunks_ > 0; }

@@ -18,8 +18,7 @@ class LineScanner {
   // last byte of the buffer counts as a whole terminator of length 1 (the caller knows a
   // following LF, in the next read, belongs to it). {npos, 0} when there is none.
   std::pair<std::size_t, std::size_t> next(std::size_t from) {
-    if (cr_ != npos && cr_ < from) cr_ = find('\r', from);
-    if (!cr_valid_) {
+    if (!cr_valid_ || (cr_ != npos && cr_ < from)) {
       cr_ = find('\r', from);
       cr_valid_ = true;
     }

@@ -231,8 +231,12 @@ TEST(ParseChat, ParamOutOfRange) {
   EXPECT_EQ(e.message, "max_tokens=9000 is out of range [1, 8192]");
   e = err(with(R"("n":2)"));
   EXPECT_EQ(e.reason, Reason::option_out_of_range);
+  // max_completion_tokens shares the range of max_tokens.
+  e = err(with(R"("max_completion_tokens":100000)"));
+  EXPECT_EQ(e.reason, Reason::option_out_of_range);
+  EXPECT_EQ(e.message, "max_completion_tokens=100000 is out of range [1, 8192]");
   // Not listed in params: only its type is checked.
-  ok(with(R"("presence_penalty":1.5,"max_completion_tokens":100000)"));
+  ok(with(R"("presence_penalty":1.5,"top_logprobs":100000)"));
 }
 
 TEST(ParseChat, OptionsEmptyAllowListRejectsAll) {

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,32 @@ TEST(Sse, OneByteAtATime) {
   for (char c : s) r.feed(std::string_view(&c, 1));
   EXPECT_TRUE(r.ok);
   EXPECT_EQ(r.events, kExpected);
+}
+
+TEST(Sse, RandomChunking) {
+  std::mt19937 rng(1234);
+  for (const std::string eol : {"\n", "\r\n", "\r"}) {
+    std::string s;
+    for (int i = 0; i < 20; ++i) s += kStream;
+    s = replace_all(s, "\n", eol);
+    for (int round = 0; round < 200; ++round) {
+      SseRun r;
+      std::size_t pos = 0;
+      while (pos < s.size()) {
+        const std::size_t n = std::uniform_int_distribution<std::size_t>(0, 40)(rng);
+        r.feed(std::string_view(s).substr(pos, n));
+        pos += n;
+      }
+      ASSERT_TRUE(r.ok);
+      ASSERT_EQ(r.events.size(), kExpected.size() * 20);
+      for (std::size_t i = 0; i < r.events.size(); ++i) {
+        // (the id persists from one repetition to the next: compare event and data)
+        const Ev& want = kExpected[i % kExpected.size()];
+        ASSERT_EQ(r.events[i].data, want.data) << "event " << i;
+        ASSERT_EQ(r.events[i].event, want.event) << "event " << i;
+      }
+    }
+  }
 }
 
 TEST(Sse, CrLfSplitAcrossReadsIsOneLineEnd) {
