@@ -1043,7 +1043,9 @@ LoadResult Loader::run(const YAML::Node& root) {
   apply_env(*c);
   validate(*c, models_node);
 
-  if (c->instance.empty()) c->instance = local_hostname() + ":" + std::to_string(c->listen_port);
+  // With port 0 the port is known only after binding; the gateway then names the
+  // instance itself (host name and pid).
+  if (c->instance.empty() && c->listen_port != 0) c->instance = local_hostname() + ":" + std::to_string(c->listen_port);
 
   // Report in reading order: the main file by line, then the keys file, then the
   // environment (stable, so errors on one line keep the order they were found in).

@@ -91,6 +91,9 @@ class GatewayImpl final : public Gateway {
   const std::string& instance() const { return shared_.instance; }
 
   void shutdown() override {
+    const auto grace = shared_.cfg->timeouts.shutdown_grace;
+    const auto margin = std::min<std::chrono::milliseconds>(grace / 2, std::chrono::milliseconds(1000));
+    shared_.cut_streams_at.store((std::chrono::steady_clock::now() + grace - margin).time_since_epoch().count());
     shared_.draining.store(true);
     server_->shutdown(shared_.cfg->timeouts.shutdown_grace);
   }

@@ -82,7 +82,8 @@ class WorkerHandler {
     }
     if (path == "/ready") {
       const bool ready = !g_.draining.load(std::memory_order_relaxed);
-      co_await ex.reply(json_reply(ready ? 200 : 503, ready ? R"({"status":"ready"})" : R"({"status":"draining"})", ctx));
+      http::Response r = json_reply(ready ? 200 : 503, ready ? R"({"status":"ready"})" : R"({"status":"draining"})", ctx);
+      co_await ex.reply(std::move(r));
       co_return;
     }
     if (path == "/v1/chat/completions") {
@@ -229,75 +230,90 @@ class WorkerHandler {
 
     const auto& to = cfg_.timeouts;
     const auto deadline = ctx.start + to.total;
-    // Non-streaming answers arrive whole, so only the total deadline bounds the head.
-    const Ms head_timeout = creq.stream ? std::min(to.first_token, left_until(deadline)) : left_until(deadline);
+    if (creq.stream) {
+      co_await stream_exchange(ex, ctx, creq, up, ureq, deadline);
+      co_return;
+    }
 
+    // Non-streaming: the answer arrives whole, so only the total deadline bounds the head.
     http::Client::Result sent = http::ClientError{http::ClientErrc::cancelled, "client closed the connection"};
     auto send_it = [&]() -> awaitable<void> {
-      sent = co_await client_->send(up.target, ureq, to.connect, head_timeout);
+      sent = co_await client_->send(up.target, ureq, to.connect, left_until(deadline));
     };
     co_await (send_it() || ex.wait_client_gone());
     if (ex.client_gone()) sent = http::ClientError{http::ClientErrc::cancelled, "client closed the connection"};
     if (auto* err = std::get_if<http::ClientError>(&sent)) {
-      co_await upstream_failure(ex, ctx, *err, creq.stream, /*before_first_token=*/true);
+      co_await upstream_failure(ex, ctx, *err);
       co_return;
     }
     auto resp = std::move(std::get<std::unique_ptr<http::ClientResponse>>(sent));
     ctx.rec.upstream_status = resp->status();
-
     if (resp->status() < 200 || resp->status() > 299) {
-      co_await upstream_status_error(ex, ctx, *resp, up);
+      auto answer = co_await read_error_answer(*resp);
+      co_await reply_upstream_error(ex, ctx, answer, up);
       co_return;
     }
-    if (creq.stream) {
-      co_await relay_stream(ex, ctx, creq, up, *resp, deadline);
-    } else {
-      co_await relay_whole(ex, ctx, creq, up, *resp, deadline);
-    }
+    co_await relay_whole(ex, ctx, creq, up, *resp, deadline);
   }
 
-  awaitable<void> upstream_failure(http::Exchange& ex, Context& ctx, const http::ClientError& err, bool stream,
-                                   bool before_first_token) {
+  // How a failed upstream exchange is reported (before any byte reached the client).
+  static std::pair<Reason, std::string> classify(const http::ClientError& err, bool awaiting_first_token) {
     switch (err.kind) {
       case http::ClientErrc::cancelled:
-        ctx.rec.client_cancelled = true;
-        co_await local_reply(ex, ctx, Reason::client_closed, "client closed the connection");
-        break;
+        return {Reason::client_closed, "client closed the connection"};
       case http::ClientErrc::connect_failed:
-        co_await local_reply(ex, ctx, Reason::upstream_unreachable, "upstream unreachable: " + err.message);
-        break;
+        return {Reason::upstream_unreachable, "upstream unreachable: " + err.message};
       case http::ClientErrc::timeout:
-        co_await local_reply(ex, ctx,
-                             stream && before_first_token ? Reason::first_token_timeout : Reason::upstream_timeout,
-                             "upstream did not answer in time");
-        break;
+        return {awaiting_first_token ? Reason::first_token_timeout : Reason::upstream_timeout,
+                "upstream did not answer in time"};
       default:
-        co_await local_reply(ex, ctx, Reason::upstream_error, "upstream failed: " + err.message);
+        return {Reason::upstream_error, "upstream failed: " + err.message};
     }
   }
 
-  // A non-2xx upstream answer before anything reached the client.
-  awaitable<void> upstream_status_error(http::Exchange& ex, Context& ctx, http::ClientResponse& resp,
-                                        const Upstream& up) {
-    const int st = resp.status();
+  awaitable<void> upstream_failure(http::Exchange& ex, Context& ctx, const http::ClientError& err) {
+    auto [reason, message] = classify(err, false);
+    if (reason == Reason::client_closed) ctx.rec.client_cancelled = true;
+    co_await local_reply(ex, ctx, reason, std::move(message));
+  }
+
+  struct ErrorAnswer {
+    int status = 0;
+    std::string body;
+    std::string retry_after;
+  };
+
+  // The body of a non-2xx upstream answer, bounded in size and time.
+  static awaitable<ErrorAnswer> read_error_answer(http::ClientResponse& resp) {
+    ErrorAnswer a;
+    a.status = resp.status();
+    a.retry_after = std::string(resp.header("retry-after"));
     auto body = co_await resp.read_all(64 * 1024, Ms(5000));
-    std::string detail;
-    if (auto* s = std::get_if<std::string>(&body)) detail = s->substr(0, 512);
-    // Client errors the upstream found in a valid request pass through unchanged, so SDKs
-    // see the provider's own message; the rest is the gateway's problem to report.
+    if (auto* text = std::get_if<std::string>(&body)) a.body = std::move(*text);
+    co_return a;
+  }
+
+  // A non-2xx upstream answer, before anything reached the client. Client errors that an
+  // OpenAI-compatible upstream found in a valid request pass through unchanged, so SDKs see
+  // the provider's own message; the rest is the gateway's problem to report (502).
+  awaitable<void> reply_upstream_error(http::Exchange& ex, Context& ctx, ErrorAnswer& a, const Upstream& up) {
+    const int st = a.status;
     const bool pass = (st == 400 || st == 413 || st == 422 || st == 429) && up.wire == config::Provider::openai &&
-                      !detail.empty() && detail.front() == '{';
+                      !a.body.empty() && a.body.front() == '{';
     if (pass) {
       ctx.rec.status = st;
       ctx.rec.reason = Reason::upstream_error;
       ctx.rec.error = "upstream answered " + std::to_string(st);
-      http::Response r = json_reply(st, std::move(std::get<std::string>(body)), ctx);
-      if (auto ra = resp.header("retry-after"); !ra.empty()) r.headers.emplace_back("Retry-After", std::string(ra));
+      http::Response r = json_reply(st, std::move(a.body), ctx);
+      if (!a.retry_after.empty()) r.headers.emplace_back("Retry-After", a.retry_after);
       co_await ex.reply(std::move(r));
       co_return;
     }
-    co_await local_reply(ex, ctx, Reason::upstream_error,
-                         "upstream answered HTTP " + std::to_string(st) + (detail.empty() ? "" : ": " + detail));
+    // Built in a named local: GCC 12 destroys a temporary made by a conditional inside a
+    // co_await expression twice.
+    std::string message = "upstream answered HTTP " + std::to_string(st);
+    if (!a.body.empty()) message += ": " + a.body.substr(0, 512);
+    co_await local_reply(ex, ctx, Reason::upstream_error, std::move(message));
   }
 
   awaitable<void> relay_whole(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq, const Upstream& up,
@@ -310,7 +326,7 @@ class WorkerHandler {
     if (ex.client_gone()) body = http::ClientError{http::ClientErrc::cancelled, "client closed the connection"};
     if (auto* err = std::get_if<http::ClientError>(&body)) {
       resp.abort();
-      co_await upstream_failure(ex, ctx, *err, false, false);
+      co_await upstream_failure(ex, ctx, *err);
       co_return;
     }
     auto& text = std::get<std::string>(body);
@@ -331,79 +347,56 @@ class WorkerHandler {
     if (!co_await ex.reply(std::move(r))) ctx.rec.client_cancelled = true;
   }
 
-  // Streaming relay: a producer reads the upstream into a bounded channel; the consumer
-  // writes to the client, with heartbeats while the upstream is silent. The response head
-  // goes out with the first frame, so a failure before it is still a plain HTTP error.
-  awaitable<void> relay_stream(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq, const Upstream& up,
-                               http::ClientResponse& resp, Clock::time_point deadline) {
+  // Streaming: a producer sends the upstream request and reads the answer into a bounded
+  // channel; the consumer writes to the client; a heartbeat fills silences; a watcher
+  // notices the client leaving. The response head goes out with the first frame (or the
+  // first heartbeat), so a failure before that is still a plain HTTP error.
+  awaitable<void> stream_exchange(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
+                                  const Upstream& up, const http::ClientRequest& ureq, Clock::time_point deadline) {
+    const auto& to = cfg_.timeouts;
     auto translator = up.wire == config::Provider::ollama ? llm::make_ollama_stream(creq, ctx.request_id)
                                                           : llm::make_openai_stream(creq);
     FrameChannel ch{ex.executor(), cfg_.max_stream_buffer_events};
     Relay relay;
+    std::unique_ptr<http::ClientResponse> resp;
+    std::optional<ErrorAnswer> upstream_answer;  // a non-2xx head
     bool producer_done = false;
+    bool stopped = false;
+    net::steady_timer stop_signal{ex.executor(), Clock::time_point::max()};
     auto last_write = Clock::now();
-    const auto& to = cfg_.timeouts;
+    const auto first_token_deadline = std::min(ctx.start + to.first_token, deadline);
 
+    // The first failure wins; later ones are consequences of it.
+    auto fail = [&](Reason r, std::string message) {
+      if (relay.reason != Reason::ok) return;
+      relay.reason = r;
+      relay.error = std::move(message);
+    };
     auto stop = [&] {
+      if (stopped) return;
+      stopped = true;
       ch.close();
-      if (!producer_done) resp.abort();
+      stop_signal.cancel();
+      if (!producer_done && resp) resp->abort();
     };
 
     auto producer = [&]() -> awaitable<void> {
-      std::string frames;
-      for (;;) {
-        Ms timeout = translator->first_token_seen()
-                         ? std::min(to.idle, left_until(deadline))
-                         : std::min(left_until(ctx.start + to.first_token), left_until(deadline));
-        auto piece = co_await resp.read_some(timeout);
-        frames.clear();
-        if (auto* err = std::get_if<http::ClientError>(&piece)) {
-          if (err->kind == http::ClientErrc::timeout) {
-            relay.reason = !translator->first_token_seen() ? Reason::first_token_timeout
-                           : left_until(deadline).count() == 0 ? Reason::upstream_timeout
-                                                               : Reason::upstream_idle_timeout;
-            relay.error = "upstream stream timed out";
-          } else if (err->kind == http::ClientErrc::cancelled) {
-            relay.reason = Reason::client_closed;
-          } else {
-            relay.reason = Reason::upstream_stream_failed;
-            relay.error = err->message;
-          }
-          break;
-        }
-        auto bytes = std::get<std::string_view>(piece);
-        if (bytes.empty()) {
-          if (!translator->finish(frames)) {
-            relay.reason = Reason::upstream_stream_failed;
-            relay.error = "upstream stream ended before its end marker";
-          } else if (!translator->error().empty()) {
-            // The upstream sent an error event; it was relayed as is.
-            relay.reason = Reason::upstream_stream_failed;
-            relay.error = translator->error();
-            relay.error_frame_sent = true;
-          }
-          if (!frames.empty()) co_await ch.async_send({}, std::move(frames), nothrow);
-          break;
-        }
-        const bool had_token = translator->first_token_seen();
-        const bool ok = translator->feed(bytes, frames);
-        const auto now = Clock::now();
-        if (!had_token && translator->first_token_seen()) {
-          relay.first_token_at = now;
-          relay.ttft_ms = ms_since(ctx.start, now);
-        }
-        if (translator->first_token_seen()) relay.last_token_at = now;
-        if (!frames.empty()) {
-          auto [ec] = co_await ch.async_send({}, std::move(frames), nothrow);
-          frames = std::string();
-          if (ec) break;  // consumer stopped
-        }
-        if (!ok) {
-          relay.reason = Reason::upstream_stream_failed;
-          relay.error = translator->error().empty() ? "upstream sent an invalid stream" : translator->error();
-          // The translator already produced the error frame.
-          relay.error_frame_sent = true;
-          break;
+      http::Client::Result sent = http::ClientError{http::ClientErrc::cancelled, "stopped"};
+      auto send_it = [&]() -> awaitable<void> {
+        sent = co_await client_->send(up.target, ureq, to.connect, left_until(first_token_deadline));
+      };
+      auto until_stopped = [&]() -> awaitable<void> { co_await stop_signal.async_wait(nothrow); };
+      co_await (send_it() || until_stopped());
+      if (auto* err = std::get_if<http::ClientError>(&sent)) {
+        auto [reason, message] = classify(*err, true);
+        fail(reason, std::move(message));
+      } else {
+        resp = std::move(std::get<std::unique_ptr<http::ClientResponse>>(sent));
+        ctx.rec.upstream_status = resp->status();
+        if (resp->status() < 200 || resp->status() > 299) {
+          upstream_answer = co_await read_error_answer(*resp);
+        } else {
+          co_await read_stream(*resp, *translator, ch, relay, fail, ctx.start, first_token_deadline, deadline, to.idle);
         }
       }
       producer_done = true;
@@ -420,7 +413,7 @@ class WorkerHandler {
     auto consumer = [&]() -> awaitable<void> {
       for (;;) {
         auto [ec, data] = co_await ch.async_receive(nothrow);
-        if (ec) break;  // closed: producer finished (or stop())
+        if (ec) break;  // closed: the producer finished, or stop()
         if (!ex.started() && !co_await begin()) {
           relay.client_gone = true;
           break;
@@ -434,15 +427,27 @@ class WorkerHandler {
       stop();
     };
 
+    // Comment lines while nothing was written for `heartbeat`; and while the gateway
+    // drains, ends the stream with an error event shortly before the grace period ends.
     auto heartbeat = [&]() -> awaitable<void> {
       net::steady_timer t{ex.executor()};
       for (;;) {
-        t.expires_at(last_write + to.heartbeat);
+        const auto cut = g_.cut_streams_at.load(std::memory_order_relaxed);
+        auto wake = last_write + to.heartbeat;
+        // Short naps so a drain is noticed in time (a timer wake costs about a microsecond).
+        wake = std::min(wake, Clock::now() + (g_.draining.load(std::memory_order_relaxed) ? Ms(50) : Ms(250)));
+        t.expires_at(wake);
         auto [ec] = co_await t.async_wait(nothrow);
         if (ec) co_return;
-        if (Clock::now() - last_write >= to.heartbeat) {
+        const auto now = Clock::now();
+        if (cut != 0 && now.time_since_epoch().count() >= cut) {
+          fail(Reason::shutting_down, "the gateway is shutting down");
+          stop();
+          co_return;
+        }
+        if (now - last_write >= to.heartbeat) {
           ch.try_send(boost::system::error_code{}, std::string(": keep-alive\n\n"));
-          last_write = Clock::now();
+          last_write = now;
         }
       }
     };
@@ -463,13 +468,21 @@ class WorkerHandler {
     ctx.rec.prompt_tokens = usage.prompt_tokens >= 0 ? usage.prompt_tokens : creq.prompt_tokens_estimate;
     ctx.rec.completion_tokens = usage.completion_tokens >= 0 ? usage.completion_tokens : translator->content_chunks();
     if (relay.ttft_ms >= 0 && relay.last_token_at > relay.first_token_at && ctx.rec.completion_tokens > 1) {
-      ctx.rec.tokens_per_s = (ctx.rec.completion_tokens - 1) * 1000.0 / ms_since(relay.first_token_at, relay.last_token_at);
+      ctx.rec.tokens_per_s =
+          (ctx.rec.completion_tokens - 1) * 1000.0 / ms_since(relay.first_token_at, relay.last_token_at);
     }
     if (relay.client_gone) {
       ctx.rec.client_cancelled = true;
       ctx.rec.status = http_status(Reason::client_closed);
       ctx.rec.reason = Reason::client_closed;
       co_return;
+    }
+    if (upstream_answer) {
+      if (!ex.started()) {
+        co_await reply_upstream_error(ex, ctx, *upstream_answer, up);
+        co_return;
+      }
+      fail(Reason::upstream_error, "upstream answered HTTP " + std::to_string(upstream_answer->status));
     }
     if (relay.reason == Reason::ok) {
       ctx.rec.status = 200;
@@ -486,8 +499,69 @@ class WorkerHandler {
     ctx.rec.status = 200;
     ctx.rec.reason = relay.reason;
     ctx.rec.error = relay.error;
-    if (!relay.error_frame_sent) co_await ex.write_chunk(llm::error_frame(relay.reason, relay.error));
+    if (!relay.error_frame_sent) {
+      std::string frame = llm::error_frame(relay.reason, relay.error);
+      co_await ex.write_chunk(frame);
+    }
     co_await ex.end_stream();
+  }
+
+  // Reads an upstream stream, translating it into client frames, until it ends or fails.
+  template <class Fail>
+  static awaitable<void> read_stream(http::ClientResponse& resp, llm::StreamTranslator& tr, FrameChannel& ch,
+                                     Relay& relay, Fail& fail, Clock::time_point start,
+                                     Clock::time_point first_token_deadline, Clock::time_point deadline,
+                                     Ms idle) {
+    std::string frames;
+    for (;;) {
+      const Ms timeout = tr.first_token_seen() ? std::min(idle, left_until(deadline)) : left_until(first_token_deadline);
+      auto piece = co_await resp.read_some(timeout);
+      frames.clear();
+      if (auto* err = std::get_if<http::ClientError>(&piece)) {
+        if (err->kind == http::ClientErrc::timeout) {
+          fail(!tr.first_token_seen()               ? Reason::first_token_timeout
+               : left_until(deadline).count() == 0 ? Reason::upstream_timeout
+                                                   : Reason::upstream_idle_timeout,
+               "upstream stream timed out");
+        } else if (err->kind == http::ClientErrc::cancelled) {
+          fail(Reason::client_closed, "cancelled");
+        } else {
+          fail(Reason::upstream_stream_failed, err->message);
+        }
+        co_return;
+      }
+      auto bytes = std::get<std::string_view>(piece);
+      if (bytes.empty()) {
+        if (!tr.finish(frames)) {
+          fail(Reason::upstream_stream_failed, "upstream stream ended before its end marker");
+        } else if (!tr.error().empty()) {
+          // The upstream sent an error event; it was relayed as is.
+          fail(Reason::upstream_stream_failed, tr.error());
+          relay.error_frame_sent = true;
+        }
+        if (!frames.empty()) co_await ch.async_send({}, std::move(frames), nothrow);
+        co_return;
+      }
+      const bool had_token = tr.first_token_seen();
+      const bool ok = tr.feed(bytes, frames);
+      const auto now = Clock::now();
+      if (!had_token && tr.first_token_seen()) {
+        relay.first_token_at = now;
+        relay.ttft_ms = ms_since(start, now);
+      }
+      if (tr.first_token_seen()) relay.last_token_at = now;
+      if (!frames.empty()) {
+        auto [ec] = co_await ch.async_send({}, std::move(frames), nothrow);
+        frames = std::string();
+        if (ec) co_return;  // the consumer stopped
+      }
+      if (!ok) {
+        // The translator already produced the error frame.
+        fail(Reason::upstream_stream_failed, tr.error().empty() ? "upstream sent an invalid stream" : tr.error());
+        relay.error_frame_sent = true;
+        co_return;
+      }
+    }
   }
 
   void record(Context& ctx) {

@@ -1,6 +1,7 @@
 #pragma once
 // State shared read-only by every worker (plus a few atomics), and the per-worker handler.
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -30,6 +31,9 @@ struct Shared {
   std::string instance;
   telemetry::AccessLog* access_log = nullptr;
   std::atomic<bool> draining{false};
+  // steady_clock ticks after which streams still open are ended with a `shutting_down`
+  // error event (0 = not draining); set a little before the server's grace period ends.
+  std::atomic<std::int64_t> cut_streams_at{0};
 };
 
 http::Handler make_handler(Shared& shared, boost::asio::any_io_executor ex);

@@ -251,6 +251,22 @@ awaitable<void> write_local(Session& s, int status, std::string_view message) {
   co_await bhttp::async_write(s.stream, res, nothrow);
 }
 
+// After answering an error without reading the whole request (e.g. 413 on the declared
+// length), closing at once would reset the connection while the client is still sending,
+// and it could lose our answer. Stop sending, then discard what still arrives, bounded.
+awaitable<void> linger(Session& s) {
+  beast::error_code ec;
+  s.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  s.stream.expires_after(std::chrono::seconds(2));
+  static thread_local char sink[16384];
+  std::size_t total = 0;
+  while (total < (8u << 20)) {
+    auto [rec, n] = co_await s.stream.async_read_some(net::buffer(sink), nothrow);
+    if (rec || n == 0) break;
+    total += n;
+  }
+}
+
 awaitable<void> run_session(Worker& w, tcp::socket sock) {
   Session s{w, std::move(sock)};
   w.sessions.insert(&s);
@@ -279,21 +295,24 @@ awaitable<void> run_session(Worker& w, tcp::socket sock) {
       parser.body_limit(opts.max_body_bytes);
       s.stream.expires_after(opts.read_timeout);
       auto [ec, n] = co_await bhttp::async_read(s.stream, s.buffer, parser, nothrow);
-      if (ec == bhttp::error::header_limit) {
-        co_await write_local(s, 431, "request headers exceed the limit");
-        break;
-      }
-      if (ec == bhttp::error::body_limit) {
-        co_await write_local(s, 413, "request body exceeds the limit of " + std::to_string(opts.max_body_bytes) + " bytes");
-        break;
-      }
-      if (ec == beast::error::timeout) {
-        co_await write_local(s, 408, "timed out reading the request");
-        break;
-      }
       if (ec == bhttp::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset) break;
       if (ec) {
-        co_await write_local(s, 400, std::string("malformed HTTP request: ") + ec.message());
+        int status = 400;
+        std::string message;
+        if (ec == bhttp::error::header_limit) {
+          status = 431;
+          message = "request headers exceed the limit";
+        } else if (ec == bhttp::error::body_limit) {
+          status = 413;
+          message = "request body exceeds the limit of " + std::to_string(opts.max_body_bytes) + " bytes";
+        } else if (ec == beast::error::timeout) {
+          status = 408;
+          message = "timed out reading the request";
+        } else {
+          message = "malformed HTTP request: " + ec.message();
+        }
+        co_await write_local(s, status, message);
+        if (ec != beast::error::timeout) co_await linger(s);
         break;
       }
       s.stream.expires_never();
@@ -377,10 +396,9 @@ awaitable<void> drain(Worker& w, std::chrono::milliseconds grace) {
       break;
     }
     for (Session* s : w.sessions) {
-      if (s->idle || now >= deadline) {
-        s->stream.socket().shutdown(tcp::socket::shutdown_both, ec);
-        s->stream.socket().cancel(ec);
-      }
+      // shutdown() (not cancel()) so pending reads see EOF: handlers watching for the
+      // client leaving treat it as gone and stop their upstream work.
+      if (s->idle || now >= deadline) s->stream.socket().shutdown(tcp::socket::shutdown_both, ec);
     }
     t.expires_after(std::chrono::milliseconds(20));
     co_await t.async_wait(nothrow);

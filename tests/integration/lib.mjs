@@ -1,0 +1,586 @@
+// Shared helpers for the integration tests: real `sluice serve` and `sluice sim` processes,
+// a tiny YAML emitter for gateway configs, an SSE reader with arrival timestamps, raw HTTP
+// requests (no connection pooling) and bounded wait helpers.
+//
+// Every process started here is tracked and stopped by its own pid (SIGTERM, then SIGKILL
+// after a timeout). Nothing is ever killed by name.
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { setTimeout as delay } from 'node:timers/promises';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const REPO = path.resolve(here, '..', '..');
+export const BIN = process.env.SLUICE_BIN || path.join(REPO, 'build', 'sluice');
+
+// Secrets used by the tests. The access-log test checks that none of them is ever written.
+export const KEY = 'sk-test-0123456789abcdef';         // masked: sk-test-***cdef
+export const KEY_LIMITED = 'sk-limited-aaaabbbbccccdddd';
+export const BAD_KEY = 'sk-wrong-zzzzyyyyxxxxwwww';
+
+export { delay };
+
+// ---- generic waiting ---------------------------------------------------------------
+
+// Rejects after `ms` with a message naming what was awaited.
+export function withTimeout(promise, ms, what) {
+  let timer;
+  const t = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms);
+  });
+  return Promise.race([promise, t]).finally(() => clearTimeout(timer));
+}
+
+// Polls `fn` (sync or async) until it returns a truthy value; returns that value.
+// Rejects after `timeout` ms, with the last value or error in the message.
+export async function waitFor(fn, { timeout = 5000, interval = 50, what = 'a condition' } = {}) {
+  const end = Date.now() + timeout;
+  let last;
+  for (;;) {
+    try {
+      last = await fn();
+      if (last) return last;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() >= end) {
+      const detail = last instanceof Error ? last.message : JSON.stringify(last);
+      throw new Error(`timed out after ${timeout} ms waiting for ${what} (last: ${detail})`);
+    }
+    await delay(interval);
+  }
+}
+
+// ---- YAML ----------------------------------------------------------------------------
+
+function yamlKey(k) {
+  return /^[A-Za-z_][A-Za-z0-9_]*$/.test(k) ? k : JSON.stringify(k);
+}
+
+function yamlScalar(v) {
+  if (typeof v === 'string') return JSON.stringify(v); // a JSON string is a YAML double-quoted scalar
+  if (typeof v === 'number') {
+    if (!Number.isFinite(v)) throw new Error(`cannot write ${v} to YAML`);
+    return String(v);
+  }
+  if (typeof v === 'boolean') return v ? 'true' : 'false';
+  throw new Error(`cannot write a ${typeof v} (${v}) as a YAML scalar`);
+}
+
+const isMap = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
+
+function yamlLines(value, indent) {
+  const pad = ' '.repeat(indent);
+  if (!isMap(value)) throw new Error('yamlLines expects a map');
+  const lines = [];
+  for (const [k, v] of Object.entries(value)) {
+    if (v === undefined) continue;
+    const key = `${pad}${yamlKey(k)}:`;
+    if (isMap(v)) {
+      if (Object.keys(v).length === 0) lines.push(`${key} {}`);
+      else lines.push(key, ...yamlLines(v, indent + 2));
+    } else if (Array.isArray(v)) {
+      if (v.length === 0) {
+        lines.push(`${key} []`);
+      } else if (v.every((x) => !isMap(x) && !Array.isArray(x))) {
+        lines.push(`${key} [${v.map(yamlScalar).join(', ')}]`);
+      } else {
+        lines.push(key);
+        for (const item of v) {
+          if (!isMap(item)) throw new Error('a YAML list mixes maps and scalars');
+          const sub = yamlLines(item, indent + 4);
+          if (sub.length === 0) {
+            lines.push(`${pad}  - {}`);
+            continue;
+          }
+          sub[0] = `${pad}  - ${sub[0].trimStart()}`;
+          lines.push(...sub);
+        }
+      }
+    } else {
+      lines.push(`${key} ${yamlScalar(v)}`);
+    }
+  }
+  return lines;
+}
+
+export function toYaml(obj) {
+  return yamlLines(obj, 0).join('\n') + '\n';
+}
+
+// ---- processes -------------------------------------------------------------------------
+
+const live = new Set();
+process.on('exit', () => {
+  // Last resort if a test crashed before its after(): each child by its own pid.
+  for (const child of live) {
+    try {
+      child.kill('SIGKILL');
+    } catch {
+      /* already gone */
+    }
+  }
+});
+
+// Temp dirs (configs, access logs) are removed when the test process exits, unless
+// SLUICE_IT_KEEP is set (to look at them after a failure).
+const tempDirs = [];
+process.on('exit', () => {
+  if (process.env.SLUICE_IT_KEEP) return;
+  for (const d of tempDirs) fs.rmSync(d, { recursive: true, force: true });
+});
+
+export function tempDir(prefix = 'sluice-it-') {
+  const d = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  tempDirs.push(d);
+  return d;
+}
+
+// Spawns BIN with `args` and resolves once `pattern` (with a port capture group) appears on
+// the named output stream. Rejects if the process exits first or after `timeout` ms.
+async function spawnServer(args, { stream, pattern, timeout = 15000, env, name }) {
+  if (!fs.existsSync(BIN)) throw new Error(`${BIN} does not exist: build it first (make build)`);
+  const child = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'], env: env ?? process.env });
+  live.add(child);
+  const out = { stdout: '', stderr: '' };
+  const exited = new Promise((resolve) => {
+    child.on('exit', (code, signal) => {
+      live.delete(child);
+      if (!child.stopping) {
+        // Nobody asked it to stop: say so loudly, with the end of its output.
+        const tail = (out.stderr + out.stdout).split('\n').slice(-15).join('\n');
+        process.stderr.write(`\n*** ${name} (pid ${child.pid}) exited unexpectedly: code ${code}, signal ${signal}\n${tail}\n`);
+      }
+      resolve({ code, signal, at: performance.now() });
+    });
+  });
+  const ready = new Promise((resolve, reject) => {
+    const check = () => {
+      const m = out[stream].match(pattern);
+      if (m) resolve(Number(m[1]));
+    };
+    child.stdout.on('data', (d) => {
+      out.stdout += d;
+      check();
+    });
+    child.stderr.on('data', (d) => {
+      out.stderr += d;
+      check();
+    });
+    child.on('error', reject);
+    exited.then(({ code, signal }) =>
+      reject(new Error(`${name} exited (code ${code}, signal ${signal}) before it was ready:\n${out.stderr}${out.stdout}`)),
+    );
+  });
+  const proc = {
+    name,
+    child,
+    pid: child.pid,
+    exited,
+    output: out,
+    port: 0,
+    stop: (timeoutMs) => stopProcess(proc, timeoutMs),
+  };
+  try {
+    proc.port = await withTimeout(ready, timeout, `${name} to print its listening line`);
+  } catch (e) {
+    await stopProcess(proc, 2000);
+    throw e;
+  }
+  return proc;
+}
+
+// SIGTERM, then SIGKILL if the process is still there after `timeoutMs`.
+export async function stopProcess(proc, timeoutMs = 6000) {
+  const c = proc.child;
+  if (c.exitCode !== null || c.signalCode !== null) return proc.exited;
+  c.stopping = true;
+  c.kill('SIGTERM');
+  let timer;
+  const r = await Promise.race([proc.exited, new Promise((res) => (timer = setTimeout(() => res(null), timeoutMs)))]);
+  clearTimeout(timer);
+  if (r) return r;
+  c.kill('SIGKILL');
+  return proc.exited;
+}
+
+// ---- simulator -----------------------------------------------------------------------
+
+// Starts `sluice sim` on 127.0.0.1 port 0. `flags` maps flag names without dashes
+// (e.g. {ttft: '1s', 'inter-token': '100ms', jitter: 0}) to values.
+export async function startSim(flags = {}) {
+  const args = ['sim', '--host', '127.0.0.1', '--port', '0'];
+  const all = { jitter: 0, 'shutdown-grace': '500ms', ...flags };
+  for (const [k, v] of Object.entries(all)) {
+    for (const one of Array.isArray(v) ? v : [v]) args.push(`--${k}`, String(one));
+  }
+  const proc = await spawnServer(args, {
+    stream: 'stdout',
+    pattern: /sluice-sim listening on 127\.0\.0\.1:(\d+)/,
+    name: 'sluice sim',
+  });
+  const url = `http://127.0.0.1:${proc.port}`;
+  return Object.assign(proc, {
+    url,
+    async stats() {
+      const r = await rawRequest({ port: proc.port, method: 'GET', path: '/sim/stats' });
+      assertOk(r, 'GET /sim/stats');
+      return JSON.parse(r.body);
+    },
+    async reset() {
+      const r = await rawRequest({ port: proc.port, method: 'POST', path: '/sim/reset', body: '' });
+      assertOk(r, 'POST /sim/reset');
+      return JSON.parse(r.body);
+    },
+    // POST /sim/config with field names as GET /sim/config shows them (ttft_ms, abort_rate...).
+    async configure(settings) {
+      const r = await rawRequest({
+        port: proc.port,
+        method: 'POST',
+        path: '/sim/config',
+        body: JSON.stringify(settings),
+        headers: { 'content-type': 'application/json' },
+      });
+      assertOk(r, `POST /sim/config ${JSON.stringify(settings)}`);
+      return JSON.parse(r.body);
+    },
+  });
+}
+
+function assertOk(r, what) {
+  if (r.status !== 200) throw new Error(`${what}: HTTP ${r.status}: ${r.body}`);
+}
+
+// ---- gateway -------------------------------------------------------------------------
+
+// Starts `sluice serve` with `config` (a plain object, written as YAML into a fresh temp
+// dir). Fills in, unless given: listen 127.0.0.1:0, workers 2, an access log file in the
+// temp dir, timeouts.shutdown_grace 2s.
+export async function startGateway(config, { env } = {}) {
+  const dir = tempDir('sluice-gw-');
+  const logPath = path.join(dir, 'access.log');
+  const cfg = {
+    instance: 'it-gw',
+    listen: '127.0.0.1:0',
+    workers: 2,
+    access_log: logPath,
+    ...config,
+  };
+  cfg.timeouts = { shutdown_grace: '2s', ...(config.timeouts ?? {}) };
+  const yaml = toYaml(cfg);
+  const configPath = path.join(dir, 'sluice.yaml');
+  fs.writeFileSync(configPath, yaml);
+  const proc = await spawnServer(['serve', '--config', configPath], {
+    stream: 'stderr',
+    pattern: /sluice listening on 127\.0\.0\.1:(\d+)/,
+    name: 'sluice serve',
+    env,
+  });
+  const url = `http://127.0.0.1:${proc.port}`;
+  return Object.assign(proc, {
+    url,
+    dir,
+    configPath,
+    yaml,
+    logPath: cfg.access_log,
+    logText() {
+      return fs.existsSync(cfg.access_log) ? fs.readFileSync(cfg.access_log, 'utf8') : '';
+    },
+    // Every access-log line, parsed (throws on a line that is not JSON).
+    logLines() {
+      return this.logText()
+        .split('\n')
+        .filter((l) => l.length > 0)
+        .map((l) => JSON.parse(l));
+    },
+    // Waits for the access-log line of `requestId`.
+    async logFor(requestId, timeout = 5000) {
+      return waitFor(() => this.logLines().find((l) => l.request_id === requestId), {
+        timeout,
+        what: `the access-log line of request ${requestId}`,
+      });
+    },
+  });
+}
+
+// A minimal valid gateway config around the given routes.
+export function keysAll(extra = []) {
+  return [{ name: 'test-app', key: KEY, tenant: 'acme', tier: 'gold', models: ['*'] }, ...extra];
+}
+
+// ---- HTTP ----------------------------------------------------------------------------
+
+// One request on a fresh connection (no pooling), so it sees exactly what the server does
+// with a new connection. Resolves {status, headers, body}; rejects on a socket error.
+export function rawRequest({ port, method = 'GET', path: p = '/', headers = {}, body, timeout = 10000 }) {
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      { host: '127.0.0.1', port, method, path: p, headers, agent: false },
+      (res) => {
+        const parts = [];
+        res.on('data', (d) => parts.push(d));
+        res.on('end', () =>
+          resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(parts).toString('utf8') }),
+        );
+        res.on('error', reject);
+      },
+    );
+    req.setTimeout(timeout, () => req.destroy(new Error(`no answer within ${timeout} ms`)));
+    req.on('error', reject);
+    if (body !== undefined) req.end(body);
+    else req.end();
+  });
+}
+
+// JSON request through fetch. Resolves {status, headers, text, json}.
+export async function request(url, { method = 'GET', headers = {}, body, key, timeout = 15000 } = {}) {
+  const h = { ...headers };
+  if (key) h.authorization = `Bearer ${key}`;
+  let payload = body;
+  if (body !== undefined && typeof body !== 'string') {
+    payload = JSON.stringify(body);
+    h['content-type'] ??= 'application/json';
+  }
+  const res = await fetch(url, { method, headers: h, body: payload, signal: AbortSignal.timeout(timeout) });
+  const text = await res.text();
+  let json;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  return { status: res.status, headers: res.headers, text, json };
+}
+
+export function chat(gw, body, opts = {}) {
+  return request(`${gw.url}/v1/chat/completions`, { method: 'POST', key: KEY, ...opts, body });
+}
+
+export const USER = [{ role: 'user', content: 'Say something.' }];
+
+// "tok0 tok1 ... tok{n-1} ": the simulator's deterministic output.
+export function simText(n) {
+  let s = '';
+  for (let i = 0; i < n; i++) s += `tok${i} `;
+  return s;
+}
+
+// ---- SSE -----------------------------------------------------------------------------
+
+// Parses the SSE body incrementally. Events: {t, data, json?, event?} for data events and
+// {t, comment} for comment lines; `t` is the arrival time (performance.now()) of the bytes
+// that completed the event.
+export class SseParser {
+  constructor() {
+    this.buf = '';
+    this.events = [];
+    this.data = null;
+    this.event = '';
+  }
+  push(text, t) {
+    this.buf += text.replace(/\r\n/g, '\n');
+    let nl;
+    while ((nl = this.buf.indexOf('\n')) >= 0) {
+      const line = this.buf.slice(0, nl);
+      this.buf = this.buf.slice(nl + 1);
+      if (line === '') {
+        if (this.data !== null) {
+          const ev = { t, data: this.data };
+          if (this.event) ev.event = this.event;
+          if (this.data !== '[DONE]') {
+            try {
+              ev.json = JSON.parse(this.data);
+            } catch {
+              /* left as text */
+            }
+          }
+          this.events.push(ev);
+        }
+        this.data = null;
+        this.event = '';
+      } else if (line.startsWith(':')) {
+        this.events.push({ t, comment: line.slice(1).trim() });
+      } else if (line.startsWith('data:')) {
+        const v = line.slice(5).replace(/^ /, '');
+        this.data = this.data === null ? v : `${this.data}\n${v}`;
+      } else if (line.startsWith('event:')) {
+        this.event = line.slice(6).trim();
+      }
+    }
+  }
+}
+
+// POSTs `body` and reads the answer. For an event stream: {status, headers, raw, chunks:
+// [{t, text}], events, done (saw [DONE]), ended (body ended normally), aborted, t0}.
+// For anything else: {status, headers, raw, json}.
+// Options: stopAfter(events) -> true aborts the fetch (the connection is closed);
+// timeout bounds the whole exchange (then it throws).
+export async function sse(url, body, { key = KEY, headers = {}, stopAfter, timeout = 20000 } = {}) {
+  const ac = new AbortController();
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    ac.abort();
+  }, timeout);
+  const t0 = performance.now();
+  const h = { 'content-type': 'application/json', ...headers };
+  if (key) h.authorization = `Bearer ${key}`;
+  try {
+    const res = await fetch(url, { method: 'POST', headers: h, body: JSON.stringify(body), signal: ac.signal });
+    const out = { status: res.status, headers: res.headers, raw: '', t0, tHead: performance.now() };
+    if (!(res.headers.get('content-type') ?? '').startsWith('text/event-stream')) {
+      out.raw = await res.text();
+      try {
+        out.json = JSON.parse(out.raw);
+      } catch {
+        /* not JSON */
+      }
+      return out;
+    }
+    Object.assign(out, { chunks: [], events: [], done: false, ended: false, aborted: false });
+    const parser = new SseParser();
+    out.events = parser.events;
+    const reader = res.body.getReader();
+    const dec = new TextDecoder();
+    for (;;) {
+      let r;
+      try {
+        r = await reader.read();
+      } catch (e) {
+        if (timedOut) throw new Error(`SSE stream not finished after ${timeout} ms; got so far:\n${out.raw}`);
+        if (out.aborted) break;
+        out.error = e;
+        break;
+      }
+      if (r.done) {
+        out.ended = true;
+        break;
+      }
+      const t = performance.now();
+      const text = dec.decode(r.value, { stream: true });
+      out.raw += text;
+      out.chunks.push({ t, text });
+      parser.push(text, t);
+      if (stopAfter && stopAfter(out.events)) {
+        out.aborted = true;
+        ac.abort();
+        break;
+      }
+    }
+    out.done = out.events.some((e) => e.data === '[DONE]');
+    return out;
+  } catch (e) {
+    if (timedOut) throw new Error(`no complete answer from ${url} within ${timeout} ms`);
+    throw e;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+// Data events carrying a chat.completion.chunk with non-empty delta content.
+export function contentEvents(events) {
+  return events.filter((e) => e.json?.choices?.[0]?.delta?.content);
+}
+
+export function assembled(events) {
+  return contentEvents(events)
+    .map((e) => e.json.choices[0].delta.content)
+    .join('');
+}
+
+// ---- misc ----------------------------------------------------------------------------
+
+// A TCP port on 127.0.0.1 that nothing listens on (bound, then released).
+export async function closedPort() {
+  const srv = net.createServer();
+  await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+  const { port } = srv.address();
+  await new Promise((r) => srv.close(r));
+  return port;
+}
+
+// A recording upstream (plain Node HTTP server on 127.0.0.1:0): stores every request
+// (method, url, headers, raw body, parsed JSON) and answers like a tiny OpenAI or Ollama
+// server (fixed content "hello"). Used where the simulator cannot show what it received
+// (it exposes no request headers or bodies). `custom(req, res, json)` may take over the
+// answer (return true when it did), e.g. to drop the connection mid-stream.
+export async function startRecorder(custom) {
+  const requests = [];
+  const server = http.createServer((req, res) => {
+    const parts = [];
+    req.on('data', (d) => parts.push(d));
+    req.on('end', () => {
+      const raw = Buffer.concat(parts).toString('utf8');
+      let json;
+      try {
+        json = JSON.parse(raw);
+      } catch {
+        json = undefined;
+      }
+      requests.push({ method: req.method, url: req.url, headers: req.headers, raw, json });
+      if (custom && custom(req, res, json)) return;
+      const model = json?.model ?? 'x';
+      if (req.url.endsWith('/api/chat')) {
+        const final = {
+          model,
+          created_at: new Date().toISOString(),
+          message: { role: 'assistant', content: json?.stream ? '' : 'hello' },
+          done: true,
+          done_reason: 'stop',
+          prompt_eval_count: 3,
+          eval_count: 1,
+        };
+        if (json?.stream) {
+          res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+          res.write(JSON.stringify({ model, message: { role: 'assistant', content: 'hello' }, done: false }) + '\n');
+          res.end(JSON.stringify(final) + '\n');
+        } else {
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.end(JSON.stringify(final));
+        }
+        return;
+      }
+      const base = { id: 'chatcmpl-rec', created: 1, model };
+      if (json?.stream) {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        const chunk = (delta, finish) => ({
+          ...base,
+          object: 'chat.completion.chunk',
+          choices: [{ index: 0, delta, finish_reason: finish }],
+        });
+        res.write(`data: ${JSON.stringify(chunk({ role: 'assistant', content: 'hello' }, null))}\n\n`);
+        res.write(`data: ${JSON.stringify(chunk({}, 'stop'))}\n\n`);
+        res.write(
+          `data: ${JSON.stringify({ ...base, object: 'chat.completion.chunk', choices: [], usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 } })}\n\n`,
+        );
+        res.end('data: [DONE]\n\n');
+      } else {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(
+          JSON.stringify({
+            ...base,
+            object: 'chat.completion',
+            choices: [{ index: 0, message: { role: 'assistant', content: 'hello' }, finish_reason: 'stop' }],
+            usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 },
+          }),
+        );
+      }
+    });
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  const { port } = server.address();
+  return {
+    port,
+    url: `http://127.0.0.1:${port}`,
+    requests,
+    close: () =>
+      new Promise((r) => {
+        server.closeAllConnections?.();
+        server.close(() => r());
+      }),
+  };
+}

@@ -1,0 +1,165 @@
+// Graceful shutdown: SIGTERM stops accepting, lets in-flight streams finish within
+// timeouts.shutdown_grace, then exits 0.
+import { afterEach, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  USER,
+  contentEvents,
+  keysAll,
+  rawRequest,
+  sse,
+  simText,
+  assembled,
+  startGateway,
+  waitFor,
+  withTimeout,
+} from './lib.mjs';
+
+let gw;
+
+afterEach(async () => {
+  await gw?.stop(2000);
+  gw = undefined;
+});
+
+function config(grace, sim) {
+  return {
+    instance: 'it-shutdown',
+    timeouts: { shutdown_grace: grace },
+    keys: keysAll(),
+    models: [{ alias: 'demo', provider: 'simulated', sim: { jitter: 0, ...sim } }],
+  };
+}
+
+// Resolves once a new connection to `port` is refused.
+function refused(port, timeout) {
+  return waitFor(
+    async () => {
+      try {
+        await rawRequest({ port, path: '/health', timeout: 1000 });
+        return false; // still accepting
+      } catch (e) {
+        return e.code === 'ECONNREFUSED' ? performance.now() : false;
+      }
+    },
+    { timeout, interval: 25, what: 'new connections to be refused' },
+  );
+}
+
+// Sends SIGTERM to the gateway (by its pid) once the first content chunk has arrived.
+function termOnFirstChunk(target) {
+  const state = { tTerm: 0 };
+  state.signalled = new Promise((resolve) => {
+    state.stopAfter = (events) => {
+      if (!state.tTerm && contentEvents(events).length >= 1) {
+        state.tTerm = performance.now();
+        target.child.stopping = true; // expected exit: no "exited unexpectedly" warning
+        target.child.kill('SIGTERM');
+        resolve();
+      }
+      return false; // keep reading
+    };
+  });
+  return state;
+}
+
+describe('SIGTERM', () => {
+  test('an in-flight stream completes, new connections are refused, exit 0 within the grace period', async () => {
+    // 20 tokens at 100 ms: ~2 s of stream, well inside a 10 s grace period.
+    gw = await startGateway(config('10s', { ttft: '50ms', inter_token: '100ms' }));
+    const port = gw.port;
+    const term = termOnFirstChunk(gw);
+    const streaming = sse(
+      `${gw.url}/v1/chat/completions`,
+      { model: 'demo', messages: USER, stream: true, max_tokens: 20 },
+      { stopAfter: term.stopAfter, timeout: 15000 },
+    );
+    await withTimeout(term.signalled, 10000, 'the first chunk');
+    const tRefused = await refused(port, 5000);
+    const r = await streaming;
+    const tLast = r.chunks.at(-1).t;
+
+    // The stream was not cut: every token, the finish chunk, [DONE], a clean end.
+    assert.equal(r.status, 200);
+    assert.equal(assembled(r.events), simText(20));
+    assert.ok(r.events.some((e) => e.json?.choices?.[0]?.finish_reason === 'length'));
+    assert.ok(r.done, 'the stream ended with [DONE]');
+    assert.ok(r.ended, 'the HTTP response ended normally');
+    assert.equal(r.error, undefined);
+    // New connections were refused while the stream was still running.
+    assert.ok(tRefused < tLast, 'refused before the in-flight stream ended');
+    assert.ok(contentEvents(r.events).filter((e) => e.t > term.tTerm).length >= 10, 'most tokens came after SIGTERM');
+
+    const exit = await withTimeout(gw.exited, 10000, 'the gateway to exit');
+    assert.equal(exit.signal, null);
+    assert.equal(exit.code, 0);
+    assert.ok(exit.at >= tLast - 250, 'exited after the stream completed');
+    assert.ok(exit.at - term.tTerm < 10000, `exited ${(exit.at - term.tTerm).toFixed(0)} ms after SIGTERM (grace 10 s)`);
+    assert.match(gw.output.stderr, /draining/);
+    assert.match(gw.output.stderr, /sluice: stopped/);
+    // The stream's access-log line was written before exit.
+    const line = gw.logLines().find((l) => l.request_id === r.headers.get('x-request-id'));
+    assert.ok(line, 'the stream is in the access log');
+    assert.equal(line.status, 200);
+    assert.equal(line.reason, 'ok');
+    assert.equal(line.completion_tokens, 20);
+  });
+
+  test('idle: exits 0 promptly', async () => {
+    gw = await startGateway(config('10s', { ttft: '5ms', inter_token: '1ms' }));
+    // A keep-alive connection that is idle at shutdown must not hold the process.
+    const r = await fetch(`${gw.url}/health`);
+    assert.equal(r.status, 200);
+    await r.text();
+    const t0 = performance.now();
+    gw.child.stopping = true;
+    gw.child.kill('SIGTERM');
+    const exit = await withTimeout(gw.exited, 10000, 'the gateway to exit');
+    assert.equal(exit.code, 0);
+    assert.equal(exit.signal, null);
+    // Nothing to drain: far less than the 10 s grace period.
+    assert.ok(exit.at - t0 < 5000, `took ${(exit.at - t0).toFixed(0)} ms`);
+    await assert.rejects(rawRequest({ port: gw.port, path: '/health' }), { code: 'ECONNREFUSED' });
+  });
+
+  test('a stream longer than the grace period is cut, and the process still exits 0 in time', async () => {
+    // 50 tokens at 100 ms: ~5 s, with a 1 s grace period.
+    gw = await startGateway(config('1s', { ttft: '50ms', inter_token: '100ms' }));
+    const term = termOnFirstChunk(gw);
+    const streaming = sse(
+      `${gw.url}/v1/chat/completions`,
+      { model: 'demo', messages: USER, stream: true, max_tokens: 50 },
+      { stopAfter: term.stopAfter, timeout: 15000 },
+    );
+    await withTimeout(term.signalled, 10000, 'the first chunk');
+    const exit = await withTimeout(gw.exited, 8000, 'the gateway to exit');
+    const r = await streaming;
+    assert.equal(exit.code, 0);
+    assert.equal(exit.signal, null);
+    // Well under the 5 s the stream needed; the 1 s grace plus generous slack.
+    assert.ok(exit.at - term.tTerm < 4000, `exited ${(exit.at - term.tTerm).toFixed(0)} ms after SIGTERM (grace 1 s)`);
+    // Cut before it could finish, and told why: an error event, then a clean end.
+    assert.ok(contentEvents(r.events).length < 50);
+    const err = r.events.find((e) => e.json?.error);
+    assert.ok(err, 'the cut stream carries an error event');
+    assert.equal(err.json.error.code, 'shutting_down');
+  });
+
+  test('a stream cut at the end of the grace period is logged as a shutdown, not as a client disconnect', async () => {
+    gw = await startGateway(config('1s', { ttft: '50ms', inter_token: '100ms' }));
+    const term = termOnFirstChunk(gw);
+    const r = await sse(
+      `${gw.url}/v1/chat/completions`,
+      { model: 'demo', messages: USER, stream: true, max_tokens: 50 },
+      { stopAfter: term.stopAfter, timeout: 15000 },
+    );
+    await withTimeout(gw.exited, 8000, 'the gateway to exit');
+    assert.ok(contentEvents(r.events).length < 50, 'the stream was cut');
+    const line = gw.logLines().find((l) => l.request_id === r.headers.get('x-request-id'));
+    assert.ok(line, 'the cut stream is in the access log');
+    // The client did not go away: the gateway cut the stream.
+    assert.equal(line.client_cancelled, false);
+    assert.notEqual(line.reason, 'client_closed', `logged as ${JSON.stringify({ status: line.status, reason: line.reason })}`);
+    assert.equal(line.reason, 'shutting_down');
+  });
+});
