@@ -7,6 +7,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/json.hpp>
 #include <chrono>
 #include <functional>
@@ -320,9 +321,9 @@ TEST_F(SimServerTest, OpenAiNonStream) {
   EXPECT_EQ(b.at("usage").as_object().at("completion_tokens").as_int64(), 6);
   EXPECT_EQ(b.at("choices").as_array()[0].as_object().at("finish_reason").as_string(), "stop");
 
+  ASSERT_TRUE(wait_until([&] { return server_->stats().completed == 2u; }));
   auto st = server_->stats();
   EXPECT_EQ(st.requests, 2u);
-  EXPECT_EQ(st.completed, 2u);
   EXPECT_EQ(st.cancelled, 0u);
 }
 
@@ -347,7 +348,7 @@ TEST_F(SimServerTest, OpenAiStreamOneChunkPerToken) {
   EXPECT_EQ(json::parse(tail[0].data).as_object().at("choices").as_array()[0].as_object().at("finish_reason").as_string(), "length");
   EXPECT_EQ(json::parse(tail[1].data).as_object().at("usage").as_object().at("completion_tokens").as_int64(), 4);
   EXPECT_EQ(tail[2].data, "[DONE]");
-  EXPECT_EQ(server_->stats().completed, 1u);
+  EXPECT_TRUE(wait_until([&] { return server_->stats().completed == 1u; }));
 }
 
 TEST_F(SimServerTest, OllamaStreamAndNonStream) {
@@ -378,7 +379,7 @@ TEST_F(SimServerTest, OllamaStreamAndNonStream) {
   EXPECT_EQ(o.at("done_reason").as_string(), "stop");
   EXPECT_EQ(o.at("message").as_object().at("content").as_string(), "tok0 tok1 tok2 tok3 tok4 tok5 ");
   EXPECT_EQ(o.at("eval_count").as_int64(), 6);
-  EXPECT_EQ(server_->stats().completed, 2u);
+  EXPECT_TRUE(wait_until([&] { return server_->stats().completed == 2u; }));
 }
 
 TEST_F(SimServerTest, AnthropicStreamAndNonStream) {
@@ -394,8 +395,9 @@ TEST_F(SimServerTest, AnthropicStreamAndNonStream) {
     events.push_back(f.event);
     auto d = json::parse(f.data).as_object();
     if (f.event == "content_block_delta") text += d.at("delta").as_object().at("text").as_string();
-    if (f.event == "message_delta")
+    if (f.event == "message_delta") {
       EXPECT_EQ(d.at("delta").as_object().at("stop_reason").as_string(), "max_tokens");
+    }
   }
   EXPECT_EQ(events, (std::vector<std::string>{"message_start", "content_block_start", "ping",
                                               "content_block_delta", "content_block_delta",
@@ -463,7 +465,7 @@ TEST_F(SimServerTest, AbortAfterNDropsTheStream) {
   for (auto& ch : chunks) EXPECT_EQ(ch.find("[DONE]"), std::string::npos);
   ASSERT_TRUE(wait_until([&] { return server_->stats().aborted == 1; }));
   EXPECT_EQ(server_->stats().completed, 0u);
-  EXPECT_EQ(server_->stats().in_flight, 0);
+  EXPECT_TRUE(wait_until([&] { return server_->stats().in_flight == 0; }));
 }
 
 TEST_F(SimServerTest, RandomAbortSendsAboutHalf) {
@@ -571,9 +573,9 @@ TEST_F(SimServerTest, SecondRequestWaitsForTheSlot) {
   s.ttft = 0ms;
   s.inter_token = 20ms;
   start(s);
-  // A: 10 tokens. B arrives while A decodes and can start only after A released.
+  // A: 30 tokens. B arrives while A decodes and can start only after A released.
   Conn a(port_);
-  a.send_request("POST", "/v1/chat/completions", openai_body(10, true));
+  a.send_request("POST", "/v1/chat/completions", openai_body(30, true));
   ASSERT_EQ(a.read_head().status, 200);
   bool eof = false;
   ASSERT_TRUE(a.read_chunk(eof).has_value());  // A holds the slot
@@ -581,16 +583,19 @@ TEST_F(SimServerTest, SecondRequestWaitsForTheSlot) {
   Conn b(port_);
   b.send_request("POST", "/v1/chat/completions", openai_body(1, false));
   ASSERT_TRUE(wait_until([&] { return server_->stats().waiting == 1; }));
+  std::this_thread::sleep_for(40ms);
+  EXPECT_EQ(server_->stats().waiting, 1);  // still queued behind A
+  EXPECT_EQ(server_->stats().completed, 0u);
   int a_rest = 0;
   while (a.read_chunk(eof)) ++a_rest;
   EXPECT_FALSE(eof);
-  EXPECT_EQ(a_rest, 10);  // 9 tokens + the tail
+  EXPECT_EQ(a_rest, 30);  // 29 tokens + the tail
   auto bh = b.read_head();
   ASSERT_EQ(bh.status, 200);
   (void)b.read_body(bh);
-  // B waited for A's remaining 9 inter-token gaps (20ms each, no jitter).
-  EXPECT_GE(Clock::now() - b_start, 150ms);
-  EXPECT_EQ(server_->stats().completed, 2u);
+  // B waited for A's remaining 29 inter-token gaps (20ms each, no jitter).
+  EXPECT_GE(Clock::now() - b_start, 400ms);
+  EXPECT_TRUE(wait_until([&] { return server_->stats().completed == 2u; }));
 }
 
 TEST_F(SimServerTest, StreamTimingLowerBound) {
@@ -617,6 +622,7 @@ TEST_F(SimServerTest, SlowFirstTokenHeaderAddsDelay) {
 TEST_F(SimServerTest, StatsConfigAndResetEndpoints) {
   start();
   ASSERT_EQ(call(port_, "POST", "/v1/chat/completions", kOpenAi).status, 200);
+  ASSERT_TRUE(wait_until([&] { return server_->stats().completed == 1u; }));
   auto st = json::parse(call(port_, "GET", "/sim/stats").body).as_object();
   EXPECT_EQ(st.at("requests").to_number<int>(), 1);
   EXPECT_EQ(st.at("completed").to_number<int>(), 1);
@@ -633,6 +639,8 @@ TEST_F(SimServerTest, StatsConfigAndResetEndpoints) {
   // New requests see the new default length.
   auto r = call(port_, "POST", "/v1/chat/completions", kOpenAi);
   EXPECT_EQ(json::parse(r.body).as_object().at("usage").as_object().at("completion_tokens").as_int64(), 2);
+  // `completed` rises once the last byte was written, which may be just after we read it.
+  ASSERT_TRUE(wait_until([&] { return server_->stats().completed == 2u; }));
 
   auto reset = call(port_, "POST", "/sim/reset");
   EXPECT_EQ(reset.status, 200);
@@ -659,8 +667,33 @@ TEST_F(SimServerTest, ManyConcurrentClientsAcrossWorkers) {
   }
   for (auto& t : ts) t.join();
   EXPECT_EQ(ok.load(), 16);
+  EXPECT_TRUE(wait_until([&] { return server_->stats().completed == 16u; }));
   auto st = server_->stats();
   EXPECT_EQ(st.requests, 16u);
   EXPECT_EQ(st.completed, 16u);
   EXPECT_EQ(st.in_flight, 0);
+}
+
+TEST_F(SimServerTest, ShutdownEndsQueuedAndHungRequests) {
+  auto s = fast();
+  s.max_in_flight = 1;
+  s.ttft = 60000ms;
+  start(s, 2);
+  std::vector<std::unique_ptr<Conn>> conns;
+  for (int i = 0; i < 3; ++i) {
+    conns.push_back(std::make_unique<Conn>(port_));
+    conns.back()->send_request("POST", "/v1/chat/completions", kOpenAi);
+  }
+  conns.push_back(std::make_unique<Conn>(port_));
+  conns.back()->send_request("POST", "/api/chat", R"({"model":"m","messages":[]})", {"x-sim-fault: hang"});
+  ASSERT_TRUE(wait_until([&] {
+    auto st = server_->stats();
+    return st.in_flight == 1 && st.waiting == 2 && st.hung == 1;
+  }));
+  const auto t0 = Clock::now();
+  server_->shutdown(50ms);
+  server_->join();
+  EXPECT_LT(Clock::now() - t0, 10s);  // the grace period ends waiting work
+  server_.reset();  // destroys the suspended requests: slots and queue entries go away
+  for (auto& c : conns) EXPECT_TRUE(c->at_eof());
 }
