@@ -1,5 +1,7 @@
 #include "http/server.hpp"
 
+#include <fcntl.h>
+
 #include <atomic>
 #include <iostream>
 #include <list>
@@ -200,6 +202,13 @@ class ExchangeImpl final : public Exchange {
 
   bool client_gone() const override { return client_gone_; }
 
+  void abort() override {
+    started_ = true;  // the session must not write a reply of its own
+    failed_ = true;
+    beast::error_code ec;
+    s_.stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  }
+
  private:
   static constexpr auto kWriteTimeout = std::chrono::seconds(30);
   static constexpr std::size_t kMaxPipelined = 64 * 1024;
@@ -368,6 +377,8 @@ awaitable<void> accept_loop(Worker& w) {
 std::unique_ptr<tcp::acceptor> make_acceptor(net::io_context& ioc, const tcp::endpoint& ep) {
   auto a = std::make_unique<tcp::acceptor>(ioc);
   a->open(ep.protocol());
+  // Not inherited by child processes (a listener kept open by a child outlives us).
+  ::fcntl(a->native_handle(), F_SETFD, FD_CLOEXEC);
   a->set_option(net::socket_base::reuse_address(true));
   int one = 1;
   if (::setsockopt(a->native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) {

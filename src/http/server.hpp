@@ -59,6 +59,10 @@ class Exchange {
   // True once wait_client_gone() saw the client leave (false if it was just cancelled).
   virtual bool client_gone() const = 0;
 
+  // Drops the connection at once, whatever was sent so far (the peer sees EOF/reset);
+  // nothing more is written on it.
+  virtual void abort() = 0;
+
   // True once any byte of the response went out: from then on nothing may be retried.
   virtual bool started() const = 0;
 };

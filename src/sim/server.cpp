@@ -201,22 +201,14 @@ asio::awaitable<void> handle_generation(std::shared_ptr<Engine> eng, http::Excha
       break;
   }
   RunState st;
-  const bool stream = req->stream;
   auto result = co_await (serve(eng, ex, std::move(*req), s, fault, arrival, st) ||
                           ex.wait_client_gone());
   if (result.index() == 1 && !st.finished) eng->count(Engine::Counter::cancelled);
   if (st.abort) {
-    // Drop the connection: http::Server closes a connection whose response the handler
-    // left unfinished (no terminating chunk). Had nothing been sent yet, it would write a
-    // 500 instead, so the head goes out first; the client sees a 200 head, then EOF.
-    // (The Exchange interface has no call to close a connection with nothing sent.)
-    // Not an exception: `||` in Boost 1.81 waits for one *successful* side, so a throwing
-    // serve() would wait for the client to leave.
-    if (!ex.started()) {
-      const std::string_view ct =
-          stream ? stream_content_type(api) : std::string_view("application/json");
-      co_await ex.begin_stream(200, ct, kNoHeaders);
-    }
+    // Drop the connection, whatever was sent: a streamed answer stops mid-way, a whole
+    // answer never comes. Not an exception: `||` in Boost 1.81 waits for one *successful*
+    // side, so a throwing serve() would wait for the client to leave.
+    ex.abort();
   }
 }
 
