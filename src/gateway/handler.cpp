@@ -235,25 +235,40 @@ class WorkerHandler {
       co_return;
     }
 
-    // Non-streaming: the answer arrives whole, so only the total deadline bounds the head.
-    http::Client::Result sent = http::ClientError{http::ClientErrc::cancelled, "client closed the connection"};
-    auto send_it = [&]() -> awaitable<void> {
-      sent = co_await client_->send(up.target, ureq, to.connect, left_until(deadline));
+    // Non-streaming: the answer arrives whole, so only the total deadline bounds it. The
+    // exchange races the client leaving (one race for the whole exchange: each costs).
+    std::variant<std::monostate, http::ClientError, ErrorAnswer, std::string> outcome;
+    auto exchange = [&]() -> awaitable<void> {
+      auto sent = co_await client_->send(up.target, ureq, to.connect, left_until(deadline));
+      if (auto* err = std::get_if<http::ClientError>(&sent)) {
+        outcome = std::move(*err);
+        co_return;
+      }
+      auto& resp = *std::get<std::unique_ptr<http::ClientResponse>>(sent);
+      ctx.rec.upstream_status = resp.status();
+      if (resp.status() < 200 || resp.status() > 299) {
+        outcome = co_await read_error_answer(resp);
+        co_return;
+      }
+      auto body = co_await resp.read_all(cfg_.max_upstream_response_bytes, left_until(deadline));
+      if (auto* err = std::get_if<http::ClientError>(&body)) {
+        resp.abort();
+        outcome = std::move(*err);
+      } else {
+        outcome = std::move(std::get<std::string>(body));
+      }
     };
-    co_await (send_it() || ex.wait_client_gone());
-    if (ex.client_gone()) sent = http::ClientError{http::ClientErrc::cancelled, "client closed the connection"};
-    if (auto* err = std::get_if<http::ClientError>(&sent)) {
+    co_await (exchange() || ex.wait_client_gone());
+    if (ex.client_gone() || outcome.index() == 0) {
+      outcome = http::ClientError{http::ClientErrc::cancelled, "client closed the connection"};
+    }
+    if (auto* err = std::get_if<http::ClientError>(&outcome)) {
       co_await upstream_failure(ex, ctx, *err);
-      co_return;
+    } else if (auto* answer = std::get_if<ErrorAnswer>(&outcome)) {
+      co_await reply_upstream_error(ex, ctx, *answer, up);
+    } else {
+      co_await reply_whole(ex, ctx, creq, up, std::get<std::string>(outcome));
     }
-    auto resp = std::move(std::get<std::unique_ptr<http::ClientResponse>>(sent));
-    ctx.rec.upstream_status = resp->status();
-    if (resp->status() < 200 || resp->status() > 299) {
-      auto answer = co_await read_error_answer(*resp);
-      co_await reply_upstream_error(ex, ctx, answer, up);
-      co_return;
-    }
-    co_await relay_whole(ex, ctx, creq, up, *resp, deadline);
   }
 
   // How a failed upstream exchange is reported (before any byte reached the client).
@@ -316,20 +331,8 @@ class WorkerHandler {
     co_await local_reply(ex, ctx, Reason::upstream_error, std::move(message));
   }
 
-  awaitable<void> relay_whole(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq, const Upstream& up,
-                              http::ClientResponse& resp, Clock::time_point deadline) {
-    std::variant<std::string, http::ClientError> body = http::ClientError{http::ClientErrc::cancelled, "client left"};
-    auto read_it = [&]() -> awaitable<void> {
-      body = co_await resp.read_all(cfg_.max_upstream_response_bytes, left_until(deadline));
-    };
-    co_await (read_it() || ex.wait_client_gone());
-    if (ex.client_gone()) body = http::ClientError{http::ClientErrc::cancelled, "client closed the connection"};
-    if (auto* err = std::get_if<http::ClientError>(&body)) {
-      resp.abort();
-      co_await upstream_failure(ex, ctx, *err);
-      co_return;
-    }
-    auto& text = std::get<std::string>(body);
+  awaitable<void> reply_whole(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq, const Upstream& up,
+                              const std::string& text) {
     auto done = up.wire == config::Provider::ollama ? llm::translate_ollama_completion(text, creq, ctx.request_id)
                                                     : llm::read_openai_completion(text);
     if (!done) {

@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <array>
 #include <map>
 #include <unordered_map>
 #include <vector>
@@ -138,6 +139,37 @@ class ResponseImpl final : public ClientResponse {
   char buf_[16384];
 };
 
+std::string format_head(const Target& t, const ClientRequest& req) {
+  std::string h;
+  h.reserve(192 + req.target.size());
+  h += req.method;
+  h += ' ';
+  h += req.target;
+  h += " HTTP/1.1\r\nHost: ";
+  const bool v6 = t.host.find(':') != std::string::npos;
+  if (v6) h += '[';
+  h += t.host;
+  if (v6) h += ']';
+  if (t.port != (t.tls ? 443 : 80)) {
+    h += ':';
+    h += std::to_string(t.port);
+  }
+  h += "\r\nUser-Agent: sluice\r\nContent-Length: ";
+  h += std::to_string(req.body.size());
+  if (!req.content_type.empty()) {
+    h += "\r\nContent-Type: ";
+    h += req.content_type;
+  }
+  for (const auto& [k, v] : req.headers) {
+    h += "\r\n";
+    h += k;
+    h += ": ";
+    h += v;
+  }
+  h += "\r\n\r\n";
+  return h;
+}
+
 class ClientImpl final : public Client {
  public:
   ClientImpl(net::any_io_executor ex, int max_idle) : ex_(std::move(ex)), max_idle_(max_idle), resolver_(ex_) {}
@@ -171,14 +203,9 @@ class ClientImpl final : public Client {
         conn = std::move(std::get<std::unique_ptr<Conn>>(r));
         ++stats_.connects;
       }
-      bhttp::request<bhttp::string_body> msg{bhttp::string_to_verb(req.method), req.target, 11};
-      msg.set(bhttp::field::host, t.host);
-      msg.set(bhttp::field::user_agent, "sluice");
-      if (!req.content_type.empty()) msg.set(bhttp::field::content_type, req.content_type);
-      for (const auto& [k, v] : req.headers) msg.set(k, v);
-      msg.keep_alive(true);
-      msg.body() = req.body;
-      msg.prepare_payload();
+      // The head is formatted directly and written with the body in one gathered write.
+      std::string head = format_head(t, req);
+      std::array<net::const_buffer, 2> bufs{net::buffer(head), net::buffer(req.body)};
 
       auto parser = std::make_unique<bhttp::response_parser<bhttp::buffer_body>>();
       parser->header_limit(64 * 1024);
@@ -187,9 +214,9 @@ class ClientImpl final : public Client {
       beast::error_code ec;
       conn->lowest().expires_after(head_timeout + connect_timeout);
       if (conn->plain) {
-        std::tie(ec, std::ignore) = co_await bhttp::async_write(*conn->plain, msg, nothrow);
+        std::tie(ec, std::ignore) = co_await net::async_write(*conn->plain, bufs, nothrow);
       } else {
-        std::tie(ec, std::ignore) = co_await bhttp::async_write(*conn->tls, msg, nothrow);
+        std::tie(ec, std::ignore) = co_await net::async_write(*conn->tls, bufs, nothrow);
       }
       if (!ec) {
         conn->lowest().expires_after(head_timeout);
