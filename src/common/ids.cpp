@@ -27,7 +27,12 @@ std::uint64_t next64() {
 
 void append_hex(std::string& out, std::uint64_t v, int digits) {
   static constexpr char kHex[] = "0123456789abcdef";
-  for (int i = digits - 1; i >= 0; --i) out.push_back(kHex[(v >> (i * 4)) & 0xf]);
+  char buf[16];
+  for (int i = digits - 1; i >= 0; --i) {
+    buf[i] = kHex[v & 0xf];
+    v >>= 4;
+  }
+  out.append(buf, static_cast<std::size_t>(digits));
 }
 
 bool is_hex(std::string_view s) noexcept {

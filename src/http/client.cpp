@@ -29,6 +29,7 @@ struct Conn {
   std::unique_ptr<PlainStream> plain;
   std::unique_ptr<TlsStream> tls;
   beast::flat_buffer buffer;
+  std::chrono::steady_clock::time_point idle_since{};
 
   beast::tcp_stream& lowest() { return plain ? *plain : beast::get_lowest_layer(*tls); }
 
@@ -170,6 +171,8 @@ std::string format_head(const Target& t, const ClientRequest& req) {
   return h;
 }
 
+constexpr auto kProbeAfterIdle = std::chrono::milliseconds(1000);
+
 class ClientImpl final : public Client {
  public:
   ClientImpl(net::any_io_executor ex, int max_idle) : ex_(std::move(ex)), max_idle_(max_idle), resolver_(ex_) {}
@@ -180,6 +183,7 @@ class ClientImpl final : public Client {
     auto& idle = idle_[c->pool_key];
     if (static_cast<int>(idle.size()) >= max_idle_) return;  // closes it
     c->lowest().expires_never();
+    c->idle_since = std::chrono::steady_clock::now();
     idle.push_back(std::move(c));
   }
 
@@ -250,7 +254,10 @@ class ClientImpl final : public Client {
     while (!v.empty()) {
       auto c = std::move(v.back());
       v.pop_back();
-      if (c->looks_alive()) return c;
+      // Servers close idle keep-alive connections after seconds, not milliseconds: only a
+      // connection idle for a while is probed (a syscall), and a request that still meets
+      // a closed one is retried once on a fresh connection (see send()).
+      if (std::chrono::steady_clock::now() - c->idle_since < kProbeAfterIdle || c->looks_alive()) return c;
     }
     return nullptr;
   }

@@ -1,5 +1,6 @@
 #include "telemetry/access_log.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <ctime>
 #include <stdexcept>
@@ -25,8 +26,8 @@ void field_num(std::string& o, std::string_view k, double v, bool null_if_negati
     return;
   }
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", std::round(v * 10) / 10);
-  o += buf;
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, std::round(v * 10) / 10, std::chars_format::fixed, 1);
+  o.append(buf, ec == std::errc() ? static_cast<std::size_t>(end - buf) : 0);
 }
 void field_int(std::string& o, std::string_view k, std::int64_t v, bool null_if_negative = true) {
   o += ",\"";
@@ -39,14 +40,27 @@ void field_int(std::string& o, std::string_view k, std::int64_t v, bool null_if_
   }
 }
 
-std::string iso8601(std::int64_t unix_ms) {
-  std::time_t secs = unix_ms / 1000;
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(unix_ms % 1000));
-  return buf;
+// "2026-01-02T03:04:05.678Z". The date and time part is cached per second (this runs on
+// the log's own thread, one line after another).
+void append_iso8601(std::string& out, std::int64_t unix_ms) {
+  thread_local std::int64_t cached_sec = -1;
+  thread_local char cached[20];  // "YYYY-MM-DDTHH:MM:SS"
+  const std::int64_t sec = unix_ms / 1000;
+  if (sec != cached_sec) {
+    std::time_t t = sec;
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    std::strftime(cached, sizeof cached, "%Y-%m-%dT%H:%M:%S", &tm);
+    cached_sec = sec;
+  }
+  const int ms = static_cast<int>(unix_ms % 1000);
+  out.push_back('"');
+  out.append(cached, 19);
+  out.push_back('.');
+  out.push_back(static_cast<char>('0' + ms / 100));
+  out.push_back(static_cast<char>('0' + ms / 10 % 10));
+  out.push_back(static_cast<char>('0' + ms % 10));
+  out += "Z\"";
 }
 
 }  // namespace
@@ -55,7 +69,7 @@ std::string to_json(const RequestRecord& r) {
   std::string o;
   o.reserve(512);
   o += "{\"time\":";
-  append_json_string(o, iso8601(r.unix_ms));
+  append_iso8601(o, r.unix_ms);
   field(o, "request_id", r.request_id);
   field(o, "instance", r.instance);
   field(o, "method", r.method);
@@ -140,7 +154,8 @@ void AccessLog::run() {
   for (;;) {
     {
       std::unique_lock lk(mu_);
-      cv_.wait_for(lk, kPollInterval, [&] { return stop_ || queue_.size() >= kWakeAt || flush_waiters_ > 0; });
+      cv_.wait_for(lk, kPollInterval,
+                   [&] { return stop_ || queue_.size() >= kWakeAt || (flush_waiters_ > 0 && !queue_.empty()); });
       if (queue_.empty()) {
         if (stop_) return;
         continue;
