@@ -137,7 +137,9 @@ class ResponseImpl final : public ClientResponse {
   std::unique_ptr<Conn> conn_;
   std::unique_ptr<bhttp::response_parser<bhttp::buffer_body>> parser_;
   bool failed_ = false;
-  char buf_[16384];
+  // Upstream bodies are read in pieces of this size; SSE events are far smaller, and a
+  // whole-body read appends piece by piece. Kept small: one per open stream.
+  char buf_[4096];
 };
 
 std::string format_head(const Target& t, const ClientRequest& req) {
@@ -172,6 +174,7 @@ std::string format_head(const Target& t, const ClientRequest& req) {
 }
 
 constexpr auto kProbeAfterIdle = std::chrono::milliseconds(1000);
+constexpr auto kResolveTtl = std::chrono::seconds(30);
 
 class ClientImpl final : public Client {
  public:
@@ -281,12 +284,33 @@ class ClientImpl final : public Client {
     return ref;
   }
 
+  // Addresses of a host: an IP literal needs no lookup; names are resolved (on Asio's
+  // resolver thread) and cached for kResolveTtl, so a burst of new connections does not
+  // queue behind one lookup each.
+  awaitable<std::variant<std::vector<tcp::endpoint>, ClientError>> resolve(const Target& t) {
+    boost::system::error_code aec;
+    auto addr = net::ip::make_address(t.host, aec);
+    if (!aec) co_return std::vector<tcp::endpoint>{tcp::endpoint(addr, t.port)};
+    const std::string key = t.host + ":" + std::to_string(t.port);
+    const auto now = std::chrono::steady_clock::now();
+    if (auto it = resolved_.find(key); it != resolved_.end() && it->second.expires > now) {
+      co_return it->second.endpoints;
+    }
+    auto [rec, results] = co_await resolver_.async_resolve(t.host, std::to_string(t.port), nothrow);
+    if (rec) co_return make_error(rec, ClientErrc::connect_failed, "resolving " + t.host);
+    std::vector<tcp::endpoint> eps;
+    for (const auto& r : results) eps.push_back(r.endpoint());
+    resolved_[key] = Resolved{eps, now + kResolveTtl};
+    co_return eps;
+  }
+
   awaitable<std::variant<std::unique_ptr<Conn>, ClientError>> connect(const Target& t, const std::string& key,
                                                                      std::chrono::milliseconds timeout) {
     auto conn = std::make_unique<Conn>();
     conn->pool_key = key;
-    auto [rec, results] = co_await resolver_.async_resolve(t.host, std::to_string(t.port), nothrow);
-    if (rec) co_return make_error(rec, ClientErrc::connect_failed, "resolving " + t.host);
+    auto resolved = co_await resolve(t);
+    if (auto* err = std::get_if<ClientError>(&resolved)) co_return std::move(*err);
+    const auto& endpoints = std::get<std::vector<tcp::endpoint>>(resolved);
     if (t.tls) {
       ssl::context* ctx;
       try {
@@ -300,8 +324,11 @@ class ClientImpl final : public Client {
     }
     auto& low = conn->lowest();
     low.expires_after(timeout);
-    auto [cec, ep] = co_await low.async_connect(results, nothrow);
-    if (cec) co_return make_error(cec, ClientErrc::connect_failed, "connecting to " + t.host + ":" + std::to_string(t.port));
+    auto [cec, ep] = co_await low.async_connect(endpoints, nothrow);
+    if (cec) {
+      resolved_.erase(t.host + ":" + std::to_string(t.port));  // resolve again next time
+      co_return make_error(cec, ClientErrc::connect_failed, "connecting to " + t.host + ":" + std::to_string(t.port));
+    }
     low.socket().set_option(tcp::no_delay(true));
     if (conn->tls) {
       if (!SSL_set_tlsext_host_name(conn->tls->native_handle(), t.host.c_str())) {
@@ -317,6 +344,11 @@ class ClientImpl final : public Client {
   net::any_io_executor ex_;
   int max_idle_;
   tcp::resolver resolver_;
+  struct Resolved {
+    std::vector<tcp::endpoint> endpoints;
+    std::chrono::steady_clock::time_point expires;
+  };
+  std::unordered_map<std::string, Resolved> resolved_;
   ClientStats stats_;
   std::unordered_map<std::string, std::vector<std::unique_ptr<Conn>>> idle_;
   std::map<std::string, std::unique_ptr<ssl::context>> tls_;

@@ -334,7 +334,7 @@ awaitable<void> run_session(Worker& w, tcp::socket sock) {
       if (s.buffer.size() == 0) {
         // Idle keep-alive wait for the first byte of the next request.
         s.stream.expires_after(opts.keep_alive);
-        auto [ec, n] = co_await s.stream.async_read_some(s.buffer.prepare(8192), nothrow);
+        auto [ec, n] = co_await s.stream.async_read_some(s.buffer.prepare(4096), nothrow);
         if (ec || n == 0) break;
         s.buffer.commit(n);
       }
