@@ -28,7 +28,7 @@ class GatewayImpl final : public Gateway {
     const auto& c = *shared_.cfg;
     access_log_ = std::make_unique<telemetry::AccessLog>(c.access_log);
     shared_.access_log = access_log_.get();
-    for (const auto& k : c.keys) shared_.keys.emplace(k.key, &k);
+    for (const auto& k : c.keys) shared_.keys.emplace(k.key, Shared::KeyEntry{&k, mask_key(k.key)});
 
     for (const auto& route : c.routes) {
       Upstream up;

@@ -89,18 +89,18 @@ class WorkerHandler {
     if (path == "/v1/chat/completions") {
       if (method != "POST") {
         co_await local_reply(ex, ctx, Reason::method_not_allowed, "use POST for /v1/chat/completions");
-      } else if (authenticate(ex, ctx)) {
-        co_await chat(ex, ctx);
+      } else if (auto denied = authenticate(ex, ctx)) {
+        co_await auth_failure(ex, ctx, *denied);
       } else {
-        co_await auth_failure(ex, ctx);
+        co_await chat(ex, ctx);
       }
     } else if (path == "/v1/models") {
       if (method != "GET") {
         co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for /v1/models");
-      } else if (authenticate(ex, ctx)) {
-        co_await models(ex, ctx);
+      } else if (auto denied = authenticate(ex, ctx)) {
+        co_await auth_failure(ex, ctx, *denied);
       } else {
-        co_await auth_failure(ex, ctx);
+        co_await models(ex, ctx);
       }
     } else {
       co_await local_reply(ex, ctx, Reason::not_found, "no route for " + std::string(method) + " " + std::string(path));
@@ -126,9 +126,8 @@ class WorkerHandler {
     co_await ex.reply(json_reply(http_status(reason), error_body(reason, message, param), ctx));
   }
 
-  // Phase: authenticate. Deny by default.
-  std::optional<Reason> auth_error_;
-  bool authenticate(http::Exchange& ex, Context& ctx) {
+  // Phase: authenticate. Deny by default. Returns the reason of a failure.
+  std::optional<Reason> authenticate(http::Exchange& ex, Context& ctx) {
     const auto& req = ex.request();
     std::string_view secret;
     auto authz = req.header("authorization");
@@ -138,26 +137,22 @@ class WorkerHandler {
     } else {
       secret = req.header("x-api-key");
     }
-    if (secret.empty()) {
-      auth_error_ = Reason::missing_key;
-      return false;
-    }
-    auto it = g_.keys.find(std::string(secret));
+    if (secret.empty()) return Reason::missing_key;
+    auto it = g_.keys.find(secret);
     if (it == g_.keys.end()) {
       ctx.rec.key_masked = mask_key(secret);
-      auth_error_ = Reason::invalid_key;
-      return false;
+      return Reason::invalid_key;
     }
-    ctx.key = it->second;
+    ctx.key = it->second.key;
     ctx.rec.key_name = ctx.key->name;
-    ctx.rec.key_masked = mask_key(secret);
+    ctx.rec.key_masked = it->second.masked;
     ctx.rec.tenant = ctx.key->tenant;
     ctx.rec.tier = ctx.key->tier;
-    return true;
+    return std::nullopt;
   }
 
-  awaitable<void> auth_failure(http::Exchange& ex, Context& ctx) {
-    if (*auth_error_ == Reason::missing_key) {
+  awaitable<void> auth_failure(http::Exchange& ex, Context& ctx, Reason reason) {
+    if (reason == Reason::missing_key) {
       co_await local_reply(ex, ctx, Reason::missing_key,
                            "no API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'");
     } else {
@@ -332,9 +327,9 @@ class WorkerHandler {
   }
 
   awaitable<void> reply_whole(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq, const Upstream& up,
-                              const std::string& text) {
+                              std::string& text) {
     auto done = up.wire == config::Provider::ollama ? llm::translate_ollama_completion(text, creq, ctx.request_id)
-                                                    : llm::read_openai_completion(text);
+                                                    : llm::read_openai_completion(std::move(text));
     if (!done) {
       co_await local_reply(ex, ctx, Reason::upstream_bad_response, "upstream sent a body that is not a completion");
       co_return;

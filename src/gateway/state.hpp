@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -27,7 +28,16 @@ struct Upstream {
 struct Shared {
   std::shared_ptr<const config::Config> cfg;
   std::unordered_map<std::string, Upstream> upstreams;   // by alias
-  std::unordered_map<std::string, const config::ApiKey*> keys;  // by secret
+  struct KeyEntry {
+    const config::ApiKey* key;
+    std::string masked;  // for logs, computed once
+  };
+  // By secret; looked up with a string_view (no allocation per request).
+  struct StringHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, KeyEntry, StringHash, std::equal_to<>> keys;
   std::string instance;
   telemetry::AccessLog* access_log = nullptr;
   std::atomic<bool> draining{false};

@@ -95,12 +95,12 @@ std::optional<RequestError> type_error(std::string_view field, const json::value
 // the message and as the error's param.
 std::optional<RequestError> check_range(std::string_view path, const json::value& v,
                                         const config::Range& range) {
-  const std::string allowed =
-      "[" + format_number(range.min) + ", " + format_number(range.max) + "]";
+  // The message is built only on failure: this runs for every checked field.
+  auto allowed = [&] { return "[" + format_number(range.min) + ", " + format_number(range.max) + "]"; };
   if (range.integer && !is_integer(v)) {
     return error(Reason::option_out_of_range,
                  std::string(path) + "=" + format_value(v) + " is not an integer (allowed: " +
-                     "integers in " + allowed + ")",
+                     "integers in " + allowed() + ")",
                  std::string(path));
   }
   const double d = v.is_int64()    ? static_cast<double>(v.get_int64())
@@ -108,7 +108,7 @@ std::optional<RequestError> check_range(std::string_view path, const json::value
                                    : v.get_double();
   if (!(d >= range.min && d <= range.max)) {
     return error(Reason::option_out_of_range,
-                 std::string(path) + "=" + format_value(v) + " is out of range " + allowed,
+                 std::string(path) + "=" + format_value(v) + " is out of range " + allowed(),
                  std::string(path));
   }
   return std::nullopt;

@@ -70,7 +70,7 @@ struct Completion {
   std::string finish_reason;
 };
 // OpenAI upstream: the body passes through unchanged; usage is read from it.
-std::optional<Completion> read_openai_completion(std::string_view upstream_body);
+std::optional<Completion> read_openai_completion(std::string upstream_body);  // moved into body
 // Ollama upstream: translated to chat.completion (id "chatcmpl-<request_id>", model =
 // the client's alias, usage from prompt_eval_count / eval_count).
 std::optional<Completion> translate_ollama_completion(std::string_view upstream_body,

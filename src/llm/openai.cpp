@@ -206,7 +206,7 @@ class OpenAiStream final : public StreamTranslator {
 
 }  // namespace
 
-std::optional<Completion> read_openai_completion(std::string_view upstream_body) {
+std::optional<Completion> read_openai_completion(std::string upstream_body) {
   // One parser per thread: a parser allocates its buffers on first use, which cost more
   // than the parse itself when done per request.
   thread_local simdjson::dom::parser parser;
@@ -217,7 +217,6 @@ std::optional<Completion> read_openai_completion(std::string_view upstream_body)
   simdjson::dom::object obj;
   if (root.get_object().get(obj) != simdjson::SUCCESS) return std::nullopt;
   Completion c;
-  c.body = std::string(upstream_body);
   simdjson::dom::object usage;
   if (obj["usage"].get_object().get(usage) == simdjson::SUCCESS) {
     std::int64_t n;
@@ -233,6 +232,7 @@ std::optional<Completion> read_openai_completion(std::string_view upstream_body)
       c.finish_reason = std::string(fr);
     }
   }
+  c.body = std::move(upstream_body);
   return c;
 }
 

@@ -11,17 +11,16 @@
 namespace sluice::telemetry {
 namespace {
 
-void field(std::string& o, std::string_view k, std::string_view v) {
-  o += ",\"";
-  o += k;
-  o += "\":";
+// Each helper appends `prefix` (the literal ,"key": text) and the value.
+template <std::size_t N>
+void field(std::string& o, const char (&prefix)[N], std::string_view v) {
+  o.append(prefix, N - 1);
   append_json_string(o, v);
 }
-void field_num(std::string& o, std::string_view k, double v, bool null_if_negative = true) {
-  o += ",\"";
-  o += k;
-  o += "\":";
-  if (null_if_negative && v < 0) {
+template <std::size_t N>
+void field_num(std::string& o, const char (&prefix)[N], double v) {
+  o.append(prefix, N - 1);
+  if (v < 0) {
     o += "null";
     return;
   }
@@ -29,15 +28,16 @@ void field_num(std::string& o, std::string_view k, double v, bool null_if_negati
   auto [end, ec] = std::to_chars(buf, buf + sizeof buf, std::round(v * 10) / 10, std::chars_format::fixed, 1);
   o.append(buf, ec == std::errc() ? static_cast<std::size_t>(end - buf) : 0);
 }
-void field_int(std::string& o, std::string_view k, std::int64_t v, bool null_if_negative = true) {
-  o += ",\"";
-  o += k;
-  o += "\":";
-  if (null_if_negative && v < 0) {
+template <std::size_t N>
+void field_int(std::string& o, const char (&prefix)[N], std::int64_t v) {
+  o.append(prefix, N - 1);
+  if (v < 0) {
     o += "null";
-  } else {
-    o += std::to_string(v);
+    return;
   }
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  o.append(buf, static_cast<std::size_t>(end - buf));
 }
 
 // "2026-01-02T03:04:05.678Z". The date and time part is cached per second (this runs on
@@ -65,37 +65,39 @@ void append_iso8601(std::string& out, std::int64_t unix_ms) {
 
 }  // namespace
 
-std::string to_json(const RequestRecord& r) {
-  std::string o;
-  o.reserve(512);
+void append_json(std::string& o, const RequestRecord& r) {
   o += "{\"time\":";
   append_iso8601(o, r.unix_ms);
-  field(o, "request_id", r.request_id);
-  field(o, "instance", r.instance);
-  field(o, "method", r.method);
-  field(o, "path", r.path);
-  field(o, "key_id", r.key_masked);
-  field(o, "key_name", r.key_name);
-  field(o, "tenant", r.tenant);
-  field(o, "tier", r.tier);
-  field(o, "alias", r.alias);
-  field(o, "model", r.model);
-  field(o, "provider", r.provider);
-  field(o, "backend", r.backend);
-  field_int(o, "status", r.status);
-  field(o, "reason", reason_code(r.reason));
-  if (!r.error.empty()) field(o, "error", r.error);
-  field_int(o, "upstream_status", r.upstream_status > 0 ? r.upstream_status : -1);
-  o += ",\"stream\":";
-  o += r.stream ? "true" : "false";
-  o += ",\"client_cancelled\":";
-  o += r.client_cancelled ? "true" : "false";
-  field_num(o, "wall_ms", r.wall_ms);
-  field_num(o, "ttft_ms", r.ttft_ms);
-  field_num(o, "tokens_per_s", r.tokens_per_s);
-  field_int(o, "prompt_tokens", r.prompt_tokens);
-  field_int(o, "completion_tokens", r.completion_tokens);
+  field(o, ",\"request_id\":", r.request_id);
+  field(o, ",\"instance\":", r.instance);
+  field(o, ",\"method\":", r.method);
+  field(o, ",\"path\":", r.path);
+  field(o, ",\"key_id\":", r.key_masked);
+  field(o, ",\"key_name\":", r.key_name);
+  field(o, ",\"tenant\":", r.tenant);
+  field(o, ",\"tier\":", r.tier);
+  field(o, ",\"alias\":", r.alias);
+  field(o, ",\"model\":", r.model);
+  field(o, ",\"provider\":", r.provider);
+  field(o, ",\"backend\":", r.backend);
+  field_int(o, ",\"status\":", r.status);
+  field(o, ",\"reason\":", reason_code(r.reason));
+  if (!r.error.empty()) field(o, ",\"error\":", r.error);
+  field_int(o, ",\"upstream_status\":", r.upstream_status > 0 ? r.upstream_status : -1);
+  o += r.stream ? ",\"stream\":true" : ",\"stream\":false";
+  o += r.client_cancelled ? ",\"client_cancelled\":true" : ",\"client_cancelled\":false";
+  field_num(o, ",\"wall_ms\":", r.wall_ms);
+  field_num(o, ",\"ttft_ms\":", r.ttft_ms);
+  field_num(o, ",\"tokens_per_s\":", r.tokens_per_s);
+  field_int(o, ",\"prompt_tokens\":", r.prompt_tokens);
+  field_int(o, ",\"completion_tokens\":", r.completion_tokens);
   o += '}';
+}
+
+std::string to_json(const RequestRecord& r) {
+  std::string o;
+  o.reserve(640);
+  append_json(o, r);
   return o;
 }
 
@@ -166,7 +168,7 @@ void AccessLog::run() {
     }
     text.clear();
     for (const auto& r : batch) {
-      text += to_json(r);
+      append_json(text, r);
       text += '\n';
     }
     std::fwrite(text.data(), 1, text.size(), out_);

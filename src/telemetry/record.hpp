@@ -37,5 +37,6 @@ struct RequestRecord {
 
 // One JSON object, no trailing newline.
 std::string to_json(const RequestRecord& r);
+void append_json(std::string& out, const RequestRecord& r);
 
 }  // namespace sluice::telemetry
