@@ -3,24 +3,28 @@
 // and the event) are all made from this. It never holds a secret.
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "common/reason.hpp"
 
 namespace sluice::telemetry {
 
+// Fields declared as string_view point into state that outlives the access log (the
+// immutable configuration and the gateway's tables), so recording a request copies no
+// configuration strings; the rest are owned.
 struct RequestRecord {
   std::int64_t unix_ms = 0;        // when the request arrived (wall clock)
   std::string request_id;
   std::string method;
   std::string path;
-  std::string key_name;            // configured key id, e.g. "prod-app"
+  std::string_view key_name;       // configured key id, e.g. "prod-app"
   std::string key_masked;          // e.g. "sk-prod-***1a2b"
-  std::string tenant;
-  std::string tier;
+  std::string_view tenant;
+  std::string_view tier;
   std::string alias;               // model as the client asked
-  std::string model;               // real model sent upstream
-  std::string provider;
-  std::string backend;             // host:port of the upstream
+  std::string_view model;          // real model sent upstream
+  std::string_view provider;
+  std::string_view backend;        // host:port of the upstream
   int status = 0;
   Reason reason = Reason::ok;
   std::string error;               // short message for local replies / failures
@@ -32,7 +36,7 @@ struct RequestRecord {
   double tokens_per_s = -1;
   std::int64_t prompt_tokens = -1;
   std::int64_t completion_tokens = -1;
-  std::string instance;
+  std::string_view instance;
 };
 
 // One JSON object, no trailing newline.
