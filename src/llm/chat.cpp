@@ -1,5 +1,6 @@
 #include "llm/chat.hpp"
 
+#include <boost/json/monotonic_resource.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/serializer.hpp>
@@ -7,6 +8,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -319,7 +321,10 @@ ParseResult parse_chat_request(std::string_view body, const config::Config& cfg)
   json::parse_options opts;
   opts.max_depth = 64;
   boost::system::error_code ec;
-  json::value root = json::parse(body, ec, {}, opts);
+  // One arena per request instead of an allocation per JSON node; the parsed value keeps
+  // it alive (it is shared with the ChatRequest's body).
+  json::storage_ptr arena = json::make_shared_resource<json::monotonic_resource>(std::max<std::size_t>(1024, body.size() * 2));
+  json::value root = json::parse(body, ec, arena, opts);
   if (ec) {
     return error(Reason::bad_json, "request body is not valid JSON: " + ec.message(), "");
   }
@@ -373,7 +378,10 @@ ParseResult parse_chat_request(std::string_view body, const config::Config& cfg)
     if (const auto* c = m.get_object().if_contains("content")) est += estimate_content(*c);
   }
   req.prompt_tokens_estimate = est;
-  req.body = std::move(obj);
+  // Move-construct (not assign): assignment between different storages deep-copies, and
+  // the body must stay in the request's arena.
+  std::destroy_at(&req.body);
+  std::construct_at(&req.body, std::move(obj));
   return req;
 }
 
