@@ -12,6 +12,7 @@
 #include "common/reason.hpp"
 #include "common/text.hpp"
 #include "llm/chat.hpp"
+#include "llm/padded.hpp"
 #include "llm/framing.hpp"
 
 namespace sluice::llm {
@@ -62,19 +63,7 @@ void append_tool_call(std::string& out, std::string_view request_id, std::size_t
   out += "}}";
 }
 
-class PaddedBuffer {
- public:
-  simdjson::padded_string_view view(std::string_view s) {
-    if (buf_.size() < s.size() + simdjson::SIMDJSON_PADDING) {
-      buf_.resize(s.size() + simdjson::SIMDJSON_PADDING);
-    }
-    std::memcpy(buf_.data(), s.data(), s.size());
-    return simdjson::padded_string_view(buf_.data(), s.size(), buf_.size());
-  }
-
- private:
-  std::string buf_;
-};
+using detail::PaddedBuffer;
 
 class OllamaStream final : public StreamTranslator {
  public:

@@ -7,6 +7,7 @@
 
 #include "common/reason.hpp"
 #include "llm/chat.hpp"
+#include "llm/padded.hpp"
 #include "llm/framing.hpp"
 
 namespace sluice::llm {
@@ -36,20 +37,7 @@ bool read_usage(od::value v, Usage& u) {
   return true;
 }
 
-// A reusable buffer with the SIMDJSON_PADDING simdjson requires after the document.
-class PaddedBuffer {
- public:
-  simdjson::padded_string_view view(std::string_view s) {
-    if (buf_.size() < s.size() + simdjson::SIMDJSON_PADDING) {
-      buf_.resize(s.size() + simdjson::SIMDJSON_PADDING);
-    }
-    std::memcpy(buf_.data(), s.data(), s.size());
-    return simdjson::padded_string_view(buf_.data(), s.size(), buf_.size());
-  }
-
- private:
-  std::string buf_;
-};
+using detail::PaddedBuffer;
 
 class OpenAiStream final : public StreamTranslator {
  public:
