@@ -13,13 +13,15 @@ build:
 run: build
 	$(BUILD)/sluice serve --config $(CONFIG)
 
-unit-test: build
-	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+unit-test:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_REQUIRE_TESTS=ON >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --no-tests=error
 
 asan-test:
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=ON >/dev/null
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=ON -DSLUICE_REQUIRE_TESTS=ON >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target unit_tests
-	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)
+	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) --no-tests=error
 
 integration-test: build
 	cd tests/integration && node --test --test-concurrency=1 *.test.mjs
