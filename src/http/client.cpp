@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "http/beast.hpp"
+#include "http/write_now.hpp"
 
 namespace sluice::http {
 
@@ -221,7 +222,7 @@ class ClientImpl final : public Client {
       beast::error_code ec;
       conn->lowest().expires_after(head_timeout + connect_timeout);
       if (conn->plain) {
-        std::tie(ec, std::ignore) = co_await net::async_write(*conn->plain, bufs, nothrow);
+        ec = co_await detail::write_all(*conn->plain, bufs, head_timeout + connect_timeout);
       } else {
         std::tie(ec, std::ignore) = co_await net::async_write(*conn->tls, bufs, nothrow);
       }

@@ -13,6 +13,7 @@
 
 #include "common/text.hpp"
 #include "http/beast.hpp"
+#include "http/write_now.hpp"
 
 namespace sluice::http {
 
@@ -141,8 +142,7 @@ class ExchangeImpl final : public Exchange {
     started_ = true;
     std::string head = format_head(r.status, r.content_type, r.headers, static_cast<std::int64_t>(r.body.size()));
     std::array<net::const_buffer, 2> bufs{net::buffer(head), net::buffer(r.body)};
-    s_.stream.expires_after(kWriteTimeout);
-    auto [ec, n] = co_await net::async_write(s_.stream, bufs, nothrow);
+    auto ec = co_await detail::write_all(s_.stream, bufs, kWriteTimeout);
     finished_ = !ec;
     failed_ = !!ec;
     co_return !ec;
@@ -152,8 +152,8 @@ class ExchangeImpl final : public Exchange {
     if (started_) co_return false;
     started_ = true;
     std::string head = format_head(status, content_type, headers, -1);
-    s_.stream.expires_after(kWriteTimeout);
-    auto [ec, n] = co_await net::async_write(s_.stream, net::buffer(head), nothrow);
+    std::array<net::const_buffer, 1> bufs{net::buffer(head)};
+    auto ec = co_await detail::write_all(s_.stream, bufs, kWriteTimeout);
     failed_ = !!ec;
     co_return !ec;
   }
@@ -164,16 +164,15 @@ class ExchangeImpl final : public Exchange {
     const int len = std::snprintf(size_line, sizeof size_line, "%zx\r\n", data.size());
     std::array<net::const_buffer, 3> bufs{net::buffer(size_line, static_cast<std::size_t>(len)),
                                           net::buffer(data.data(), data.size()), net::buffer("\r\n", 2)};
-    s_.stream.expires_after(kWriteTimeout);
-    auto [ec, n] = co_await net::async_write(s_.stream, bufs, nothrow);
+    auto ec = co_await detail::write_all(s_.stream, bufs, kWriteTimeout);
     failed_ = !!ec;
     co_return !ec;
   }
 
   awaitable<bool> end_stream() override {
     if (failed_) co_return false;
-    s_.stream.expires_after(kWriteTimeout);
-    auto [ec, n] = co_await net::async_write(s_.stream, net::buffer("0\r\n\r\n", 5), nothrow);
+    std::array<net::const_buffer, 1> bufs{net::buffer("0\r\n\r\n", 5)};
+    auto ec = co_await detail::write_all(s_.stream, bufs, kWriteTimeout);
     failed_ = !!ec;
     finished_ = !ec;
     co_return !ec;
