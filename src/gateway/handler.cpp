@@ -398,7 +398,9 @@ class WorkerHandler {
         }
       }
       producer_done = true;
-      ch.close();  // the consumer drains what is buffered, then sees the end
+      // The end is a message, not close(): closing an Asio channel discards what it still
+      // buffers, and the last frames ([DONE]) would be lost behind a slow client.
+      co_await ch.async_send(net::error::eof, std::string(), nothrow);
     };
 
     auto begin = [&]() -> awaitable<bool> {
@@ -411,7 +413,7 @@ class WorkerHandler {
     auto consumer = [&]() -> awaitable<void> {
       for (;;) {
         auto [ec, data] = co_await ch.async_receive(nothrow);
-        if (ec) break;  // closed: the producer finished, or stop()
+        if (ec) break;  // eof: the producer finished; or closed by stop()
         if (!ex.started() && !co_await begin()) {
           relay.client_gone = true;
           break;
