@@ -192,7 +192,7 @@ class ClientImpl final : public Client {
   }
 
   awaitable<Result> send(const Target& t, const ClientRequest& req, std::chrono::milliseconds connect_timeout,
-                         std::chrono::milliseconds head_timeout) override {
+                         std::chrono::milliseconds head_timeout, AbortHandle* abort) override {
     // Connections made under different TLS trust settings are never shared.
     std::string key = t.tls ? "s:" + t.host + ":" + std::to_string(t.port) + (t.verify ? ":v:" : ":n:") + t.ca_file
                             : "p:" + t.host + ":" + std::to_string(t.port);
@@ -211,6 +211,21 @@ class ClientImpl final : public Client {
         conn = std::move(std::get<std::unique_ptr<Conn>>(r));
         ++stats_.connects;
       }
+      if (abort) {
+        if (abort->aborted()) co_return ClientError{ClientErrc::cancelled, "aborted"};
+        Conn* c = conn.get();
+        abort->bind([c] {
+          beast::error_code ignored;
+          c->lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
+          c->lowest().close();
+        });
+      }
+      struct Unbind {
+        AbortHandle* a;
+        ~Unbind() {
+          if (a) a->unbind();
+        }
+      } unbind{abort};
       // The head is formatted directly and written with the body in one gathered write.
       std::string head = format_head(t, req);
       std::array<net::const_buffer, 2> bufs{net::buffer(head), net::buffer(req.body)};
@@ -234,6 +249,7 @@ class ClientImpl final : public Client {
           std::tie(ec, std::ignore) = co_await bhttp::async_read_header(*conn->tls, conn->buffer, *parser, nothrow);
         }
       }
+      if (ec && abort && abort->aborted()) co_return ClientError{ClientErrc::cancelled, "aborted"};
       if (ec) {
         const bool stale = reused && conn->buffer.size() == 0 &&
                            (ec == bhttp::error::end_of_stream || ec == net::error::eof ||

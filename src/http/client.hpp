@@ -5,6 +5,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -61,6 +62,24 @@ class ClientResponse {
   virtual void abort() = 0;
 };
 
+// Lets another party stop an exchange in flight (e.g. when the client leaves): abort()
+// closes the connection the exchange is using, so its pending operation fails at once.
+// Single-threaded, like the client.
+class AbortHandle {
+ public:
+  void abort() {
+    aborted_ = true;
+    if (close_) close_();
+  }
+  bool aborted() const noexcept { return aborted_; }
+  void bind(std::function<void()> close) { close_ = std::move(close); }
+  void unbind() { close_ = nullptr; }
+
+ private:
+  std::function<void()> close_;
+  bool aborted_ = false;
+};
+
 struct ClientStats {
   std::uint64_t connects = 0;
   std::uint64_t reused = 0;
@@ -74,9 +93,12 @@ class Client {
   // Connects (or reuses a pooled connection), sends the request and waits for the
   // response head. `head_timeout` bounds the wait for the head after the request is sent.
   using Result = std::variant<std::unique_ptr<ClientResponse>, ClientError>;
+  // `abort`, if given, can stop the exchange while it waits (see AbortHandle); the result
+  // is then a `cancelled` error.
   virtual boost::asio::awaitable<Result> send(const Target& target, const ClientRequest& req,
                                               std::chrono::milliseconds connect_timeout,
-                                              std::chrono::milliseconds head_timeout) = 0;
+                                              std::chrono::milliseconds head_timeout,
+                                              AbortHandle* abort = nullptr) = 0;
   virtual const ClientStats& stats() const = 0;
 };
 

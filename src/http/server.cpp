@@ -1,6 +1,7 @@
 #include "http/server.hpp"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 
 #include <array>
 #include <atomic>
@@ -204,6 +205,48 @@ class ExchangeImpl final : public Exchange {
 
   bool client_gone() const override { return client_gone_; }
 
+  // State of a watch_client(), shared with its pending wait: the wait may complete after
+  // the exchange is gone, and then only sees `active == false`.
+  struct Watch {
+    net::cancellation_signal stop;
+    std::function<void()> on_gone;
+    bool active = true;
+    char peek = 0;
+  };
+
+  void arm_watch(const std::shared_ptr<Watch>& w) {
+    // A peek (MSG_PEEK) receive: it never consumes request bytes, and unlike a readiness
+    // wait it needs no epoll_ctl call to be armed.
+    s_.stream.socket().async_receive(
+        net::buffer(&w->peek, 1), net::socket_base::message_peek,
+        net::bind_cancellation_slot(w->stop.slot(), [this, w](const boost::system::error_code& ec, std::size_t n) {
+          if (!w->active || ec == net::error::operation_aborted) return;
+          if (!ec && n > 0) return;  // a pipelined request: nothing to say about closing
+          // EOF or an error: the client is gone.
+          w->active = false;
+          client_gone_ = true;
+          failed_ = true;
+          auto cb = std::move(w->on_gone);
+          if (cb) cb();
+        }));
+  }
+
+  void watch_client(std::function<void()> on_gone) override {
+    unwatch_client();
+    watch_ = std::make_shared<Watch>();
+    watch_->on_gone = std::move(on_gone);
+    arm_watch(watch_);
+  }
+
+  void unwatch_client() override {
+    if (!watch_) return;
+    watch_->active = false;
+    watch_->stop.emit(net::cancellation_type::terminal);
+    watch_.reset();
+  }
+
+  ~ExchangeImpl() override { unwatch_client(); }
+
   void abort() override {
     started_ = true;  // the session must not write a reply of its own
     failed_ = true;
@@ -223,6 +266,7 @@ class ExchangeImpl final : public Exchange {
   const RequestImpl& req_;
   bool keep_alive_;
   bool http10_;
+  std::shared_ptr<Watch> watch_;
   bool started_ = false;
   bool finished_ = false;
   bool failed_ = false;

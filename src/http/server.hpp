@@ -56,8 +56,16 @@ class Exchange {
   // cancellation, so it can race the work it guards: `co_await (work() || gone())`.
   // Bytes that arrive meanwhile (a pipelined request) are kept for the next read.
   virtual boost::asio::awaitable<void> wait_client_gone() = 0;
-  // True once wait_client_gone() saw the client leave (false if it was just cancelled).
+  // True once wait_client_gone() or the watch below saw the client leave.
   virtual bool client_gone() const = 0;
+
+  // A cheaper watch for a stretch of work that is not a coroutine race: calls `on_gone`
+  // (once, on this loop) if the client closes the connection before unwatch_client().
+  // It waits for readability and peeks, so it never consumes request bytes; it stops by
+  // itself when the client sends more (a pipelined request). Call unwatch_client() before
+  // replying.
+  virtual void watch_client(std::function<void()> on_gone) = 0;
+  virtual void unwatch_client() = 0;
 
   // Drops the connection at once, whatever was sent so far (the peer sees EOF/reset);
   // nothing more is written on it.
