@@ -1,6 +1,8 @@
 // End to end: SimServer on an ephemeral port, spoken to over plain POSIX sockets.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+
+#include "sse_frames.hpp"
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -214,29 +216,7 @@ bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds lim
   return pred();
 }
 
-struct SseFrame {
-  std::string event, data;
-};
-std::vector<SseFrame> sse_frames(std::string_view s) {
-  std::vector<SseFrame> out;
-  while (true) {
-    auto end = s.find("\n\n");
-    if (end == std::string_view::npos) break;
-    std::string_view f = s.substr(0, end);
-    s.remove_prefix(end + 2);
-    SseFrame fr;
-    while (!f.empty()) {
-      auto nl = f.find('\n');
-      std::string_view line = f.substr(0, nl);
-      if (line.starts_with("event: ")) fr.event = line.substr(7);
-      if (line.starts_with("data: ")) fr.data = line.substr(6);
-      if (nl == std::string_view::npos) break;
-      f.remove_prefix(nl + 1);
-    }
-    out.push_back(fr);
-  }
-  return out;
-}
+using sluice::sim::testing::sse_frames;
 
 config::SimSettings fast() {
   config::SimSettings s;

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "sse_frames.hpp"
+
 #include <boost/json.hpp>
 #include <string>
 #include <vector>
@@ -19,32 +21,8 @@ GenRequest parse_ok(Api api, std::string_view body) {
   return r.value_or(GenRequest{});
 }
 
-// Splits "event: x\ndata: {...}\n\n" / "data: {...}\n\n" frames.
-struct Frame {
-  std::string event;
-  std::string data;
-};
-std::vector<Frame> frames(std::string_view s) {
-  std::vector<Frame> out;
-  while (!s.empty()) {
-    auto end = s.find("\n\n");
-    EXPECT_NE(end, std::string_view::npos) << "unterminated frame: " << s;
-    if (end == std::string_view::npos) break;
-    std::string_view f = s.substr(0, end);
-    s.remove_prefix(end + 2);
-    Frame fr;
-    while (!f.empty()) {
-      auto nl = f.find('\n');
-      std::string_view line = f.substr(0, nl);
-      if (line.starts_with("event: ")) fr.event = line.substr(7);
-      if (line.starts_with("data: ")) fr.data = line.substr(6);
-      if (nl == std::string_view::npos) break;
-      f.remove_prefix(nl + 1);
-    }
-    out.push_back(fr);
-  }
-  return out;
-}
+// Splits SSE frames (strict: an unterminated frame fails the test).
+const auto frames = sluice::sim::testing::sse_frames;
 
 ReplyInfo info(Api api, bool include_usage = false) {
   ReplyInfo r;
