@@ -18,10 +18,14 @@ unit-test:
 	cmake --build $(BUILD) -j $(JOBS)
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --no-tests=error
 
+# Unit tests, then the integration suite against the gateway and simulator, all built
+# with ASan and UBSan (a sanitizer report ends the process, which fails the tests).
 asan-test:
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=ON -DSLUICE_REQUIRE_TESTS=ON >/dev/null
-	cmake --build $(ASAN_BUILD) -j $(JOBS) --target unit_tests
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target unit_tests sluice
 	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) --no-tests=error
+	cd tests/integration && SLUICE_BIN=$(abspath $(ASAN_BUILD))/sluice ASAN_OPTIONS=detect_leaks=0 \
+		node --test --test-concurrency=1 *.test.mjs
 
 integration-test: build
 	cd tests/integration && node --test --test-concurrency=1 *.test.mjs
