@@ -4,7 +4,6 @@
 
 #include <csignal>
 #include <iostream>
-#include <thread>
 
 #include "common/reason.hpp"
 #include "common/text.hpp"

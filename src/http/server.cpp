@@ -32,22 +32,6 @@ std::string_view Request::path() const {
   return q == std::string_view::npos ? t : t.substr(0, q);
 }
 
-std::string_view Request::query_param(std::string_view name) const {
-  auto t = target();
-  auto q = t.find('?');
-  if (q == std::string_view::npos) return {};
-  auto rest = t.substr(q + 1);
-  while (!rest.empty()) {
-    auto amp = rest.find('&');
-    auto pair = rest.substr(0, amp);
-    auto eq = pair.find('=');
-    if (pair.substr(0, eq) == name) return eq == std::string_view::npos ? std::string_view{} : pair.substr(eq + 1);
-    if (amp == std::string_view::npos) break;
-    rest = rest.substr(amp + 1);
-  }
-  return {};
-}
-
 namespace {
 
 class RequestImpl final : public Request {
@@ -104,14 +88,12 @@ struct ServerImpl final : Server {
   ServerOptions opts;
   std::vector<std::unique_ptr<Worker>> workers;
   std::uint16_t bound_port = 0;
-  std::atomic<std::size_t> in_flight{0};
   std::once_flag shutdown_once;
   std::atomic<bool> hard_stopped{false};
 
   bool forced_stop() const override { return hard_stopped.load(); }
 
   std::uint16_t port() const override { return bound_port; }
-  std::size_t active_requests() const override { return in_flight.load(std::memory_order_relaxed); }
   void shutdown(std::chrono::milliseconds grace) override;
   void join() override {
     for (auto& w : workers) {
@@ -411,11 +393,6 @@ awaitable<void> run_session(Worker& w, tcp::socket sock) {
       const auto& msg = parser.get();
       RequestImpl req{msg};
       ExchangeImpl ex{s, req, msg.keep_alive(), msg.version() == 10};
-      w.server.in_flight.fetch_add(1, std::memory_order_relaxed);
-      struct Dec {
-        std::atomic<std::size_t>& c;
-        ~Dec() { c.fetch_sub(1, std::memory_order_relaxed); }
-      } dec{w.server.in_flight};
       bool threw = false;
       try {
         co_await w.handler(ex);

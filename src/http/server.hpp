@@ -26,7 +26,6 @@ class Request {
   // Case-insensitive; empty when absent.
   virtual std::string_view header(std::string_view name) const = 0;
   std::string_view path() const;                  // target without the query
-  std::string_view query_param(std::string_view name) const;  // raw (not decoded)
 };
 
 struct Response {
@@ -112,8 +111,6 @@ class Server {
   // True if shutdown had to stop a loop with requests still running (their coroutines
   // were abandoned; the process should exit without running destructors).
   virtual bool forced_stop() const = 0;
-  // Connections and requests in flight (for /ready and tests).
-  virtual std::size_t active_requests() const = 0;
 };
 
 }  // namespace sluice::http
