@@ -21,12 +21,18 @@ namespace sluice {
   X(method_not_allowed, 405, "invalid_request_error", "method_not_allowed")      \
   X(body_too_large, 413, "invalid_request_error", "body_too_large")              \
   X(headers_too_large, 431, "invalid_request_error", "headers_too_large")        \
+  X(rate_limited, 429, "rate_limit_error", "rate_limit_exceeded")                \
+  X(token_limit_exceeded, 429, "rate_limit_error", "token_limit_exceeded")       \
+  X(quota_exceeded, 429, "insufficient_quota", "quota_exceeded")                 \
+  X(queue_full, 429, "rate_limit_error", "queue_full")                           \
   X(client_closed, 499, "client_closed", "client_closed")                        \
   X(upstream_unreachable, 502, "upstream_error", "upstream_unreachable")         \
   X(upstream_error, 502, "upstream_error", "upstream_error")                     \
   X(upstream_bad_response, 502, "upstream_error", "upstream_bad_response")       \
   X(upstream_stream_failed, 502, "upstream_error", "upstream_stream_failed")     \
   X(shutting_down, 503, "service_unavailable", "shutting_down")                  \
+  X(queue_timeout, 503, "service_unavailable", "queue_timeout")                  \
+  X(limiter_unavailable, 503, "service_unavailable", "rate_limiter_unavailable") \
   X(upstream_timeout, 504, "timeout_error", "upstream_timeout")                  \
   X(first_token_timeout, 504, "timeout_error", "first_token_timeout")            \
   X(upstream_idle_timeout, 504, "timeout_error", "upstream_idle_timeout")        \

@@ -406,6 +406,12 @@ class Loader {
   void parse_sim(const YAML::Node& n, const std::string& path, SimSettings& s);
   void parse_ranges(const YAML::Node& n, const std::string& path,
                     std::map<std::string, Range, std::less<>>& out);
+  void parse_redis(const YAML::Node& n, Config& c);
+  void parse_rate_limits(const YAML::Node& n, Config& c);
+  bool parse_limit_common(const YAML::Node& n, const std::string& path, Fields& f, LimitScope& scope,
+                          LimitMatch& when, DownPolicy& down, std::int64_t& limit);
+  void parse_concurrency(const YAML::Node& n, Config& c);
+  bool get_priority(const YAML::Node& n, const std::string& path, Priority& out);
   void apply_env(Config& c);
   void validate(Config& c, const YAML::Node* models_node);
 
@@ -415,6 +421,13 @@ class Loader {
   std::string_view suffix_;          // appended to messages (" (in keys.yaml)")
   std::vector<KeyOrigin> key_origins_;
   std::vector<Origin> route_origins_;
+  struct LimitFilter {
+    std::string path;
+    int line;
+    std::string field;  // key, tier, tenant, model
+    std::string value;
+  };
+  std::vector<LimitFilter> limit_filters_;
   // yaml-cpp marks an empty value ("workers:") at the next token, often the next line;
   // such values are reported at their key's line instead.
   std::vector<std::pair<YAML::Node, int>> null_lines_;
@@ -559,7 +572,7 @@ void Loader::parse_key(const YAML::Node& n, const std::string& path, ApiKey& k, 
   k.tenant = "default";
   k.models = {"*"};
   Fields f;
-  if (!fields(n, path, {"name", "tenant", "tier", "models", "admin", "key", "key_env"}, f)) return;
+  if (!fields(n, path, {"name", "tenant", "tier", "models", "admin", "key", "key_env", "max_in_flight", "priority"}, f)) return;
   auto ident = [&](std::string_view field, std::string& out) {
     if (auto v = get(f, field)) {
       const std::string p = join(path, field);
@@ -594,6 +607,11 @@ void Loader::parse_key(const YAML::Node& n, const std::string& path, ApiKey& k, 
     }
   }
   if (auto v = get(f, "admin")) get_bool(*v, join(path, "admin"), k.admin);
+  if (auto v = get(f, "max_in_flight")) get_int(*v, join(path, "max_in_flight"), 0, 1'000'000, k.max_in_flight);
+  if (auto v = get(f, "priority")) {
+    Priority pr{};
+    if (get_priority(*v, join(path, "priority"), pr)) k.priority = pr;
+  }
 
   const YAML::Node* lit = get(f, "key");
   const YAML::Node* var = get(f, "key_env");
@@ -721,7 +739,8 @@ void Loader::parse_sim(const YAML::Node& n, const std::string& path, SimSettings
 void Loader::parse_route(const YAML::Node& n, const std::string& path, Route& r) {
   Fields f;
   if (!fields(n, path,
-              {"alias", "provider", "base_url", "model", "api_key", "api_key_env", "tls_verify", "ca_file", "sim"},
+              {"alias", "provider", "base_url", "model", "api_key", "api_key_env", "tls_verify", "ca_file", "sim",
+               "max_in_flight", "backend_max_in_flight"},
               f)) {
     return;
   }
@@ -772,6 +791,9 @@ void Loader::parse_route(const YAML::Node& n, const std::string& path, Route& r)
   }
 
   if (auto v = get(f, "tls_verify")) get_bool(*v, p("tls_verify"), b.tls_verify);
+  if (auto v = get(f, "max_in_flight")) get_int(*v, p("max_in_flight"), 0, 1'000'000, r.max_in_flight);
+  if (auto v = get(f, "backend_max_in_flight"))
+    get_int(*v, p("backend_max_in_flight"), 0, 1'000'000, r.backend_max_in_flight);
   if (auto v = get(f, "ca_file")) {
     std::string file;
     if (get_string(*v, p("ca_file"), file)) {
@@ -866,6 +888,232 @@ void Loader::parse_ranges(const YAML::Node& n, const std::string& path,
   }
 }
 
+
+bool Loader::get_priority(const YAML::Node& n, const std::string& path, Priority& out) {
+  std::string name;
+  if (!get_string(n, path, name)) return false;
+  if (auto pr = priority_from_name(name)) {
+    out = *pr;
+    return true;
+  }
+  error(path, line_of(n), "unknown priority " + q(name) + " (expected vip, premium or standard)" + std::string(suffix_));
+  return false;
+}
+
+void Loader::parse_redis(const YAML::Node& n, Config& c) {
+  Fields f;
+  if (n.IsNull() || !fields(n, "redis", {"url", "timeout", "connect_timeout", "retry_interval", "key_prefix"}, f)) {
+    return;
+  }
+  auto& r = c.redis;
+  if (auto v = get(f, "url")) {
+    if (get_string(*v, "redis.url", r.url)) {
+      if (r.url.rfind("redis://", 0) != 0) error("redis.url", line_of(*v), "expected redis://[user:password@]host[:port][/db]");
+    }
+  }
+  const Millis positive{1};
+  if (auto v = get(f, "timeout")) get_duration(*v, "redis.timeout", positive, r.timeout);
+  if (auto v = get(f, "connect_timeout")) get_duration(*v, "redis.connect_timeout", positive, r.connect_timeout);
+  if (auto v = get(f, "retry_interval")) get_duration(*v, "redis.retry_interval", positive, r.retry_interval);
+  if (auto v = get(f, "key_prefix")) {
+    if (get_string(*v, "redis.key_prefix", r.key_prefix)) {
+      if (r.key_prefix.empty() || has_space_or_ctl(r.key_prefix) || r.key_prefix.find_first_of("{}") != std::string::npos) {
+        error("redis.key_prefix", line_of(*v), "must be non-empty, without spaces, control characters or braces");
+      }
+    }
+  }
+}
+
+// Fields shared by request and token limits: scope, filters, limit, on_redis_down.
+bool Loader::parse_limit_common(const YAML::Node& n, const std::string& path, Fields& f, LimitScope& scope,
+                                LimitMatch& when, DownPolicy& down, std::int64_t& limit) {
+  auto p = [&](std::string_view k) { return join(path, k); };
+  bool ok = true;
+  if (auto v = get(f, "scope")) {
+    std::string name;
+    if (get_string(*v, p("scope"), name)) {
+      if (name == "key") scope = LimitScope::key;
+      else if (name == "tier") scope = LimitScope::tier;
+      else if (name == "tenant") scope = LimitScope::tenant;
+      else if (name == "model") scope = LimitScope::model;
+      else if (name == "tenant_model") scope = LimitScope::tenant_model;
+      else {
+        error(p("scope"), line_of(*v), "unknown scope " + q(name) + " (expected key, tier, tenant, model or tenant_model)");
+        ok = false;
+      }
+    } else {
+      ok = false;
+    }
+  } else {
+    error(path, line_of(n), "missing required key 'scope' (key, tier, tenant, model or tenant_model)");
+    ok = false;
+  }
+  auto filter = [&](std::string_view field, std::string& out) {
+    if (auto v = get(f, field)) {
+      if (get_string(*v, p(field), out) && out.empty()) error(p(field), line_of(*v), "must not be empty (omit it to match any)");
+      limit_filters_.push_back({p(field), line_of(*v), std::string(field), out});
+    }
+  };
+  filter("key", when.key);
+  filter("tier", when.tier);
+  filter("tenant", when.tenant);
+  filter("model", when.model);
+  if (auto v = get(f, "on_redis_down")) {
+    std::string name;
+    if (get_string(*v, p("on_redis_down"), name)) {
+      if (name == "open") down = DownPolicy::open;
+      else if (name == "closed") down = DownPolicy::closed;
+      else error(p("on_redis_down"), line_of(*v), "expected open (count per instance) or closed (refuse)");
+    }
+  }
+  if (auto v = get(f, "limit")) {
+    ok &= get_int(*v, p("limit"), 1, 1'000'000'000'000'000LL, limit);
+  } else {
+    error(path, line_of(n), "missing required key 'limit'");
+    ok = false;
+  }
+  return ok;
+}
+
+void Loader::parse_rate_limits(const YAML::Node& n, Config& c) {
+  Fields f;
+  if (n.IsNull() || !fields(n, "rate_limits",
+                            {"backend", "on_redis_down", "requests", "tokens", "reserve_output_tokens",
+                             "reservation_ttl"},
+                            f)) {
+    return;
+  }
+  auto& rl = c.rate_limits;
+  if (auto v = get(f, "backend")) {
+    std::string name;
+    if (get_string(*v, "rate_limits.backend", name)) {
+      if (name == "memory") rl.backend = LimiterBackend::memory;
+      else if (name == "redis") rl.backend = LimiterBackend::redis;
+      else if (name == "auto") rl.backend = LimiterBackend::auto_;
+      else error("rate_limits.backend", line_of(*v), "unknown backend " + q(name) + " (expected memory, redis or auto)");
+    }
+  }
+  if (auto v = get(f, "on_redis_down")) {
+    std::string name;
+    if (get_string(*v, "rate_limits.on_redis_down", name)) {
+      if (name == "open") rl.on_redis_down = DownPolicy::open;
+      else if (name == "closed") rl.on_redis_down = DownPolicy::closed;
+      else error("rate_limits.on_redis_down", line_of(*v), "expected open (count per instance) or closed (refuse)");
+    }
+  }
+  if (auto v = get(f, "reserve_output_tokens"))
+    get_int(*v, "rate_limits.reserve_output_tokens", 0, 100'000'000, rl.reserve_output_tokens);
+  if (auto v = get(f, "reservation_ttl")) get_duration(*v, "rate_limits.reservation_ttl", Millis{1000}, rl.reservation_ttl);
+
+  auto list = [&](const char* name) -> const YAML::Node* {
+    const YAML::Node* v = get(f, name);
+    if (!v || v->IsNull()) return nullptr;
+    if (!v->IsSequence()) {
+      error(std::string("rate_limits.") + name, line_of(*v), std::string("expected a list of limits, got ") + kind_of(*v));
+      return nullptr;
+    }
+    return v;
+  };
+  if (const YAML::Node* v = list("requests")) {
+    for (size_t i = 0; i < v->size(); ++i) {
+      const YAML::Node ln = (*v)[i];
+      const std::string path = index("rate_limits.requests", i);
+      Fields lf;
+      if (!fields(ln, path,
+                  {"scope", "key", "tier", "tenant", "model", "algorithm", "limit", "window", "burst", "on_redis_down"},
+                  lf)) {
+        continue;
+      }
+      RequestLimit l;
+      l.id = "requests[" + std::to_string(i) + "]";
+      bool ok = parse_limit_common(ln, path, lf, l.scope, l.when, l.on_redis_down, l.limit);
+      if (auto a = get(lf, "algorithm")) {
+        std::string name;
+        if (get_string(*a, join(path, "algorithm"), name)) {
+          if (name == "fixed_window") l.algorithm = LimitAlgorithm::fixed_window;
+          else if (name == "sliding_window") l.algorithm = LimitAlgorithm::sliding_window;
+          else if (name == "token_bucket") l.algorithm = LimitAlgorithm::token_bucket;
+          else error(join(path, "algorithm"), line_of(*a),
+                     "unknown algorithm " + q(name) + " (expected fixed_window, sliding_window or token_bucket)");
+        }
+      }
+      if (auto w = get(lf, "window")) ok &= get_duration(*w, join(path, "window"), Millis{1000}, l.window);
+      if (auto b = get(lf, "burst")) {
+        if (l.algorithm != LimitAlgorithm::token_bucket) {
+          error(join(path, "burst"), line_of(*b), "burst applies only to algorithm token_bucket");
+        } else {
+          ok &= get_int(*b, join(path, "burst"), 1, 1'000'000'000'000LL, l.burst);
+        }
+      }
+      if (l.burst == 0) l.burst = l.limit;
+      if (ok) rl.requests.push_back(std::move(l));
+    }
+  }
+  if (const YAML::Node* v = list("tokens")) {
+    for (size_t i = 0; i < v->size(); ++i) {
+      const YAML::Node ln = (*v)[i];
+      const std::string path = index("rate_limits.tokens", i);
+      Fields lf;
+      if (!fields(ln, path, {"scope", "key", "tier", "tenant", "model", "limit", "per", "on_redis_down"}, lf)) continue;
+      TokenLimit l;
+      l.id = "tokens[" + std::to_string(i) + "]";
+      bool ok = parse_limit_common(ln, path, lf, l.scope, l.when, l.on_redis_down, l.limit);
+      if (auto a = get(lf, "per")) {
+        std::string name;
+        if (get_string(*a, join(path, "per"), name)) {
+          if (name == "minute") l.per = QuotaPeriod::minute;
+          else if (name == "hour") l.per = QuotaPeriod::hour;
+          else if (name == "day") l.per = QuotaPeriod::day;
+          else if (name == "month") l.per = QuotaPeriod::month;
+          else {
+            error(join(path, "per"), line_of(*a), "unknown period " + q(name) + " (expected minute, hour, day or month)");
+            ok = false;
+          }
+        }
+      } else {
+        error(path, line_of(ln), "missing required key 'per' (minute, hour, day or month)");
+        ok = false;
+      }
+      if (ok) rl.tokens.push_back(std::move(l));
+    }
+  }
+}
+
+void Loader::parse_concurrency(const YAML::Node& n, Config& c) {
+  Fields f;
+  if (n.IsNull() || !fields(n, "concurrency", {"per_key", "queue_size", "max_wait", "tier_priority"}, f)) return;
+  auto& cc = c.concurrency;
+  if (auto v = get(f, "per_key")) get_int(*v, "concurrency.per_key", 0, 1'000'000, cc.per_key);
+  if (auto v = get(f, "queue_size")) get_int(*v, "concurrency.queue_size", 0, 1'000'000, cc.queue_size);
+  if (auto v = get(f, "max_wait")) {
+    Fields wf;
+    if (!v->IsNull() && fields(*v, "concurrency.max_wait", {"vip", "premium", "standard"}, wf)) {
+      for (Priority pr : {Priority::standard, Priority::premium, Priority::vip}) {
+        const std::string name(to_string(pr));
+        if (auto w = get(wf, name)) {
+          get_duration(*w, "concurrency.max_wait." + name, Millis{0}, cc.max_wait[static_cast<int>(pr)]);
+        }
+      }
+    }
+  }
+  if (auto v = get(f, "tier_priority")) {
+    if (!v->IsNull()) {
+      if (!v->IsMap()) {
+        error("concurrency.tier_priority", line_of(*v), std::string("expected a map of tier: class, got ") + kind_of(*v));
+      } else {
+        for (auto it = v->begin(); it != v->end(); ++it) {
+          const YAML::Node k = it->first;
+          const YAML::Node val = it->second;
+          std::string tier;
+          if (!get_string(k, "concurrency.tier_priority", tier)) continue;
+          Priority pr{};
+          if (get_priority(val, join("concurrency.tier_priority", tier), pr)) cc.tier_priority[tier] = pr;
+        }
+      }
+    }
+  }
+}
+
 void Loader::apply_env(Config& c) {
   if (auto v = getenv("SLUICE_LISTEN")) {
     std::string host;
@@ -898,6 +1146,18 @@ void Loader::apply_env(Config& c) {
   if (auto v = getenv("SLUICE_INSTANCE")) {
     if (has_ctl(*v)) error("env SLUICE_INSTANCE", 0, "must not contain control characters");
     else c.instance = *v;
+  }
+  if (auto v = getenv("SLUICE_REDIS_URL")) {
+    if (v->rfind("redis://", 0) != 0) error("env SLUICE_REDIS_URL", 0, "expected redis://[user:password@]host[:port][/db]");
+    else c.redis.url = *v;
+  }
+  if (auto v = getenv("SLUICE_RATE_LIMIT_BACKEND")) {
+    const std::string_view b = trim(*v);
+    auto& rl = c.rate_limits;
+    if (b == "memory") rl.backend = LimiterBackend::memory;
+    else if (b == "redis") rl.backend = LimiterBackend::redis;
+    else if (b == "auto") rl.backend = LimiterBackend::auto_;
+    else error("env SLUICE_RATE_LIMIT_BACKEND", 0, "unknown backend " + q(b) + " (expected memory, redis or auto)");
   }
   // Empty SLUICE_ACCESS_LOG is meaningful ("" = off), so it is read unfiltered.
   if (auto v = env_ ? env_("SLUICE_ACCESS_LOG") : std::nullopt) c.access_log = *v;
@@ -978,6 +1238,39 @@ void Loader::validate(Config& c, const YAML::Node* models_node) {
       }
     }
   }
+  // A filter naming nothing that exists is surely a typo: the limit would never apply.
+  for (const auto& lf : limit_filters_) {
+    if (lf.value.empty()) continue;
+    if (lf.field == "model" && !aliases.count(lf.value)) error(lf.path, lf.line, "unknown model alias " + q(lf.value));
+    if (lf.field == "key" && !names.count(lf.value)) error(lf.path, lf.line, "unknown key name " + q(lf.value));
+  }
+  // Routes to one endpoint share its in-flight count, so they must agree on its limit.
+  std::unordered_map<std::string, size_t> endpoints;
+  for (size_t i = 0; i < c.routes.size(); ++i) {
+    const Route& r = c.routes[i];
+    if (r.backend_max_in_flight == 0 || r.backend.provider == Provider::simulated) continue;
+    const std::string ep = r.backend.host + ":" + std::to_string(r.backend.port);
+    auto [it, fresh] = endpoints.emplace(ep, i);
+    if (!fresh && c.routes[it->second].backend_max_in_flight != r.backend_max_in_flight) {
+      error(route_origins_[i].path, route_origins_[i].line,
+            "backend_max_in_flight " + std::to_string(r.backend_max_in_flight) + " differs from " +
+                std::to_string(c.routes[it->second].backend_max_in_flight) + " set by route " +
+                q(c.routes[it->second].alias) + " for the same backend " + ep);
+    }
+  }
+  auto& rl = c.rate_limits;
+  if (rl.reservation_ttl.count() == 0) rl.reservation_ttl = c.timeouts.total + Millis(60000);
+  // `redis` means the shared count is the point: refuse while Redis is down unless told
+  // otherwise. `auto` prefers serving: it counts per instance meanwhile.
+  if (rl.on_redis_down == DownPolicy::inherit) {
+    rl.on_redis_down = rl.backend == LimiterBackend::redis ? DownPolicy::closed : DownPolicy::open;
+  }
+  for (auto& l : rl.requests) {
+    if (l.on_redis_down == DownPolicy::inherit) l.on_redis_down = rl.on_redis_down;
+  }
+  for (auto& l : rl.tokens) {
+    if (l.on_redis_down == DownPolicy::inherit) l.on_redis_down = rl.on_redis_down;
+  }
 }
 
 LoadResult Loader::run(const YAML::Node& root) {
@@ -991,7 +1284,7 @@ LoadResult Loader::run(const YAML::Node& root) {
     } else {
       fields(root, "",
              {"instance", "listen", "workers", "limits", "timeouts", "access_log", "keys", "keys_file", "models",
-              "params", "options"},
+              "params", "options", "redis", "rate_limits", "concurrency"},
              f);
     }
   }
@@ -1008,6 +1301,9 @@ LoadResult Loader::run(const YAML::Node& root) {
   if (auto v = get(f, "workers")) get_int(*v, "workers", 0, 1024, c->workers);
   if (auto v = get(f, "limits")) parse_limits(*v, *c);
   if (auto v = get(f, "timeouts")) parse_timeouts(*v, *c);
+  if (auto v = get(f, "redis")) parse_redis(*v, *c);
+  // Before the keys: a key's priority is checked against the tier map.
+  if (auto v = get(f, "concurrency")) parse_concurrency(*v, *c);
   if (auto v = get(f, "access_log")) {
     if (v->IsNull()) error("access_log", line_of(*v), "expected a string (\"-\" = stdout, \"\" = off, or a path), got nothing (null)");
     else get_string(*v, "access_log", c->access_log);
@@ -1039,6 +1335,8 @@ LoadResult Loader::run(const YAML::Node& root) {
   if (auto v = get(f, "options")) { parse_ranges(*v, "options", c->options); have_options = true; }
   if (!have_params) c->params = default_params();
   if (!have_options) c->options = default_options();
+  // After the routes and keys: limit filters name them.
+  if (auto v = get(f, "rate_limits")) parse_rate_limits(*v, *c);
 
   apply_env(*c);
   validate(*c, models_node);
@@ -1068,6 +1366,61 @@ LoadResult Loader::run(const YAML::Node& root) {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
+
+std::string_view to_string(LimitScope s) noexcept {
+  switch (s) {
+    case LimitScope::key: return "key";
+    case LimitScope::tier: return "tier";
+    case LimitScope::tenant: return "tenant";
+    case LimitScope::model: return "model";
+    case LimitScope::tenant_model: return "tenant_model";
+  }
+  return "?";
+}
+
+std::string_view to_string(LimitAlgorithm a) noexcept {
+  switch (a) {
+    case LimitAlgorithm::fixed_window: return "fixed_window";
+    case LimitAlgorithm::sliding_window: return "sliding_window";
+    case LimitAlgorithm::token_bucket: return "token_bucket";
+  }
+  return "?";
+}
+
+std::string_view to_string(LimiterBackend b) noexcept {
+  switch (b) {
+    case LimiterBackend::memory: return "memory";
+    case LimiterBackend::redis: return "redis";
+    case LimiterBackend::auto_: return "auto";
+  }
+  return "?";
+}
+
+std::string_view to_string(QuotaPeriod p) noexcept {
+  switch (p) {
+    case QuotaPeriod::minute: return "minute";
+    case QuotaPeriod::hour: return "hour";
+    case QuotaPeriod::day: return "day";
+    case QuotaPeriod::month: return "month";
+  }
+  return "?";
+}
+
+std::string_view to_string(Priority p) noexcept {
+  switch (p) {
+    case Priority::standard: return "standard";
+    case Priority::premium: return "premium";
+    case Priority::vip: return "vip";
+  }
+  return "?";
+}
+
+std::optional<Priority> priority_from_name(std::string_view n) noexcept {
+  if (n == "standard") return Priority::standard;
+  if (n == "premium") return Priority::premium;
+  if (n == "vip") return Priority::vip;
+  return std::nullopt;
+}
 
 std::string_view to_string(Provider p) noexcept {
   switch (p) {
@@ -1180,6 +1533,24 @@ std::string describe(const Config& c) {
     if (k.admin) out += " admin";
     out += " key=" + sluice::mask_key(k.key) + "\n";
   }
+  const auto& rl = c.rate_limits;
+  if (rl.any()) {
+    out += "rate limits: backend " + std::string(to_string(rl.backend));
+    if (rl.backend != LimiterBackend::memory) {
+      // The URL may carry a password: show only what follows the '@'.
+      std::string url = c.redis.url;
+      if (auto at = url.rfind('@'); at != std::string::npos) url = "redis://***@" + url.substr(at + 1);
+      out += " (" + url + ", on_redis_down " + (rl.on_redis_down == DownPolicy::closed ? "closed" : "open") + ")";
+    }
+    out += ", " + std::to_string(rl.requests.size()) + " request limits, " + std::to_string(rl.tokens.size()) +
+           " token limits\n";
+  } else {
+    out += "rate limits: none\n";
+  }
+  const auto& cc = c.concurrency;
+  out += "concurrency: per key " + (cc.per_key ? std::to_string(cc.per_key) : std::string("unlimited")) + ", queue " +
+         std::to_string(cc.queue_size) + ", max wait vip " + fmt_duration(cc.max_wait[2]) + " premium " +
+         fmt_duration(cc.max_wait[1]) + " standard " + fmt_duration(cc.max_wait[0]) + "\n";
   out += "params:     " + std::to_string(c.params.size()) + " checked, options: " + std::to_string(c.options.size()) +
          " allowed\n";
   return out;

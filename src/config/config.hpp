@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "config/admission.hpp"
+
 namespace sluice::config {
 
 using Millis = std::chrono::milliseconds;
@@ -54,6 +56,8 @@ struct Backend {
 struct Route {
   std::string alias;           // what clients put in "model"
   Backend backend;
+  int max_in_flight = 0;          // requests in flight for this model (0 = unlimited)
+  int backend_max_in_flight = 0;  // for its backend, shared by routes to the same endpoint
 };
 
 struct ApiKey {
@@ -63,6 +67,8 @@ struct ApiKey {
   std::string tier = "standard";
   std::vector<std::string> models;  // aliases this key may use; "*" = all
   bool admin = false;
+  int max_in_flight = -1;      // -1: concurrency.per_key
+  std::optional<Priority> priority;  // highest queue class; default from the tier
 };
 
 // Allowed numeric range of a request option.
@@ -101,6 +107,9 @@ struct Config {
   std::map<std::string, Range, std::less<>> params;
   // Keys allowed inside the Ollama-style "options" object, with ranges (num_ctx...).
   std::map<std::string, Range, std::less<>> options;
+  RateLimits rate_limits;
+  RedisSettings redis;
+  Concurrency concurrency;
 
   const Route* find_route(std::string_view alias) const noexcept;
   const ApiKey* find_key(std::string_view secret) const noexcept;

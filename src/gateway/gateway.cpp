@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <thread>
 #include <iostream>
 
 #include "common/reason.hpp"
@@ -10,6 +11,7 @@
 #include "gateway/state.hpp"
 #include "http/server.hpp"
 #include "sim/sim.hpp"
+#include "store/redis.hpp"
 
 namespace sluice::gateway {
 namespace {
@@ -28,6 +30,10 @@ class GatewayImpl final : public Gateway {
     access_log_ = std::make_unique<telemetry::AccessLog>(c.access_log);
     shared_.access_log = access_log_.get();
     for (const auto& k : c.keys) shared_.keys.emplace(k.key, Shared::KeyEntry{&k, mask_key(k.key)});
+    limiter_ = std::make_unique<limits::Limiter>(shared_.cfg);
+    shared_.limiter = limiter_.get();
+    gate_ = std::make_unique<limits::Gate>(c);
+    shared_.gate = gate_.get();
 
     for (const auto& route : c.routes) {
       Upstream up;
@@ -89,6 +95,23 @@ class GatewayImpl final : public Gateway {
   std::uint16_t port() const override { return server_->port(); }
   const std::string& instance() const { return shared_.instance; }
 
+  // For the banner: which limiter backend is active and why. Waits for the workers'
+  // first Redis connection attempts (at most the connect timeout).
+  std::string limiter_banner() const {
+    if (!limiter_->active()) return "rate limiter: no limits configured\n";
+    auto st = limiter_->status();
+    if (limiter_->wants_redis()) {
+      const auto until = std::chrono::steady_clock::now() + shared_.cfg->redis.connect_timeout + std::chrono::milliseconds(200);
+      while (std::chrono::steady_clock::now() < until && st.connections_up < st.connections && st.last_error.empty()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        st = limiter_->status();
+      }
+    }
+    std::string s = "rate limiter: configured " + st.configured + ", active " + st.active;
+    if (!st.reason.empty() && st.reason != "configured") s += " (" + st.reason + ")";
+    return s + "\n";
+  }
+
   void shutdown() override {
     const auto grace = shared_.cfg->timeouts.shutdown_grace;
     const auto margin = std::min<std::chrono::milliseconds>(grace / 2, std::chrono::milliseconds(1000));
@@ -111,12 +134,23 @@ class GatewayImpl final : public Gateway {
  private:
   Shared shared_;
   std::unique_ptr<telemetry::AccessLog> access_log_;
+  std::unique_ptr<limits::Limiter> limiter_;
+  std::unique_ptr<limits::Gate> gate_;
   std::vector<std::unique_ptr<sim::SimServer>> sims_;
   std::unique_ptr<http::Server> server_;
 };
 
 config::LoadResult load_or_report(const std::string& path) {
   auto res = config::load_file(path);
+  if (res.ok() && res.config->rate_limits.backend != config::LimiterBackend::memory) {
+    // The URL's syntax belongs to the Redis client; checked here so both check-config and
+    // serve refuse a bad one before starting.
+    std::string err;
+    if (!store::parse_redis_url(res.config->redis.url, &err)) {
+      res.errors.push_back({"redis.url", 0, err});
+      res.config.reset();
+    }
+  }
   if (!res.ok()) {
     std::cerr << "sluice: " << path << " is not valid:\n";
     for (const auto& e : res.errors) std::cerr << "  " << e.to_string() << "\n";
@@ -157,7 +191,8 @@ int run_serve(const std::string& path) {
     return 1;
   }
   auto* impl = static_cast<GatewayImpl*>(gw.get());
-  std::cerr << "sluice " << "serving as " << impl->instance() << "\n" << config::describe(*res.config);
+  std::cerr << "sluice " << "serving as " << impl->instance() << "\n" << config::describe(*res.config)
+            << impl->limiter_banner();
   std::cerr << "sluice listening on " << res.config->listen_host << ":" << gw->port() << std::endl;
 
   int sig = 0;

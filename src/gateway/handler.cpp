@@ -60,7 +60,9 @@ using FrameChannel = net::experimental::channel<void(boost::system::error_code, 
 class WorkerHandler {
  public:
   WorkerHandler(Shared& g, net::any_io_executor ex)
-      : g_(g), cfg_(*g.cfg), client_(http::Client::create(ex, cfg_.upstream_pool_per_host)) {}
+      : g_(g), cfg_(*g.cfg), client_(http::Client::create(ex, cfg_.upstream_pool_per_host)) {
+    if (g.limiter && g.limiter->active()) limiter_ = g.limiter->make_worker(ex);
+  }
 
   awaitable<void> handle(http::Exchange& ex) {
     Context ctx;
@@ -83,6 +85,13 @@ class WorkerHandler {
     if (path == "/ready") {
       const bool ready = !g_.draining.load(std::memory_order_relaxed);
       http::Response r = json_reply(ready ? 200 : 503, ready ? R"({"status":"ready"})" : R"({"status":"draining"})", ctx);
+      co_await ex.reply(std::move(r));
+      co_return;
+    }
+    if (path == "/metrics" || path == "/infra") {
+      // Public like the probes: they hold counts and states, never a key or a prompt.
+      http::Response r = json_reply(200, path == "/metrics" ? render_metrics(g_) : render_infra(g_), ctx);
+      if (path == "/metrics") r.content_type = "text/plain; version=0.0.4";
       co_await ex.reply(std::move(r));
       co_return;
     }
@@ -212,6 +221,105 @@ class WorkerHandler {
     ctx.rec.model = up.backend.model;
     ctx.rec.provider = config::to_string(up.route->backend.provider);
     ctx.rec.backend = up.label;
+
+    // Admit: rate limits and the token reservation, then the concurrency gate.
+    limits::Admission adm;
+    if (limiter_) {
+      const std::int64_t out = creq.max_tokens.value_or(cfg_.rate_limits.reserve_output_tokens);
+      adm = co_await limiter_->admit(*ctx.key, creq.model, creq.prompt_tokens_estimate + out);
+      ctx.rec.limiter = adm.counted == limits::Counted::redis   ? "redis"
+                        : adm.counted == limits::Counted::local ? "local"
+                                                                : "";
+      add_ratelimit_headers(ctx.headers, adm);
+      if (!adm.allowed()) {
+        co_await refuse(ex, ctx, adm.reason, std::move(adm.message), adm.retry_after_ms);
+        co_return;
+      }
+      if (!adm.reserved.empty()) ctx.rec.reserved_tokens = adm.reserved_tokens;
+    }
+    std::optional<limits::GatePass> pass;
+    if (g_.gate && g_.gate->active()) {
+      auto need = g_.gate->need(*ctx.key, creq.model);
+      if (!need.empty()) {
+        const auto prio = g_.gate->priority(*ctx.key, ex.request().header("x-priority"));
+        limits::Gate::Cancel cancel;
+        // A client that leaves while queued is removed from the queue at once.
+        ex.watch_client([&cancel] { cancel(); });
+        auto res = co_await g_.gate->enter(need, prio, cancel);
+        ex.unwatch_client();
+        ctx.rec.priority = config::to_string(res.served_as);
+        if (res.queued) ctx.rec.queue_ms = res.waited_ms;
+        if (res.outcome != limits::Gate::Outcome::granted) {
+          if (limiter_) co_await limiter_->settle(adm, 0);  // nothing was generated
+          co_await gate_refusal(ex, ctx, res);
+          co_return;
+        }
+        pass.emplace(g_.gate, need);
+      }
+    }
+    co_await relay(ex, ctx, creq, up);
+    pass.reset();
+    if (limiter_ && !adm.reserved.empty()) co_await limiter_->settle(adm, charged_tokens(ctx.rec));
+  }
+
+  // What a request is charged: the prompt and the completion tokens the client received
+  // (a client that left mid-stream pays for what reached it, the rest is refunded);
+  // nothing when the upstream failed before producing any output.
+  static std::int64_t charged_tokens(const telemetry::RequestRecord& r) {
+    const std::int64_t completion = std::max<std::int64_t>(r.completion_tokens, 0);
+    if (r.status != 200 && completion == 0) return 0;
+    return std::max<std::int64_t>(r.prompt_tokens, 0) + completion;
+  }
+
+  static void add_ratelimit_headers(http::HeaderList& h, const limits::Admission& a) {
+    const limits::HeaderLimit& main = a.requests.set ? a.requests : a.tokens;
+    if (main.set) {
+      h.emplace_back("x-ratelimit-limit", std::to_string(main.limit));
+      h.emplace_back("x-ratelimit-remaining", std::to_string(std::max<std::int64_t>(main.remaining, 0)));
+      h.emplace_back("x-ratelimit-reset", std::to_string((main.reset_ms + 999) / 1000));
+    }
+    if (a.requests.set) {
+      h.emplace_back("x-ratelimit-limit-requests", std::to_string(a.requests.limit));
+      h.emplace_back("x-ratelimit-remaining-requests", std::to_string(std::max<std::int64_t>(a.requests.remaining, 0)));
+      h.emplace_back("x-ratelimit-reset-requests", limits::format_reset(a.requests.reset_ms));
+    }
+    if (a.tokens.set) {
+      h.emplace_back("x-ratelimit-limit-tokens", std::to_string(a.tokens.limit));
+      h.emplace_back("x-ratelimit-remaining-tokens", std::to_string(std::max<std::int64_t>(a.tokens.remaining, 0)));
+      h.emplace_back("x-ratelimit-reset-tokens", limits::format_reset(a.tokens.reset_ms));
+    }
+  }
+
+  // A 429/503 of admission, with Retry-After in whole seconds (at least 1).
+  awaitable<void> refuse(http::Exchange& ex, Context& ctx, Reason reason, std::string message, std::int64_t retry_ms) {
+    ctx.headers.emplace_back("Retry-After", std::to_string(std::max<std::int64_t>((retry_ms + 999) / 1000, 1)));
+    co_await local_reply(ex, ctx, reason, std::move(message));
+  }
+
+  awaitable<void> gate_refusal(http::Exchange& ex, Context& ctx, const limits::Gate::Result& res) {
+    const auto& cc = cfg_.concurrency;
+    switch (res.outcome) {
+      case limits::Gate::Outcome::queue_full: {
+        std::string message = "too many requests waiting: the queue holds " + std::to_string(cc.queue_size);
+        co_await refuse(ex, ctx, Reason::queue_full, std::move(message), 1000);
+        break;
+      }
+      case limits::Gate::Outcome::timed_out: {
+        std::string message = "waited " + std::to_string(static_cast<std::int64_t>(res.waited_ms)) +
+                              " ms in the queue without a free slot";
+        co_await refuse(ex, ctx, Reason::queue_timeout, std::move(message),
+                        cc.max_wait[static_cast<int>(config::Priority::standard)].count());
+        break;
+      }
+      default:
+        ctx.rec.client_cancelled = true;
+        co_await local_reply(ex, ctx, Reason::client_closed, "client left while queued");
+        break;
+    }
+  }
+
+  // Phases 7..13: the upstream call and the relay.
+  awaitable<void> relay(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq, const Upstream& up) {
 
     // Upstream request: the adapter rewrites the body; credentials and trace go in headers.
     auto call = up.wire == config::Provider::ollama ? llm::build_ollama_call(creq, up.backend)
@@ -579,6 +687,7 @@ class WorkerHandler {
   Shared& g_;
   const config::Config& cfg_;
   std::unique_ptr<http::Client> client_;
+  std::unique_ptr<limits::WorkerLimiter> limiter_;  // null when no limit is configured
 };
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include "config/config.hpp"
 #include "http/client.hpp"
 #include "http/server.hpp"
+#include "limits/gate.hpp"
+#include "limits/limiter.hpp"
 #include "telemetry/access_log.hpp"
 
 namespace sluice::gateway {
@@ -40,6 +42,8 @@ struct Shared {
   std::unordered_map<std::string, KeyEntry, StringHash, std::equal_to<>> keys;
   std::string instance;
   telemetry::AccessLog* access_log = nullptr;
+  limits::Limiter* limiter = nullptr;  // rate limits and token quotas
+  limits::Gate* gate = nullptr;        // requests in flight, priority queue
   std::atomic<bool> draining{false};
   // steady_clock ticks after which streams still open are ended with a `shutting_down`
   // error event (0 = not draining); set a little before the server's grace period ends.
@@ -47,5 +51,9 @@ struct Shared {
 };
 
 http::Handler make_handler(Shared& shared, boost::asio::any_io_executor ex);
+
+// GET /metrics (Prometheus text format) and GET /infra (JSON): status.cpp.
+std::string render_metrics(const Shared& shared);
+std::string render_infra(const Shared& shared);
 
 }  // namespace sluice::gateway

@@ -91,6 +91,10 @@ void append_json(std::string& o, const RequestRecord& r) {
   field_num(o, ",\"tokens_per_s\":", r.tokens_per_s);
   field_int(o, ",\"prompt_tokens\":", r.prompt_tokens);
   field_int(o, ",\"completion_tokens\":", r.completion_tokens);
+  if (!r.limiter.empty()) field(o, ",\"limiter\":", r.limiter);
+  if (!r.priority.empty()) field(o, ",\"priority\":", r.priority);
+  if (r.queue_ms >= 0) field_num(o, ",\"queue_ms\":", r.queue_ms);
+  if (r.reserved_tokens >= 0) field_int(o, ",\"reserved_tokens\":", r.reserved_tokens);
   o += '}';
 }
 

@@ -37,6 +37,11 @@ struct RequestRecord {
   std::int64_t prompt_tokens = -1;
   std::int64_t completion_tokens = -1;
   std::string_view instance;
+  // Admission (empty / -1 when the request did not get that far or nothing applied).
+  std::string_view limiter;        // where limits were counted: "redis" or "local"
+  std::string_view priority;       // queue class the request was served in
+  double queue_ms = -1;            // time waited in the concurrency gate's queue
+  std::int64_t reserved_tokens = -1;
 };
 
 // One JSON object, no trailing newline.

@@ -4,7 +4,7 @@
 //
 // Every process started here is tracked and stopped by its own pid (SIGTERM, then SIGKILL
 // after a timeout). Nothing is ever killed by name.
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
@@ -490,6 +490,66 @@ export function assembled(events) {
   return contentEvents(events)
     .map((e) => e.json.choices[0].delta.content)
     .join('');
+}
+
+// ---- redis ---------------------------------------------------------------------------
+
+// Starts a real redis-server on a free 127.0.0.1 port (no persistence), as a child process
+// stopped by its pid. `stop()` ends it; `start()` brings it back on the same port (for
+// outage drills); `cmd(...args)` runs one command through redis-cli and returns its
+// output. redis-server must be installed (scripts/setup.sh --test).
+export async function startRedis() {
+  const port = await closedPort();
+  const redis = {
+    port,
+    url: `redis://127.0.0.1:${port}`,
+    proc: null,
+    async start() {
+      const child = spawn(
+        'redis-server',
+        ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--loglevel', 'warning'],
+        { stdio: ['ignore', 'pipe', 'pipe'] },
+      );
+      live.add(child);
+      const exited = new Promise((resolve) =>
+        child.on('exit', (code, signal) => {
+          live.delete(child);
+          resolve({ code, signal });
+        }),
+      );
+      child.on('error', (e) => {
+        throw new Error(`cannot start redis-server (install it: scripts/setup.sh --test): ${e.message}`);
+      });
+      child.stdout.resume();
+      child.stderr.resume();
+      this.proc = { child, pid: child.pid, exited, name: 'redis-server' };
+      await waitFor(async () => (await this.cmd('PING').catch(() => '')).trim() === 'PONG', {
+        timeout: 10000,
+        what: `redis-server on port ${port} to answer PING`,
+      });
+      return this;
+    },
+    async stop() {
+      if (this.proc) await stopProcess(this.proc, 3000);
+      this.proc = null;
+    },
+    cmd(...args) {
+      return new Promise((resolve, reject) =>
+        execFile('redis-cli', ['-p', String(port), '--no-raw', ...args.map(String)], { timeout: 5000 }, (err, out) =>
+          err ? reject(err) : resolve(out),
+        ),
+      );
+    },
+    // redis-cli --raw: plain values, one per line.
+    raw(...args) {
+      return new Promise((resolve, reject) =>
+        execFile('redis-cli', ['-p', String(port), '--raw', ...args.map(String)], { timeout: 5000 }, (err, out) =>
+          err ? reject(err) : resolve(out.trimEnd()),
+        ),
+      );
+    },
+  };
+  return redis.start();
 }
 
 // ---- misc ----------------------------------------------------------------------------

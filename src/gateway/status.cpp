@@ -1,0 +1,188 @@
+// GET /metrics and GET /infra: what admission is doing, read from the limiter's and the
+// gate's counters at scrape time (the workers never wait for a scrape).
+#include <cstdio>
+
+#include "common/text.hpp"
+#include "gateway/state.hpp"
+#include "store/redis.hpp"
+
+namespace sluice::gateway {
+
+namespace {
+
+void metric(std::string& o, std::string_view name, std::string_view labels, double v) {
+  o += name;
+  if (!labels.empty()) {
+    o += '{';
+    o += labels;
+    o += '}';
+  }
+  char buf[32];
+  const int n = std::snprintf(buf, sizeof buf, " %.17g\n", v);
+  o.append(buf, static_cast<std::size_t>(n));
+}
+
+void help(std::string& o, std::string_view name, std::string_view type, std::string_view text) {
+  o += "# HELP ";
+  o += name;
+  o += ' ';
+  o += text;
+  o += "\n# TYPE ";
+  o += name;
+  o += ' ';
+  o += type;
+  o += '\n';
+}
+
+std::string masked_redis_url(const std::string& url) {
+  if (auto ep = store::parse_redis_url(url)) return store::describe(*ep);
+  return "(invalid)";
+}
+
+}  // namespace
+
+std::string render_metrics(const Shared& g) {
+  std::string o;
+  o.reserve(8192);
+  if (g.limiter) {
+    const auto t = g.limiter->totals();
+    const auto st = g.limiter->status();
+    help(o, "sluice_ratelimit_decisions_total", "counter", "Admission decisions of the rate limiter, by reason.");
+    metric(o, "sluice_ratelimit_decisions_total", R"(decision="allowed",reason="ok")", static_cast<double>(t.allowed));
+    metric(o, "sluice_ratelimit_decisions_total", R"(decision="rejected",reason="rate_limit_exceeded")",
+           static_cast<double>(t.rate_limited));
+    metric(o, "sluice_ratelimit_decisions_total", R"(decision="rejected",reason="token_limit_exceeded")",
+           static_cast<double>(t.token_limited));
+    metric(o, "sluice_ratelimit_decisions_total", R"(decision="rejected",reason="quota_exceeded")",
+           static_cast<double>(t.quota_exceeded));
+    metric(o, "sluice_ratelimit_decisions_total", R"(decision="rejected",reason="rate_limiter_unavailable")",
+           static_cast<double>(t.unavailable));
+    help(o, "sluice_ratelimit_counted_total", "counter", "Decisions by where they were counted.");
+    metric(o, "sluice_ratelimit_counted_total", R"(backend="redis")", static_cast<double>(t.by_redis));
+    metric(o, "sluice_ratelimit_counted_total", R"(backend="local")", static_cast<double>(t.by_local));
+    help(o, "sluice_ratelimit_redis_errors_total", "counter", "Admission checks Redis failed (counted locally or refused instead).");
+    metric(o, "sluice_ratelimit_redis_errors_total", "", static_cast<double>(t.redis_errors));
+    help(o, "sluice_ratelimit_settle_errors_total", "counter", "Token settlements Redis failed (the reservation expires instead).");
+    metric(o, "sluice_ratelimit_settle_errors_total", "", static_cast<double>(t.settle_errors));
+    help(o, "sluice_ratelimit_backend", "gauge", "1 for the limiter backend in use (configured and active).");
+    std::string labels = "configured=\"" + st.configured + "\",active=\"" + st.active + "\"";
+    metric(o, "sluice_ratelimit_backend", labels, 1);
+    help(o, "sluice_ratelimit_backend_up", "gauge", "1 when the configured limiter backend is fully working.");
+    const bool up = st.active == "memory" ? st.configured == "memory" : st.active == "redis" || st.active == "none";
+    metric(o, "sluice_ratelimit_backend_up", "", up ? 1 : 0);
+    if (g.limiter->wants_redis()) {
+      help(o, "sluice_redis_up", "gauge", "1 when every worker's Redis connection is up.");
+      metric(o, "sluice_redis_up", "", st.connections > 0 && st.connections_up == st.connections ? 1 : 0);
+      help(o, "sluice_redis_connections", "gauge", "Redis connections (one per worker), by state.");
+      metric(o, "sluice_redis_connections", R"(state="up")", st.connections_up);
+      metric(o, "sluice_redis_connections", R"(state="down")", st.connections - st.connections_up);
+      help(o, "sluice_redis_reconnects_total", "counter", "Times a Redis connection came back.");
+      metric(o, "sluice_redis_reconnects_total", "", static_cast<double>(st.reconnects));
+    }
+    help(o, "sluice_tokens_reserved_total", "counter", "Tokens reserved at admission (prompt estimate + max output).");
+    metric(o, "sluice_tokens_reserved_total", "", static_cast<double>(t.tokens_reserved));
+    help(o, "sluice_tokens_charged_total", "counter", "Tokens charged at settlement.");
+    metric(o, "sluice_tokens_charged_total", "", static_cast<double>(t.tokens_charged));
+    help(o, "sluice_tokens_refunded_total", "counter", "Reserved tokens given back at settlement.");
+    metric(o, "sluice_tokens_refunded_total", "", static_cast<double>(t.tokens_refunded));
+  }
+  if (g.gate) {
+    const auto s = g.gate->snapshot();
+    using config::Priority;
+    const Priority classes[] = {Priority::vip, Priority::premium, Priority::standard};
+    help(o, "sluice_queue_depth", "gauge", "Requests waiting in the concurrency gate, by class.");
+    for (auto c : classes) {
+      metric(o, "sluice_queue_depth", "class=\"" + std::string(config::to_string(c)) + "\"",
+             s.depth[static_cast<int>(c)]);
+    }
+    help(o, "sluice_gate_in_flight", "gauge", "Requests holding concurrency slots.");
+    metric(o, "sluice_gate_in_flight", "", s.in_flight);
+    help(o, "sluice_gate_admitted_total", "counter", "Requests let through the gate, at once or after queueing.");
+    metric(o, "sluice_gate_admitted_total", R"(queued="false",class="")", static_cast<double>(s.granted_now));
+    for (auto c : classes) {
+      metric(o, "sluice_gate_admitted_total", "queued=\"true\",class=\"" + std::string(config::to_string(c)) + "\"",
+             static_cast<double>(s.granted_after_wait[static_cast<int>(c)]));
+    }
+    help(o, "sluice_gate_rejected_total", "counter", "Requests the gate did not let through, by reason.");
+    metric(o, "sluice_gate_rejected_total", R"(reason="queue_full")", static_cast<double>(s.queue_full));
+    metric(o, "sluice_gate_rejected_total", R"(reason="queue_timeout")", static_cast<double>(s.timed_out[0]));
+    metric(o, "sluice_gate_rejected_total", R"(reason="client_closed")", static_cast<double>(s.cancelled));
+    help(o, "sluice_gate_demoted_total", "counter", "Queued requests demoted to standard after their class's max wait.");
+    for (auto c : {Priority::vip, Priority::premium}) {
+      metric(o, "sluice_gate_demoted_total", "class=\"" + std::string(config::to_string(c)) + "\"",
+             static_cast<double>(s.demoted[static_cast<int>(c)]));
+    }
+    help(o, "sluice_queue_wait_seconds", "histogram", "Time queued requests waited, by the class they left in.");
+    for (auto c : classes) {
+      const auto ci = static_cast<std::size_t>(c);
+      const std::string cls = "class=\"" + std::string(config::to_string(c)) + "\"";
+      std::uint64_t cum = 0;
+      for (std::size_t b = 0; b <= limits::Gate::Snapshot::kBuckets.size(); ++b) {
+        cum += s.wait_buckets[ci][b];
+        char le[32];
+        if (b < limits::Gate::Snapshot::kBuckets.size()) std::snprintf(le, sizeof le, "%g", limits::Gate::Snapshot::kBuckets[b]);
+        else std::snprintf(le, sizeof le, "+Inf");
+        metric(o, "sluice_queue_wait_seconds_bucket", cls + ",le=\"" + le + "\"", static_cast<double>(cum));
+      }
+      metric(o, "sluice_queue_wait_seconds_sum", cls, s.wait_sum[ci]);
+      metric(o, "sluice_queue_wait_seconds_count", cls, static_cast<double>(cum));
+    }
+  }
+  return o;
+}
+
+std::string render_infra(const Shared& g) {
+  std::string o = "{\"instance\":";
+  append_json_string(o, g.instance);
+  o += ",\"draining\":";
+  o += g.draining.load() ? "true" : "false";
+  if (g.limiter) {
+    const auto st = g.limiter->status();
+    const auto t = g.limiter->totals();
+    const auto& rl = g.limiter->settings();
+    o += ",\"rate_limiter\":{\"configured\":";
+    append_json_string(o, st.configured);
+    o += ",\"active\":";
+    append_json_string(o, st.active);
+    o += ",\"reason\":";
+    append_json_string(o, st.reason);
+    o += ",\"on_redis_down\":";
+    o += rl.on_redis_down == config::DownPolicy::closed ? "\"closed\"" : "\"open\"";
+    o += ",\"request_limits\":" + std::to_string(rl.requests.size());
+    o += ",\"token_limits\":" + std::to_string(rl.tokens.size());
+    if (g.limiter->wants_redis()) {
+      o += ",\"redis\":{\"url\":";
+      append_json_string(o, masked_redis_url(g.cfg->redis.url));
+      o += ",\"up\":";
+      o += st.connections > 0 && st.connections_up == st.connections ? "true" : "false";
+      o += ",\"connections\":" + std::to_string(st.connections);
+      o += ",\"connections_up\":" + std::to_string(st.connections_up);
+      o += ",\"reconnects\":" + std::to_string(st.reconnects);
+      o += ",\"last_error\":";
+      append_json_string(o, st.last_error);
+      o += '}';
+    }
+    o += ",\"counts\":{\"allowed\":" + std::to_string(t.allowed) + ",\"rate_limited\":" + std::to_string(t.rate_limited) +
+         ",\"token_limited\":" + std::to_string(t.token_limited) + ",\"quota_exceeded\":" +
+         std::to_string(t.quota_exceeded) + ",\"refused_redis_down\":" + std::to_string(t.unavailable) +
+         ",\"counted_redis\":" + std::to_string(t.by_redis) + ",\"counted_local\":" + std::to_string(t.by_local) +
+         ",\"redis_errors\":" + std::to_string(t.redis_errors) + ",\"settle_errors\":" + std::to_string(t.settle_errors) +
+         "}}";
+  }
+  if (g.gate) {
+    const auto s = g.gate->snapshot();
+    const auto& cc = g.cfg->concurrency;
+    o += ",\"concurrency_gate\":{\"active\":";
+    o += g.gate->active() ? "true" : "false";
+    o += ",\"in_flight\":" + std::to_string(s.in_flight);
+    o += ",\"queue_size\":" + std::to_string(cc.queue_size);
+    o += ",\"queued\":{\"vip\":" + std::to_string(s.depth[2]) + ",\"premium\":" + std::to_string(s.depth[1]) +
+         ",\"standard\":" + std::to_string(s.depth[0]) + "}";
+    o += ",\"rejected\":{\"queue_full\":" + std::to_string(s.queue_full) + ",\"queue_timeout\":" +
+         std::to_string(s.timed_out[0]) + ",\"client_closed\":" + std::to_string(s.cancelled) + "}}";
+  }
+  o += '}';
+  return o;
+}
+
+}  // namespace sluice::gateway

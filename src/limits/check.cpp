@@ -1,0 +1,42 @@
+#include "limits/check.hpp"
+
+namespace sluice::limits {
+
+// Howard Hinnant's civil-from-days / days-from-civil (public domain), on whole days.
+std::int64_t month_index(std::int64_t unix_ms) noexcept {
+  std::int64_t days = unix_ms >= 0 ? unix_ms / 86400000 : -((-unix_ms + 86399999) / 86400000);
+  const std::int64_t z = days + 719468;
+  const std::int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+  const std::int64_t doe = z - era * 146097;
+  const std::int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+  std::int64_t y = yoe + era * 400;
+  const std::int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+  const std::int64_t mp = (5 * doy + 2) / 153;
+  const std::int64_t m = mp < 10 ? mp + 3 : mp - 9;
+  if (m <= 2) ++y;
+  return (y - 1970) * 12 + (m - 1);
+}
+
+std::int64_t month_start_ms(std::int64_t month) noexcept {
+  std::int64_t y = 1970 + (month >= 0 ? month / 12 : -((-month + 11) / 12));
+  const std::int64_t m = month - (y - 1970) * 12 + 1;  // 1..12
+  if (m <= 2) --y;
+  const std::int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const std::int64_t yoe = y - era * 400;
+  const std::int64_t mp = m > 2 ? m - 3 : m + 9;
+  const std::int64_t doy = (153 * mp + 2) / 5;
+  const std::int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return (era * 146097 + doe - 719468) * 86400000;
+}
+
+Period period_of(const Check& c, std::int64_t now) noexcept {
+  if (c.kind == Kind::token_bucket) return {};
+  if (c.window_ms == 0) {
+    const auto m = month_index(now);
+    return {m, month_start_ms(m + 1)};
+  }
+  const auto i = now / c.window_ms;
+  return {i, (i + 1) * c.window_ms};
+}
+
+}  // namespace sluice::limits

@@ -1,0 +1,62 @@
+#pragma once
+// The vocabulary shared by both counting backends (memory and Redis): one request is
+// tested against a list of counters, all or nothing.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/admission.hpp"
+
+namespace sluice::limits {
+
+enum class Kind : std::uint8_t {
+  fixed_window,    // count per window aligned to the epoch
+  sliding_window,  // the current window plus the previous one weighted by its overlap
+  token_bucket,    // refills `limit` per `window_ms`, holds at most `extra`
+  quota,           // token ledger per period: used + reserved must stay within limit
+};
+
+struct Check {
+  Kind kind = Kind::fixed_window;
+  std::string key;             // counter key, without the window or period suffix
+  std::int64_t limit = 0;
+  std::int64_t window_ms = 0;  // quota: period length; 0 = calendar month (UTC)
+  std::int64_t cost = 1;       // requests: 1; quota: tokens reserved
+  std::int64_t extra = 0;      // token_bucket: capacity; quota: reservation lifetime in ms
+  bool tokens = false;         // a token limit (OpenAI's *-tokens headers)
+  config::DownPolicy on_redis_down = config::DownPolicy::open;
+  const std::string* id = nullptr;  // the configured limit ("requests[0]")
+};
+
+struct CheckResult {
+  std::int64_t remaining = 0;  // before this request: an admitted one takes `cost` from it
+  std::int64_t reset_ms = 0;   // until the window ends / the bucket is full / the period ends
+  std::int64_t period = 0;     // quota: the period the reservation was made in
+};
+
+struct Verdict {
+  bool allowed = false;
+  int denied = -1;             // index of the first check that refused
+  std::int64_t retry_after_ms = 0;  // when every refusing check would pass again
+  std::int64_t now_ms = 0;
+  std::vector<CheckResult> results;  // one per check, in order
+};
+
+// A reservation to settle: the quota counter of one period, and what was reserved there.
+struct Reserved {
+  std::string key;             // counter key with its period suffix
+  std::int64_t amount = 0;
+};
+
+// Months since 1970-01 of a Unix time in ms (UTC), and where month `m` starts.
+std::int64_t month_index(std::int64_t unix_ms) noexcept;
+std::int64_t month_start_ms(std::int64_t month) noexcept;
+
+// The window or period a check falls in at `now_ms`, and when it ends.
+struct Period {
+  std::int64_t index = 0;
+  std::int64_t ends_ms = 0;
+};
+Period period_of(const Check& c, std::int64_t now_ms) noexcept;
+
+}  // namespace sluice::limits

@@ -1,0 +1,229 @@
+#include "limits/gate.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+namespace sluice::limits {
+
+namespace net = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+struct Gate::Waiter {
+  explicit Waiter(net::any_io_executor ex) : timer(ex), executor(std::move(ex)) {}
+  Need need;
+  Priority cls = Priority::standard;
+  std::uint64_t seq = 0;
+  Clock::time_point arrived;
+  net::steady_timer timer;
+  net::any_io_executor executor;
+  bool granted = false;    // under the gate's mutex
+  bool cancelled = false;  // on the waiter's own thread
+};
+
+namespace {
+
+std::string endpoint_of(const config::Route& r) {
+  if (r.backend.provider == config::Provider::simulated) return "sim:" + r.alias;
+  return r.backend.host + ":" + std::to_string(r.backend.port);
+}
+
+}  // namespace
+
+Gate::Gate(const config::Config& cfg) : cfg_(cfg) {
+  for (const auto& k : cfg.keys) {
+    const int limit = k.max_in_flight >= 0 ? k.max_in_flight : cfg.concurrency.per_key;
+    if (limit > 0) key_slots_[k.name] = std::make_unique<Slot>(Slot{"key:" + k.name, limit, 0});
+  }
+  for (const auto& r : cfg.routes) {
+    if (r.max_in_flight > 0) model_slots_[r.alias] = std::make_unique<Slot>(Slot{"model:" + r.alias, r.max_in_flight, 0});
+    if (r.backend_max_in_flight > 0) {
+      const auto ep = endpoint_of(r);
+      backend_of_alias_[r.alias] = ep;
+      if (!backend_slots_.count(ep)) {
+        backend_slots_[ep] = std::make_unique<Slot>(Slot{"backend:" + ep, r.backend_max_in_flight, 0});
+      }
+    }
+  }
+  active_ = !key_slots_.empty() || !model_slots_.empty() || !backend_slots_.empty();
+}
+
+Gate::~Gate() = default;
+
+Gate::Need Gate::need(const config::ApiKey& key, std::string_view alias) const {
+  Need n;
+  if (!active_) return n;
+  if (auto it = key_slots_.find(key.name); it != key_slots_.end()) n.slots[0] = it->second.get();
+  const std::string a(alias);
+  if (auto it = model_slots_.find(a); it != model_slots_.end()) n.slots[1] = it->second.get();
+  if (auto b = backend_of_alias_.find(a); b != backend_of_alias_.end()) n.slots[2] = backend_slots_.at(b->second).get();
+  return n;
+}
+
+Priority Gate::priority(const config::ApiKey& key, std::string_view header) const {
+  Priority own = Priority::standard;
+  if (key.priority) {
+    own = *key.priority;
+  } else if (auto it = cfg_.concurrency.tier_priority.find(key.tier); it != cfg_.concurrency.tier_priority.end()) {
+    own = it->second;
+  }
+  if (auto asked = config::priority_from_name(header)) return std::min(*asked, own);
+  return own;
+}
+
+bool Gate::fits(const Need& n) const {
+  for (const Slot* s : n.slots) {
+    if (s && s->used >= s->limit) return false;
+  }
+  return true;
+}
+
+void Gate::take(const Need& n) {
+  for (Slot* s : n.slots) {
+    if (s) ++s->used;
+  }
+  ++in_flight_;
+}
+
+// Grants, best class first and in arrival order within a class, every waiter whose slots
+// are all free. A waiter blocked on a busy key does not hold up others behind it.
+void Gate::dispatch() {
+  for (int c = kPriorities - 1; c >= 0; --c) {
+    auto& q = queues_[c];
+    for (auto it = q.begin(); it != q.end();) {
+      if (!fits((*it)->need)) {
+        ++it;
+        continue;
+      }
+      auto w = *it;
+      it = q.erase(it);
+      --queued_;
+      take(w->need);
+      w->granted = true;
+      // The timer belongs to the waiter's thread: wake it there.
+      net::post(w->executor, [w] { w->timer.cancel(); });
+    }
+  }
+}
+
+void Gate::remove(Waiter* w) {
+  auto& q = queues_[static_cast<int>(w->cls)];
+  for (auto it = q.begin(); it != q.end(); ++it) {
+    if (it->get() == w) {
+      q.erase(it);
+      --queued_;
+      return;
+    }
+  }
+}
+
+void Gate::observe_wait(Priority cls, double ms) {
+  const auto c = static_cast<std::size_t>(cls);
+  const double s = ms / 1000.0;
+  std::size_t b = 0;
+  while (b < Snapshot::kBuckets.size() && s > Snapshot::kBuckets[b]) ++b;
+  ++stats_.wait_buckets[c][b];
+  stats_.wait_sum[c] += s;
+}
+
+net::awaitable<Gate::Result> Gate::enter(Need need, Priority p, Cancel& cancel) {
+  Result res;
+  res.served_as = p;
+  if (need.empty()) co_return res;
+  auto ex = co_await net::this_coro::executor;
+  std::shared_ptr<Waiter> w;
+  {
+    std::lock_guard lock(mu_);
+    if (queued_ == 0 && fits(need)) {
+      take(need);
+      ++stats_.granted_now;
+      co_return res;
+    }
+    if (queued_ >= cfg_.concurrency.queue_size) {
+      ++stats_.queue_full;
+      res.outcome = Outcome::queue_full;
+      co_return res;
+    }
+    w = std::make_shared<Waiter>(ex);
+    w->need = need;
+    w->cls = p;
+    w->seq = ++seq_;
+    w->arrived = Clock::now();
+    queues_[static_cast<int>(p)].push_back(w);
+    ++queued_;
+    dispatch();  // others may be blocked on slots this one does not need
+  }
+  res.queued = true;
+  cancel.fn = [w] {
+    w->cancelled = true;
+    w->timer.cancel();
+  };
+  for (;;) {
+    bool granted = false;
+    {
+      std::lock_guard lock(mu_);
+      granted = w->granted;
+    }
+    if (!granted && !w->cancelled) {
+      w->timer.expires_at(w->arrived + cfg_.concurrency.max_wait[static_cast<int>(w->cls)]);
+      co_await w->timer.async_wait(net::as_tuple(net::use_awaitable));
+    }
+    std::lock_guard lock(mu_);
+    res.served_as = w->cls;
+    res.waited_ms = std::chrono::duration<double, std::milli>(Clock::now() - w->arrived).count();
+    if (w->granted) {
+      ++stats_.granted_after_wait[static_cast<int>(w->cls)];
+      observe_wait(w->cls, res.waited_ms);
+      break;
+    }
+    if (w->cancelled) {
+      remove(w.get());
+      ++stats_.cancelled;
+      res.outcome = Outcome::cancelled;
+      break;
+    }
+    if (Clock::now() < w->arrived + cfg_.concurrency.max_wait[static_cast<int>(w->cls)]) continue;
+    if (w->cls != Priority::standard) {
+      // Demoted, not dropped: into the standard queue at its arrival position.
+      ++stats_.demoted[static_cast<int>(w->cls)];
+      remove(w.get());
+      w->cls = Priority::standard;
+      auto& q = queues_[0];
+      auto pos = q.begin();
+      while (pos != q.end() && (*pos)->seq < w->seq) ++pos;
+      q.insert(pos, w);
+      ++queued_;
+      res.demoted = true;
+      continue;
+    }
+    remove(w.get());
+    ++stats_.timed_out[0];
+    observe_wait(Priority::standard, res.waited_ms);
+    res.outcome = Outcome::timed_out;
+    break;
+  }
+  cancel.fn = nullptr;
+  co_return res;
+}
+
+void Gate::leave(const Need& need) {
+  if (need.empty()) return;
+  std::lock_guard lock(mu_);
+  for (Slot* s : need.slots) {
+    if (s) --s->used;
+  }
+  --in_flight_;
+  dispatch();
+}
+
+Gate::Snapshot Gate::snapshot() const {
+  std::lock_guard lock(mu_);
+  Snapshot s = stats_;
+  for (int c = 0; c < kPriorities; ++c) s.depth[c] = static_cast<int>(queues_[c].size());
+  s.in_flight = in_flight_;
+  return s;
+}
+
+}  // namespace sluice::limits

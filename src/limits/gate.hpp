@@ -1,0 +1,118 @@
+#pragma once
+// The concurrency gate (admission, phase 6): requests in flight per key, per model and
+// per backend, with a bounded priority queue in front. One per process, shared by the
+// workers. A queued request waits at most its class's max_wait; vip and premium are then
+// demoted to standard (keeping their arrival order), and standard's max_wait ends the
+// wait (503). See docs/limits.md.
+#include <array>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "config/config.hpp"
+
+namespace sluice::limits {
+
+using config::Priority;
+using config::kPriorities;
+
+class Gate {
+ public:
+  struct Slot {
+    std::string name;      // "key:prod-app", "model:demo", "backend:10.0.0.5:8000"
+    int limit = 0;
+    int used = 0;          // guarded by the gate's mutex
+  };
+  // The slots one request needs (null = unlimited).
+  struct Need {
+    std::array<Slot*, 3> slots{};
+    bool empty() const { return !slots[0] && !slots[1] && !slots[2]; }
+  };
+  enum class Outcome : std::uint8_t { granted, queue_full, timed_out, cancelled };
+  struct Result {
+    Outcome outcome = Outcome::granted;
+    Priority served_as = Priority::standard;  // class it left the queue in
+    bool queued = false;
+    bool demoted = false;
+    double waited_ms = 0;
+  };
+  // Set by enter() while the request waits; calling it (on the request's thread, e.g.
+  // from a client-disconnect watch) removes the request from the queue at once.
+  struct Cancel {
+    std::function<void()> fn;
+    void operator()() const {
+      if (fn) fn();
+    }
+  };
+
+  explicit Gate(const config::Config& cfg);
+  ~Gate();
+
+  Need need(const config::ApiKey& key, std::string_view alias) const;
+  // The class a request waits in: X-Priority if given and not above the key's own
+  // class (from `priority:` or its tier), else the key's class.
+  Priority priority(const config::ApiKey& key, std::string_view header) const;
+
+  boost::asio::awaitable<Result> enter(Need need, Priority p, Cancel& cancel);
+  void leave(const Need& need);
+
+  struct Snapshot {
+    std::array<int, kPriorities> depth{};
+    int in_flight = 0;     // requests holding slots
+    std::uint64_t granted_now = 0;  // without waiting
+    std::array<std::uint64_t, kPriorities> granted_after_wait{}, timed_out{}, demoted{};
+    std::uint64_t queue_full = 0, cancelled = 0;
+    // Wait time of requests that queued, by the class they left in (a histogram).
+    static constexpr std::array<double, 10> kBuckets{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10};
+    std::array<std::array<std::uint64_t, kBuckets.size() + 1>, kPriorities> wait_buckets{};
+    std::array<double, kPriorities> wait_sum{};
+  };
+  Snapshot snapshot() const;
+  bool active() const { return active_; }
+
+ private:
+  struct Waiter;
+  bool fits(const Need& n) const;
+  void take(const Need& n);
+  void dispatch();
+  void remove(Waiter* w);
+  void observe_wait(Priority cls, double ms);
+
+  const config::Config& cfg_;
+  bool active_ = false;
+  std::unordered_map<std::string, std::unique_ptr<Slot>> key_slots_, model_slots_, backend_slots_;
+  std::unordered_map<std::string, std::string> backend_of_alias_;
+  mutable std::mutex mu_;
+  std::array<std::deque<std::shared_ptr<Waiter>>, kPriorities> queues_;
+  int queued_ = 0;
+  int in_flight_ = 0;
+  std::uint64_t seq_ = 0;
+  Snapshot stats_;
+};
+
+// Holds a request's slots until it ends.
+class GatePass {
+ public:
+  GatePass() = default;
+  GatePass(Gate* g, Gate::Need n) : gate_(g), need_(n) {}
+  GatePass(GatePass&& o) noexcept : gate_(o.gate_), need_(o.need_) { o.gate_ = nullptr; }
+  GatePass& operator=(GatePass&&) = delete;
+  ~GatePass() {
+    if (gate_) gate_->leave(need_);
+  }
+
+ private:
+  Gate* gate_ = nullptr;
+  Gate::Need need_;
+};
+
+}  // namespace sluice::limits

@@ -1,0 +1,362 @@
+#include "limits/limiter.hpp"
+
+#include <boost/asio/use_awaitable.hpp>
+#include <chrono>
+#include <cmath>
+
+#include "common/ids.hpp"
+#include "limits/scripts.hpp"
+#include "store/redis.hpp"
+
+namespace sluice::limits {
+
+namespace net = boost::asio;
+using config::DownPolicy;
+using config::LimitScope;
+
+namespace {
+
+std::int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+bool matches(const config::LimitMatch& m, const config::ApiKey& k, std::string_view model) {
+  return (m.key.empty() || m.key == k.name) && (m.tier.empty() || m.tier == k.tier) &&
+         (m.tenant.empty() || m.tenant == k.tenant) && (m.model.empty() || m.model == model);
+}
+
+// Counter key. The part in braces is a Redis Cluster hash tag: all of one tenant's
+// counters live in one slot (key, tenant and tenant_model scopes).
+std::string counter_key(const std::string& prefix, LimitScope scope, const config::ApiKey& k, std::string_view model,
+                        const std::string& rule) {
+  std::string s;
+  s.reserve(prefix.size() + k.tenant.size() + k.name.size() + model.size() + rule.size() + 16);
+  s += prefix;
+  switch (scope) {
+    case LimitScope::key: s += ":{t:"; s += k.tenant; s += "}:k:"; s += k.name; break;
+    case LimitScope::tenant: s += ":{t:"; s += k.tenant; s += "}:t"; break;
+    case LimitScope::tenant_model: s += ":{t:"; s += k.tenant; s += "}:m:"; s += model; break;
+    case LimitScope::tier: s += ":{tier:"; s += k.tier; s += "}"; break;
+    case LimitScope::model: s += ":{m:"; s += model; s += "}"; break;
+  }
+  s += ':';
+  s += rule;
+  return s;
+}
+
+std::int64_t period_ms(config::QuotaPeriod p) {
+  switch (p) {
+    case config::QuotaPeriod::minute: return 60'000;
+    case config::QuotaPeriod::hour: return 3'600'000;
+    case config::QuotaPeriod::day: return 86'400'000;
+    case config::QuotaPeriod::month: return 0;
+  }
+  return 60'000;
+}
+
+const char* kind_arg(Kind k) {
+  switch (k) {
+    case Kind::fixed_window: return "fw";
+    case Kind::sliding_window: return "sw";
+    case Kind::token_bucket: return "tb";
+    case Kind::quota: return "tq";
+  }
+  return "fw";
+}
+
+std::string describe_window(std::int64_t ms) {
+  if (ms == 0) return "month";
+  return format_reset(ms);
+}
+
+}  // namespace
+
+std::string format_reset(std::int64_t ms) {
+  if (ms < 0) ms = 0;
+  if (ms < 1000) return std::to_string(ms) + "ms";
+  std::int64_t s = (ms + 999) / 1000;
+  std::string out;
+  if (s >= 3600) { out += std::to_string(s / 3600) + "h"; s %= 3600; out += std::to_string(s / 60) + "m"; s %= 60; }
+  else if (s >= 60) { out += std::to_string(s / 60) + "m"; s %= 60; }
+  out += std::to_string(s) + "s";
+  return out;
+}
+
+Limiter::Limiter(std::shared_ptr<const config::Config> cfg) : cfg_(std::move(cfg)) {
+  const auto& rl = cfg_->rate_limits;
+  active_ = rl.any();
+  wants_redis_ = active_ && rl.backend != config::LimiterBackend::memory;
+  admit_script_ = std::make_unique<store::RedisScript>(std::string(kAdmitScript));
+  settle_script_ = std::make_unique<store::RedisScript>(std::string(kSettleScript));
+}
+
+Limiter::~Limiter() = default;
+
+void Limiter::plan(const config::ApiKey& key, std::string_view model, std::int64_t tokens,
+                   std::vector<Check>& out) const {
+  const auto& rl = cfg_->rate_limits;
+  const auto& prefix = cfg_->redis.key_prefix;
+  for (std::size_t i = 0; i < rl.requests.size(); ++i) {
+    const auto& l = rl.requests[i];
+    if (!matches(l.when, key, model)) continue;
+    Check c;
+    c.limit = l.limit;
+    c.window_ms = l.window.count();
+    c.cost = 1;
+    switch (l.algorithm) {
+      case config::LimitAlgorithm::fixed_window: c.kind = Kind::fixed_window; break;
+      case config::LimitAlgorithm::sliding_window: c.kind = Kind::sliding_window; break;
+      case config::LimitAlgorithm::token_bucket: c.kind = Kind::token_bucket; c.extra = l.burst; break;
+    }
+    // The rule's index, algorithm and window name the counter: a changed rule starts afresh.
+    c.key = counter_key(prefix, l.scope, key, model,
+                        "r" + std::to_string(i) + "." + kind_arg(c.kind) + "." + std::to_string(c.window_ms));
+    c.on_redis_down = l.on_redis_down;
+    c.id = &l.id;
+    out.push_back(std::move(c));
+  }
+  for (std::size_t i = 0; i < rl.tokens.size(); ++i) {
+    const auto& l = rl.tokens[i];
+    if (!matches(l.when, key, model)) continue;
+    Check c;
+    c.kind = Kind::quota;
+    c.tokens = true;
+    c.limit = l.limit;
+    c.window_ms = period_ms(l.per);
+    c.cost = std::max<std::int64_t>(tokens, 0);
+    c.extra = rl.reservation_ttl.count();
+    c.key = counter_key(prefix, l.scope, key, model, "q" + std::to_string(i) + "." + std::string(to_string(l.per)));
+    c.on_redis_down = l.on_redis_down;
+    c.id = &l.id;
+    out.push_back(std::move(c));
+  }
+}
+
+std::unique_ptr<WorkerLimiter> Limiter::make_worker(net::any_io_executor ex) {
+  return std::make_unique<WorkerLimiter>(*this, std::move(ex));
+}
+
+void Limiter::attach(WorkerLimiter* w) {
+  std::lock_guard lock(mu_);
+  workers_.push_back(w);
+}
+
+void Limiter::detach(WorkerLimiter* w) {
+  std::lock_guard lock(mu_);
+  std::erase(workers_, w);
+}
+
+Limiter::Status Limiter::status() const {
+  Status s;
+  s.configured = std::string(config::to_string(cfg_->rate_limits.backend));
+  if (!active_) {
+    s.active = "none";
+    s.reason = "no limits configured";
+    return s;
+  }
+  if (!wants_redis_) {
+    s.active = "memory";
+    s.reason = "configured";
+    return s;
+  }
+  std::lock_guard lock(mu_);
+  for (const auto* w : workers_) {
+    if (const auto* r = w->redis()) {
+      ++s.connections;
+      if (r->up()) ++s.connections_up;
+      auto e = r->last_error();
+      if (!e.empty()) s.last_error = std::move(e);
+      s.reconnects += r->reconnects();
+    }
+  }
+  if (s.connections > 0 && s.connections_up == s.connections) {
+    s.active = "redis";
+  } else if (s.connections_up > 0) {
+    s.active = "mixed";
+    s.reason = "some workers lost Redis: " + s.last_error;
+  } else {
+    s.active = cfg_->rate_limits.on_redis_down == DownPolicy::closed ? "refusing" : "memory";
+    s.reason = s.connections ? "redis unreachable: " + s.last_error : "starting";
+  }
+  return s;
+}
+
+Limiter::Totals Limiter::totals() const {
+  Totals t;
+  std::lock_guard lock(mu_);
+  for (const auto* w : workers_) {
+    const Stats& s = w->stats();
+    auto get = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+    t.allowed += get(s.allowed);
+    t.rate_limited += get(s.rate_limited);
+    t.token_limited += get(s.token_limited);
+    t.quota_exceeded += get(s.quota_exceeded);
+    t.unavailable += get(s.unavailable);
+    t.by_redis += get(s.by_redis);
+    t.by_local += get(s.by_local);
+    t.redis_errors += get(s.redis_errors);
+    t.settle_errors += get(s.settle_errors);
+    t.tokens_reserved += get(s.tokens_reserved);
+    t.tokens_charged += get(s.tokens_charged);
+    t.tokens_refunded += get(s.tokens_refunded);
+  }
+  return t;
+}
+
+WorkerLimiter::WorkerLimiter(Limiter& owner, net::any_io_executor ex) : owner_(owner), ex_(std::move(ex)) {
+  if (owner_.wants_redis_) {
+    const auto& rs = owner_.cfg_->redis;
+    std::string err;
+    auto ep = store::parse_redis_url(rs.url, &err);
+    if (!ep) throw std::runtime_error("redis.url: " + err);  // checked at startup already
+    store::RedisOptions opt;
+    opt.command_timeout = rs.timeout;
+    opt.connect_timeout = rs.connect_timeout;
+    opt.reconnect_interval = rs.retry_interval;
+    redis_ = std::make_unique<store::RedisConnection>(ex_, *ep, opt);
+    redis_->start();
+  }
+  owner_.attach(this);
+}
+
+WorkerLimiter::~WorkerLimiter() {
+  owner_.detach(this);
+  if (redis_) redis_->stop();
+}
+
+net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::string_view model, std::int64_t tokens) {
+  if (!owner_.active_) co_return Admission{};
+  std::vector<Check> checks;
+  owner_.plan(key, model, tokens, checks);
+  if (checks.empty()) co_return Admission{};
+  bool any_quota = false;
+  for (const auto& c : checks) any_quota |= c.kind == Kind::quota;
+  // Generated here, never the client's X-Request-Id: a repeated id would merge reservations.
+  const std::string res_id = any_quota ? new_request_id() : std::string();
+
+  if (redis_ && redis_->up()) {
+    std::vector<std::string> keys, args;
+    keys.reserve(checks.size());
+    args.reserve(1 + checks.size() * 5);
+    args.push_back(res_id);
+    for (const auto& c : checks) {
+      keys.push_back(c.key);
+      args.emplace_back(kind_arg(c.kind));
+      args.push_back(std::to_string(c.limit));
+      args.push_back(std::to_string(c.window_ms));
+      args.push_back(std::to_string(c.cost));
+      args.push_back(std::to_string(c.extra));
+    }
+    auto r = co_await redis_->eval(*owner_.admit_script_, std::move(keys), std::move(args));
+    const auto n = checks.size();
+    if (r.ok() && r.reply->type == store::RedisReply::Type::array && r.reply->elements.size() == 3 + 3 * n) {
+      const auto& e = r.reply->elements;
+      Verdict v;
+      v.allowed = e[0].integer == 0;
+      v.denied = static_cast<int>(e[0].integer) - 1;
+      v.retry_after_ms = e[1].integer;
+      v.now_ms = e[2].integer;
+      v.results.resize(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        v.results[i] = {e[3 + 3 * i].integer, e[4 + 3 * i].integer, e[5 + 3 * i].integer};
+      }
+      Stats::bump(stats_.by_redis);
+      auto a = finish(checks, v, Counted::redis);
+      a.reservation_id = res_id;
+      co_return a;
+    }
+    // Redis failed this request (timeout, lost, or an error reply): counted as down for it.
+    Stats::bump(stats_.redis_errors);
+  }
+  if (redis_) {
+    for (const auto& c : checks) {
+      if (c.on_redis_down == DownPolicy::closed) co_return refuse_unavailable(c);
+    }
+  }
+  const auto now = unix_ms();
+  if ((++admits_ & 4095) == 0) owner_.local_.sweep(now);
+  auto v = owner_.local_.admit(checks, res_id, now);
+  Stats::bump(stats_.by_local);
+  auto a = finish(checks, v, Counted::local);
+  a.reservation_id = res_id;
+  a.degraded = redis_ != nullptr;
+  co_return a;
+}
+
+Admission WorkerLimiter::finish(const std::vector<Check>& checks, const Verdict& v, Counted where) {
+  Admission a;
+  a.counted = where;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const Check& c = checks[i];
+    const CheckResult& r = v.results[i];
+    HeaderLimit& h = c.tokens ? a.tokens : a.requests;
+    const std::int64_t remaining = std::max<std::int64_t>(r.remaining - (v.allowed ? c.cost : 0), 0);
+    if (!h.set || remaining < h.remaining) h = {true, c.limit, remaining, r.reset_ms};
+  }
+  if (v.allowed) {
+    Stats::bump(stats_.allowed);
+    for (std::size_t i = 0; i < checks.size(); ++i) {
+      if (checks[i].kind != Kind::quota) continue;
+      a.reserved.push_back({checks[i].key + ":" + std::to_string(v.results[i].period), checks[i].cost});
+      a.reserved_tokens = std::max(a.reserved_tokens, checks[i].cost);
+    }
+    if (a.reserved_tokens > 0) Stats::bump(stats_.tokens_reserved, static_cast<std::uint64_t>(a.reserved_tokens));
+    return a;
+  }
+  const Check& c = checks[static_cast<std::size_t>(v.denied)];
+  a.retry_after_ms = v.retry_after_ms;
+  const std::string retry = format_reset(v.retry_after_ms);
+  if (c.kind != Kind::quota) {
+    a.reason = Reason::rate_limited;
+    a.message = "rate limit " + *c.id + " reached: " + std::to_string(c.limit) + " requests per " +
+                describe_window(c.window_ms) + "; retry after " + retry;
+    Stats::bump(stats_.rate_limited);
+  } else {
+    const bool budget = c.window_ms == 0 || c.window_ms >= 86'400'000;
+    a.reason = budget ? Reason::quota_exceeded : Reason::token_limit_exceeded;
+    a.message = "token limit " + *c.id + " reached: this request needs " + std::to_string(c.cost) +
+                " tokens (prompt estimate + max output), " + std::to_string(v.results[v.denied].remaining) +
+                " of " + std::to_string(c.limit) + " per " + describe_window(c.window_ms) + " left; retry after " + retry;
+    Stats::bump(budget ? stats_.quota_exceeded : stats_.token_limited);
+  }
+  return a;
+}
+
+Admission WorkerLimiter::refuse_unavailable(const Check& c) {
+  Admission a;
+  a.reason = Reason::limiter_unavailable;
+  a.retry_after_ms = owner_.cfg_->redis.retry_interval.count();
+  a.message = "the rate limiter cannot reach Redis and limit " + *c.id +
+              " is set to refuse while it is down (on_redis_down: closed)";
+  Stats::bump(stats_.unavailable);
+  return a;
+}
+
+net::awaitable<void> WorkerLimiter::settle(Admission& a, std::int64_t actual) {
+  if (a.reserved.empty()) co_return;
+  actual = std::max<std::int64_t>(actual, 0);
+  Stats::bump(stats_.tokens_charged, static_cast<std::uint64_t>(actual));
+  if (a.reserved_tokens > actual) Stats::bump(stats_.tokens_refunded, static_cast<std::uint64_t>(a.reserved_tokens - actual));
+  auto reserved = std::move(a.reserved);
+  a.reserved.clear();
+  if (a.counted == Counted::local || !redis_) {
+    const auto now = unix_ms();
+    for (const auto& r : reserved) owner_.local_.settle(r, a.reservation_id, actual, now);
+    co_return;
+  }
+  std::vector<std::string> keys, args;
+  args.push_back(a.reservation_id);
+  args.push_back(std::to_string(owner_.cfg_->rate_limits.reservation_ttl.count()));
+  for (const auto& r : reserved) {
+    keys.push_back(r.key);
+    args.push_back(std::to_string(r.amount));
+    args.push_back(std::to_string(actual));
+  }
+  // If Redis fails now, the reservation expires on its own (reservation_ttl) and this
+  // usage goes uncharged; counted in settle_errors.
+  auto r = co_await redis_->eval(*owner_.settle_script_, std::move(keys), std::move(args));
+  if (!r.ok() || r.reply->is_error()) Stats::bump(stats_.settle_errors);
+}
+
+}  // namespace sluice::limits

@@ -1,0 +1,142 @@
+#pragma once
+// Rate limits and token quotas (admission, phase 6). One Limiter per process holds the
+// rules and the per-instance counters; each worker has a WorkerLimiter with its own
+// pipelined Redis connection. See docs/limits.md.
+#include <atomic>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/reason.hpp"
+#include "config/config.hpp"
+#include "limits/check.hpp"
+#include "limits/local.hpp"
+
+namespace sluice::store {
+class RedisConnection;
+struct RedisScript;
+}  // namespace sluice::store
+
+namespace sluice::limits {
+
+// The tightest limit of one kind, for the x-ratelimit-* headers.
+struct HeaderLimit {
+  bool set = false;
+  std::int64_t limit = 0;
+  std::int64_t remaining = 0;
+  std::int64_t reset_ms = 0;
+};
+
+// Where a request's counting was done.
+enum class Counted : std::uint8_t { none, local, redis };
+
+struct Admission {
+  Reason reason = Reason::ok;  // ok, rate_limited, token_limit_exceeded, quota_exceeded, limiter_unavailable
+  std::string message;
+  std::int64_t retry_after_ms = 0;
+  HeaderLimit requests, tokens;
+  Counted counted = Counted::none;
+  bool degraded = false;       // counted per instance because Redis is down
+  // Token reservations to settle.
+  std::string reservation_id;
+  std::int64_t reserved_tokens = 0;
+  std::vector<Reserved> reserved;
+  bool allowed() const { return reason == Reason::ok; }
+};
+
+// Counters of one worker, summed at scrape.
+struct Stats {
+  std::atomic<std::uint64_t> allowed{0}, rate_limited{0}, token_limited{0}, quota_exceeded{0}, unavailable{0};
+  std::atomic<std::uint64_t> by_redis{0}, by_local{0}, redis_errors{0}, settle_errors{0};
+  std::atomic<std::uint64_t> tokens_reserved{0}, tokens_charged{0}, tokens_refunded{0};
+  static void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);  // one writer
+  }
+};
+
+class WorkerLimiter;
+
+class Limiter {
+ public:
+  explicit Limiter(std::shared_ptr<const config::Config> cfg);
+  ~Limiter();
+
+  // Whether any limit is configured (no: admission is free).
+  bool active() const { return active_; }
+  bool wants_redis() const { return wants_redis_; }
+  const config::RateLimits& settings() const { return cfg_->rate_limits; }
+
+  // The checks that apply to a request costing `tokens` (prompt estimate + output reserve).
+  void plan(const config::ApiKey& key, std::string_view model, std::int64_t tokens, std::vector<Check>& out) const;
+
+  LocalCounters& local() { return local_; }
+
+  // One worker's limiter; call on that worker's thread.
+  std::unique_ptr<WorkerLimiter> make_worker(boost::asio::any_io_executor ex);
+
+  // Status for /infra, the metrics and the banner.
+  struct Status {
+    std::string configured;      // memory | redis | auto
+    std::string active;          // memory | redis | mixed (some workers fell back)
+    std::string reason;          // why it is not redis when it should be
+    int connections = 0, connections_up = 0;
+    std::string last_error;
+    std::uint64_t reconnects = 0;
+  };
+  Status status() const;
+  // Sums of every worker's counters.
+  struct Totals {
+    std::uint64_t allowed = 0, rate_limited = 0, token_limited = 0, quota_exceeded = 0, unavailable = 0;
+    std::uint64_t by_redis = 0, by_local = 0, redis_errors = 0, settle_errors = 0;
+    std::uint64_t tokens_reserved = 0, tokens_charged = 0, tokens_refunded = 0;
+  };
+  Totals totals() const;
+
+ private:
+  friend class WorkerLimiter;
+  void attach(WorkerLimiter* w);
+  void detach(WorkerLimiter* w);
+
+  std::shared_ptr<const config::Config> cfg_;
+  bool active_ = false;
+  bool wants_redis_ = false;
+  LocalCounters local_;
+  std::unique_ptr<store::RedisScript> admit_script_, settle_script_;
+  mutable std::mutex mu_;
+  std::vector<WorkerLimiter*> workers_;
+};
+
+class WorkerLimiter {
+ public:
+  WorkerLimiter(Limiter& owner, boost::asio::any_io_executor ex);
+  ~WorkerLimiter();
+
+  // Decides a request. `tokens` = estimated prompt tokens + output tokens to reserve.
+  boost::asio::awaitable<Admission> admit(const config::ApiKey& key, std::string_view model, std::int64_t tokens);
+  // Charges what the request really used and releases its reservation. Called after the
+  // reply is complete, so only a keep-alive connection's next request waits for it.
+  boost::asio::awaitable<void> settle(Admission& a, std::int64_t actual_tokens);
+
+  const Stats& stats() const { return stats_; }
+  const store::RedisConnection* redis() const { return redis_.get(); }
+
+ private:
+  Admission finish(const std::vector<Check>& checks, const Verdict& v, Counted where);
+  Admission refuse_unavailable(const Check& c);
+
+  Limiter& owner_;
+  boost::asio::any_io_executor ex_;
+  std::unique_ptr<store::RedisConnection> redis_;
+  std::uint64_t admits_ = 0;
+  Stats stats_;
+};
+
+// OpenAI's reset format: "20ms", "1s", "6m0s", "1h2m3s".
+std::string format_reset(std::int64_t ms);
+
+}  // namespace sluice::limits

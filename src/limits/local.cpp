@@ -1,0 +1,174 @@
+#include "limits/local.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <vector>
+
+namespace sluice::limits {
+
+namespace {
+
+std::int64_t ceil_div_ms(double v) { return static_cast<std::int64_t>(std::ceil(v)); }
+
+std::string quota_key(const Check& c, std::int64_t period) { return c.key + ":" + std::to_string(period); }
+
+}  // namespace
+
+LocalCounters::Shard& LocalCounters::shard_of(std::string_view key) {
+  return shards_[std::hash<std::string_view>{}(key) % kShards];
+}
+
+Verdict LocalCounters::admit(std::span<const Check> checks, std::string_view reservation_id, std::int64_t now) {
+  Verdict v;
+  v.now_ms = now;
+  v.results.resize(checks.size());
+  // Every shard involved, locked in one order: the decision is atomic like the script's.
+  std::vector<std::size_t> idx;
+  idx.reserve(checks.size());
+  std::vector<std::string> keys(checks.size());
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const Check& c = checks[i];
+    keys[i] = c.kind == Kind::quota ? quota_key(c, period_of(c, now).index) : c.key;
+    idx.push_back(std::hash<std::string_view>{}(keys[i]) % kShards);
+  }
+  std::vector<std::size_t> order = idx;
+  std::sort(order.begin(), order.end());
+  order.erase(std::unique(order.begin(), order.end()), order.end());
+  std::vector<std::unique_lock<std::mutex>> locks;
+  locks.reserve(order.size());
+  for (auto s : order) locks.emplace_back(shards_[s].mu);
+
+  std::vector<Counter*> ctr(checks.size());
+  std::vector<double> after(checks.size());  // bucket: tokens left if admitted
+  bool all_ok = true;
+  std::int64_t retry = 0;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const Check& c = checks[i];
+    Counter& k = shards_[idx[i]].counters[keys[i]];
+    ctr[i] = &k;
+    const Period p = period_of(c, now);
+    CheckResult& r = v.results[i];
+    bool ok = false;
+    std::int64_t wait = 0;
+    const double w = static_cast<double>(c.window_ms);
+    switch (c.kind) {
+      case Kind::fixed_window: {
+        if (k.window != p.index) { k.window = p.index; k.count = 0; }
+        ok = k.count + c.cost <= c.limit;
+        r.remaining = c.limit - static_cast<std::int64_t>(k.count);
+        r.reset_ms = p.ends_ms - now;
+        wait = r.reset_ms;
+        k.expires_ms = p.ends_ms;
+        break;
+      }
+      case Kind::sliding_window: {
+        if (k.window != p.index) {
+          k.prev = k.window == p.index - 1 ? k.count : 0;
+          k.count = 0;
+          k.window = p.index;
+        }
+        const double elapsed = static_cast<double>(now - p.index * c.window_ms);
+        const double est = k.prev * (w - elapsed) / w + k.count;
+        ok = est + c.cost <= c.limit;
+        r.remaining = static_cast<std::int64_t>(std::floor(c.limit - est));
+        r.reset_ms = p.ends_ms - now;
+        if (!ok) {
+          wait = k.count + c.cost > c.limit
+                     ? r.reset_ms + ceil_div_ms(w * (1 - static_cast<double>(c.limit - c.cost) / k.count))
+                     : ceil_div_ms(w * (1 - (c.limit - k.count - c.cost) / k.prev) - elapsed);
+        }
+        k.expires_ms = p.ends_ms + c.window_ms;
+        break;
+      }
+      case Kind::token_bucket: {
+        const double cap = static_cast<double>(c.extra);
+        if (k.window == -1) { k.window = 0; k.count = cap; k.ts = now; }
+        if (now > k.ts) {
+          k.count = std::min(cap, k.count + static_cast<double>(now - k.ts) * c.limit / w);
+          k.ts = now;
+        }
+        ok = k.count >= c.cost;
+        after[i] = k.count - (ok ? c.cost : 0);
+        r.remaining = static_cast<std::int64_t>(std::floor(k.count));
+        r.reset_ms = ceil_div_ms((cap - after[i]) * w / c.limit);
+        if (!ok) wait = ceil_div_ms((c.cost - k.count) * w / c.limit);
+        k.expires_ms = now + r.reset_ms + 1000;
+        break;
+      }
+      case Kind::quota: {
+        // Reservations whose request never settled are released when they expire.
+        for (auto it = k.holds.begin(); it != k.holds.end();) {
+          if (it->second.second <= now) {
+            k.reserved = std::max<std::int64_t>(0, k.reserved - it->second.first);
+            it = k.holds.erase(it);
+          } else {
+            ++it;
+          }
+        }
+        ok = k.used + k.reserved + c.cost <= c.limit;
+        r.remaining = std::max<std::int64_t>(0, c.limit - k.used - k.reserved);
+        r.reset_ms = p.ends_ms - now;
+        r.period = p.index;
+        wait = r.reset_ms;
+        k.expires_ms = std::max(k.expires_ms, p.ends_ms + c.extra);
+        break;
+      }
+    }
+    if (!ok) {
+      if (all_ok) v.denied = static_cast<int>(i);
+      all_ok = false;
+      retry = std::max(retry, wait);
+    }
+  }
+  v.allowed = all_ok;
+  v.retry_after_ms = all_ok ? 0 : std::max<std::int64_t>(retry, 1);
+  if (!all_ok) return v;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const Check& c = checks[i];
+    Counter& k = *ctr[i];
+    switch (c.kind) {
+      case Kind::fixed_window:
+      case Kind::sliding_window: k.count += c.cost; break;
+      case Kind::token_bucket: k.count = after[i]; break;
+      case Kind::quota: {
+        auto [it, fresh] = k.holds.try_emplace(std::string(reservation_id), c.cost, now + c.extra);
+        if (fresh) k.reserved += c.cost;
+        break;
+      }
+    }
+  }
+  return v;
+}
+
+void LocalCounters::settle(const Reserved& r, std::string_view reservation_id, std::int64_t actual, std::int64_t now) {
+  Shard& s = shard_of(r.key);
+  std::lock_guard lock(s.mu);
+  auto it = s.counters.find(r.key);
+  if (it == s.counters.end()) return;  // the period is over and gone
+  Counter& k = it->second;
+  if (auto h = k.holds.find(std::string(reservation_id)); h != k.holds.end()) {
+    k.reserved = std::max<std::int64_t>(0, k.reserved - h->second.first);
+    k.holds.erase(h);
+  }
+  k.used += std::max<std::int64_t>(0, actual);
+  (void)now;
+}
+
+void LocalCounters::sweep(std::int64_t now) {
+  for (auto& s : shards_) {
+    std::lock_guard lock(s.mu);
+    std::erase_if(s.counters, [now](const auto& kv) { return kv.second.expires_ms != 0 && kv.second.expires_ms < now; });
+  }
+}
+
+std::size_t LocalCounters::size() const {
+  std::size_t n = 0;
+  for (const auto& s : shards_) {
+    std::lock_guard lock(s.mu);
+    n += s.counters.size();
+  }
+  return n;
+}
+
+}  // namespace sluice::limits

@@ -1,0 +1,48 @@
+#pragma once
+// Per-instance counting: the `memory` backend, and the fallback of `auto` while Redis is
+// down. Same algorithms and answers as the Redis script (scripts.cpp), on this process's
+// clock. Thread-safe; counters are sharded by key to keep workers off one lock.
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "limits/check.hpp"
+
+namespace sluice::limits {
+
+class LocalCounters {
+ public:
+  // Tests every check; takes from all of them only when all pass.
+  Verdict admit(std::span<const Check> checks, std::string_view reservation_id, std::int64_t now_ms);
+  // Releases a reservation (if it has not expired meanwhile) and charges `actual`.
+  void settle(const Reserved& r, std::string_view reservation_id, std::int64_t actual, std::int64_t now_ms);
+  // Drops counters whose window ended (called now and then; admit also does it lazily).
+  void sweep(std::int64_t now_ms);
+  std::size_t size() const;
+
+ private:
+  struct Counter {
+    std::int64_t window = -1;   // fixed/sliding: index of `count`'s window
+    double count = 0;           // fixed/sliding: count in `window`; bucket: tokens
+    double prev = 0;            // sliding: count in window - 1
+    std::int64_t ts = 0;        // bucket: last refill
+    // quota
+    std::int64_t used = 0, reserved = 0;
+    std::unordered_map<std::string, std::pair<std::int64_t, std::int64_t>> holds;  // id -> amount, expiry
+    std::int64_t expires_ms = 0;  // the whole counter may go after this
+  };
+  struct Shard {
+    mutable std::mutex mu;
+    std::unordered_map<std::string, Counter> counters;
+  };
+  static constexpr std::size_t kShards = 16;
+  Shard& shard_of(std::string_view key);
+
+  std::array<Shard, kShards> shards_;
+};
+
+}  // namespace sluice::limits

@@ -1,0 +1,176 @@
+#include "limits/scripts.hpp"
+
+namespace sluice::limits {
+
+// The same algorithms as LocalCounters (local.cpp); a change to one is a change to both
+// (tests/integration/limits.test.mjs compares them through the gateway).
+const std::string_view kAdmitScript = R"lua(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local id = ARGV[1]
+local n = #KEYS
+
+local function month_index(ms)
+  local z = math.floor(ms / 86400000) + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local y = yoe + era * 400
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local m = mp < 10 and mp + 3 or mp - 9
+  if m <= 2 then y = y + 1 end
+  return (y - 1970) * 12 + (m - 1)
+end
+
+local function month_start(idx)
+  local y = 1970 + math.floor(idx / 12)
+  local m = idx - (y - 1970) * 12 + 1
+  if m <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local mp = m > 2 and m - 3 or m + 9
+  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + math.floor((153 * mp + 2) / 5)
+  return (era * 146097 + doe - 719468) * 86400000
+end
+
+local out = {0, 0, now}
+local plan = {}
+local denied = 0
+local retry = 0
+for i = 1, n do
+  local b = 1 + (i - 1) * 5
+  local kind = ARGV[b + 1]
+  local limit = tonumber(ARGV[b + 2])
+  local w = tonumber(ARGV[b + 3])
+  local cost = tonumber(ARGV[b + 4])
+  local extra = tonumber(ARGV[b + 5])
+  local key = KEYS[i]
+  local ok, remaining, reset
+  local wait = 0
+  local period = 0
+  if kind == 'fw' then
+    local idx = math.floor(now / w)
+    local k = key .. ':' .. idx
+    local cur = tonumber(redis.call('GET', k) or '0')
+    ok = cur + cost <= limit
+    remaining = limit - cur
+    reset = (idx + 1) * w - now
+    wait = reset
+    plan[i] = {k, (idx + 1) * w + 1000}
+  elseif kind == 'sw' then
+    local idx = math.floor(now / w)
+    local k = key .. ':' .. idx
+    local cur = tonumber(redis.call('GET', k) or '0')
+    local prev = tonumber(redis.call('GET', key .. ':' .. (idx - 1)) or '0')
+    local elapsed = now - idx * w
+    local est = prev * (w - elapsed) / w + cur
+    ok = est + cost <= limit
+    remaining = math.floor(limit - est)
+    reset = (idx + 1) * w - now
+    if not ok then
+      if cur + cost > limit then
+        wait = reset + math.ceil(w * (1 - (limit - cost) / cur))
+      else
+        wait = math.ceil(w * (1 - (limit - cur - cost) / prev) - elapsed)
+      end
+    end
+    plan[i] = {k, (idx + 2) * w + 1000}
+  elseif kind == 'tb' then
+    local h = redis.call('HMGET', key, 'tokens', 'ts')
+    local tokens = tonumber(h[1]) or extra
+    local ts = tonumber(h[2]) or now
+    if now > ts then tokens = math.min(extra, tokens + (now - ts) * limit / w) end
+    ok = tokens >= cost
+    local left = tokens - (ok and cost or 0)
+    remaining = math.floor(tokens)
+    reset = math.ceil((extra - left) * w / limit)
+    if not ok then wait = math.ceil((cost - tokens) * w / limit) end
+    plan[i] = {key, left, reset}
+  else
+    local idx, ends
+    if w == 0 then
+      idx = month_index(now)
+      ends = month_start(idx + 1)
+    else
+      idx = math.floor(now / w)
+      ends = (idx + 1) * w
+    end
+    local k = key .. ':' .. idx
+    local z = k .. ':r'
+    local used = tonumber(redis.call('HGET', k, 'used') or '0')
+    local reserved = tonumber(redis.call('HGET', k, 'reserved') or '0')
+    -- Reservations whose request never settled are released when they expire.
+    local expired = redis.call('ZRANGEBYSCORE', z, '-inf', now)
+    if #expired > 0 then
+      for _, m in ipairs(expired) do
+        reserved = reserved - tonumber(string.match(m, ':(%d+)$'))
+      end
+      if reserved < 0 then reserved = 0 end
+      redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
+      redis.call('HSET', k, 'reserved', reserved)
+    end
+    ok = used + reserved + cost <= limit
+    remaining = limit - used - reserved
+    if remaining < 0 then remaining = 0 end
+    reset = ends - now
+    wait = reset
+    period = idx
+    plan[i] = {k, z, ends + extra, now + extra}
+  end
+  out[#out + 1] = remaining
+  out[#out + 1] = reset
+  out[#out + 1] = period
+  if not ok then
+    if denied == 0 then denied = i end
+    if wait > retry then retry = wait end
+  end
+end
+
+if denied ~= 0 then
+  out[1] = denied
+  out[2] = math.max(retry, 1)
+  return out
+end
+for i = 1, n do
+  local b = 1 + (i - 1) * 5
+  local kind = ARGV[b + 1]
+  local cost = tonumber(ARGV[b + 4])
+  local p = plan[i]
+  if kind == 'fw' or kind == 'sw' then
+    redis.call('INCRBY', p[1], cost)
+    redis.call('PEXPIREAT', p[1], p[2])
+  elseif kind == 'tb' then
+    redis.call('HSET', p[1], 'tokens', tostring(p[2]), 'ts', now)
+    redis.call('PEXPIRE', p[1], p[3] + 1000)
+  else
+    redis.call('HINCRBY', p[1], 'reserved', cost)
+    redis.call('ZADD', p[2], p[4], id .. ':' .. cost)
+    redis.call('PEXPIREAT', p[1], p[3])
+    redis.call('PEXPIREAT', p[2], p[3])
+  end
+end
+return out
+)lua";
+
+const std::string_view kSettleScript = R"lua(
+local id = ARGV[1]
+local keep = tonumber(ARGV[2])
+for i = 1, #KEYS do
+  local k = KEYS[i]
+  local amount = ARGV[1 + 2 * i]
+  local actual = tonumber(ARGV[2 + 2 * i])
+  if redis.call('ZREM', k .. ':r', id .. ':' .. amount) == 1 then
+    if redis.call('HINCRBY', k, 'reserved', -tonumber(amount)) < 0 then
+      redis.call('HSET', k, 'reserved', 0)
+    end
+  end
+  if actual > 0 then
+    redis.call('HINCRBY', k, 'used', actual)
+  end
+  if redis.call('PTTL', k) < 0 then redis.call('PEXPIRE', k, keep) end
+end
+return 1
+)lua";
+
+}  // namespace sluice::limits

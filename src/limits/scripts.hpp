@@ -1,0 +1,20 @@
+#pragma once
+// The Lua scripts Redis runs for admission: one call decides a request against every
+// counter that applies, on Redis's clock, all or nothing.
+#include <string_view>
+
+namespace sluice::limits {
+
+// KEYS[i]: counter key of check i (no window suffix).
+// ARGV[1]: reservation id; then 5 per check: kind (fw|sw|tb|tq), limit, window ms
+// (tq: period, 0 = calendar month), cost, extra (tb: capacity; tq: reservation lifetime).
+// Returns {denied (1-based, 0 = admitted), retry_after_ms, now_ms,
+//          then per check: remaining, reset_ms, period}.
+extern const std::string_view kAdmitScript;
+
+// KEYS[i]: quota counter with its period suffix. ARGV[1]: reservation id, ARGV[2]: how
+// long a counter recreated by a late settlement is kept (ms); then 2 per key: amount
+// reserved, tokens actually used. Releases each reservation still held and charges usage.
+extern const std::string_view kSettleScript;
+
+}  // namespace sluice::limits

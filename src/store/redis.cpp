@@ -1,0 +1,623 @@
+#include "store/redis.hpp"
+
+#include <hiredis/hiredis.h>
+#include <openssl/evp.h>
+
+#include <array>
+#include <atomic>
+#include <cctype>
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/append.hpp>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <charconv>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+
+namespace sluice::store {
+
+namespace net = boost::asio;
+using net::awaitable;
+using tcp = net::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using ms = std::chrono::milliseconds;
+using error_code = boost::system::error_code;
+constexpr auto nothrow = net::as_tuple(net::use_awaitable);
+
+// ---------------------------------------------------------------------------------------
+// URL, describe, script
+
+namespace {
+
+std::optional<int> to_int(std::string_view s, long long max) {
+  long long v = 0;
+  if (s.empty() || s.size() > 12) return std::nullopt;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || v < 0 || v > max) return std::nullopt;
+  return static_cast<int>(v);
+}
+
+std::optional<std::string> percent_decode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out += s[i];
+      continue;
+    }
+    unsigned v = 0;
+    if (i + 2 >= s.size()) return std::nullopt;
+    auto [p, ec] = std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16);
+    if (ec != std::errc() || p != s.data() + i + 3) return std::nullopt;
+    out += static_cast<char>(v);
+    i += 2;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<RedisEndpoint> parse_redis_url(std::string_view url, std::string* error) {
+  auto fail = [&](std::string msg) -> std::optional<RedisEndpoint> {
+    if (error) *error = std::move(msg);
+    return std::nullopt;
+  };
+  const auto sep = url.find("://");
+  if (sep == std::string_view::npos) return fail("expected redis://[[user]:password@]host[:port][/db]");
+  std::string scheme(url.substr(0, sep));
+  for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (scheme == "rediss") return fail("rediss:// (TLS) is not supported yet; use redis://");
+  if (scheme != "redis") return fail("unsupported scheme '" + scheme + "://': expected redis://");
+  std::string_view rest = url.substr(sep + 3);
+  if (rest.find_first_of("?#") != std::string_view::npos) return fail("query parameters are not supported");
+
+  RedisEndpoint ep;
+  const auto slash = rest.find('/');
+  std::string_view authority = rest.substr(0, slash);
+  std::string_view path = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
+
+  // The password may contain '@' unencoded: the host starts after the last one.
+  if (const auto at = authority.rfind('@'); at != std::string_view::npos) {
+    std::string_view info = authority.substr(0, at);
+    authority = authority.substr(at + 1);
+    const auto colon = info.find(':');
+    if (colon == std::string_view::npos) {
+      return fail("user without a password; for a password alone write redis://:password@host");
+    }
+    auto user = percent_decode(info.substr(0, colon));
+    auto pass = percent_decode(info.substr(colon + 1));
+    if (!user || !pass) return fail("bad percent-encoding in the user or password");
+    ep.username = std::move(*user);
+    ep.password = std::move(*pass);
+  }
+
+  std::string_view port;
+  if (!authority.empty() && authority.front() == '[') {  // [IPv6]:port
+    const auto close = authority.find(']');
+    if (close == std::string_view::npos) return fail("unclosed '[' in the host");
+    ep.host = std::string(authority.substr(1, close - 1));
+    std::string_view after = authority.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') return fail("unexpected text after ']'");
+      port = after.substr(1);
+      if (port.empty()) return fail("bad port ''");
+    }
+  } else {
+    const auto colon = authority.find(':');
+    if (colon != std::string_view::npos && authority.find(':', colon + 1) != std::string_view::npos) {
+      return fail("IPv6 addresses must be written in brackets: redis://[::1]:6379");
+    }
+    ep.host = std::string(authority.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      port = authority.substr(colon + 1);
+      if (port.empty()) return fail("bad port ''");
+    }
+  }
+  if (ep.host.empty()) return fail("missing host");
+  if (!port.empty()) {
+    auto p = to_int(port, 65535);
+    if (!p || *p == 0) return fail("bad port '" + std::string(port) + "'");
+    ep.port = static_cast<std::uint16_t>(*p);
+  }
+  if (!path.empty()) {
+    auto db = to_int(path, 1'000'000);
+    if (!db) return fail("bad database number '" + std::string(path) + "'");
+    ep.db = *db;
+  }
+  return ep;
+}
+
+std::string describe(const RedisEndpoint& ep) {
+  std::string s = ep.tls ? "rediss://" : "redis://";
+  if (!ep.username.empty() || !ep.password.empty()) {
+    s += ep.username;
+    if (!ep.password.empty()) s += ":***";
+    s += '@';
+  }
+  const bool v6 = ep.host.find(':') != std::string::npos;
+  if (v6) s += '[';
+  s += ep.host;
+  if (v6) s += ']';
+  s += ':' + std::to_string(ep.port) + '/' + std::to_string(ep.db);
+  return s;
+}
+
+RedisScript::RedisScript(std::string src) : source(std::move(src)) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(source.data(), source.size(), md, &len, EVP_sha1(), nullptr);
+  static constexpr char hex[] = "0123456789abcdef";
+  sha1.reserve(2 * len);
+  for (unsigned i = 0; i < len; ++i) {
+    sha1 += hex[md[i] >> 4];
+    sha1 += hex[md[i] & 15];
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Reply parsing: hiredis' reader builds RedisReply trees directly (no redisReply copy).
+// Only the root is heap-allocated; an array's children live in its pre-sized `elements`
+// vector, and hiredis calls freeObject on roots only.
+
+namespace {
+
+template <class Fill>
+void* make_reply(const redisReadTask* task, RedisReply::Type type, Fill fill) noexcept {
+  try {  // exceptions must not cross the C parser; nullptr makes it report out-of-memory
+    if (task->parent) {
+      auto& r = static_cast<RedisReply*>(task->parent->obj)->elements[static_cast<std::size_t>(task->idx)];
+      r.type = type;
+      fill(r);
+      return &r;
+    }
+    auto r = std::make_unique<RedisReply>();
+    r->type = type;
+    fill(*r);
+    return r.release();
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void* create_string(const redisReadTask* task, char* str, size_t len) {
+  auto type = task->type == REDIS_REPLY_ERROR    ? RedisReply::Type::error
+              : task->type == REDIS_REPLY_STATUS ? RedisReply::Type::status
+                                                 : RedisReply::Type::string;
+  return make_reply(task, type, [&](RedisReply& r) { r.str.assign(str, len); });
+}
+void* create_array(const redisReadTask* task, int n) {
+  return make_reply(task, RedisReply::Type::array,
+                    [&](RedisReply& r) { r.elements.resize(static_cast<std::size_t>(n)); });
+}
+void* create_integer(const redisReadTask* task, long long v) {
+  return make_reply(task, RedisReply::Type::integer, [&](RedisReply& r) { r.integer = v; });
+}
+void* create_nil(const redisReadTask* task) {
+  return make_reply(task, RedisReply::Type::nil, [](RedisReply&) {});
+}
+void free_reply(void* r) { delete static_cast<RedisReply*>(r); }
+
+redisReplyObjectFunctions kReplyFunctions = {create_string, create_array, create_integer, create_nil, free_reply};
+
+struct Pending {
+  net::any_completion_handler<void(RedisResult)> handler;
+  Clock::time_point deadline;
+  ms timeout;
+  bool counted;  // a caller's command (the handshake's are not counted)
+};
+
+std::string ms_text(ms d) { return std::to_string(d.count()) + "ms"; }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// Connection state. Everything but the atomics and error_shared is touched only on `ex`.
+//
+// `gen` identifies the current TCP connection: it changes whenever one is torn down, and
+// every handler of a connection carries the gen it was started with and does nothing if it
+// no longer matches — so a late completion of a dead connection never touches the next.
+
+struct RedisConnection::State : std::enable_shared_from_this<State> {
+  State(net::any_io_executor e, RedisEndpoint endpoint, RedisOptions o)
+      : ex(std::move(e)), ep(std::move(endpoint)), opt(o), sock(ex), resolver(ex), connect_timer(ex),
+        watchdog(ex), retry_timer(ex) {}
+  ~State() {
+    if (reader) redisReaderFree(reader);
+  }
+
+  net::any_io_executor ex;
+  RedisEndpoint ep;
+  RedisOptions opt;
+  tcp::socket sock;
+  tcp::resolver resolver;
+  net::steady_timer connect_timer, watchdog, retry_timer;
+  redisReader* reader = nullptr;
+  std::deque<Pending> pending;   // sent or queued, in send order = reply order
+  std::string wbuf;              // formatted commands not yet handed to a write
+  std::string outbuf;            // the write in flight
+  std::array<char, 16 * 1024> rbuf;
+
+  std::uint64_t gen = 0;
+  std::uint64_t attempt = 0;     // connect attempts, for the connect timer
+  bool started = false, stopped = false;
+  bool connecting = false, timed_out = false;
+  bool connected = false;        // TCP up (handshake may still be running)
+  bool ready = false;            // handshake done: callers' commands are accepted
+  bool was_up = false;
+  bool writing = false, flush_posted = false, watchdog_armed = false;
+  std::string down_reason;       // executor-side copy of last_error
+
+  std::atomic<bool> is_up{false};
+  std::atomic<std::uint64_t> n_reconnects{0}, n_commands{0}, n_failures{0}, n_writes{0};
+  mutable std::mutex error_mu;
+  std::string error_shared;
+
+  void set_error(std::string e) {
+    down_reason = e;
+    std::lock_guard lk(error_mu);
+    error_shared = std::move(e);
+  }
+
+  // Completions are posted, never run inline: the caller's coroutine must not resume in
+  // the middle of the read loop (it could issue commands or stop() re-entrantly).
+  void complete(Pending& p, RedisResult r) {
+    if (p.counted && !r.ok()) n_failures.fetch_add(1, std::memory_order_relaxed);
+    // post() runs it through the handler's own executor (the caller's coroutine's).
+    net::post(ex, net::append(std::move(p.handler), std::move(r)));
+  }
+
+  void fail_all(const std::string& reason) {
+    auto q = std::move(pending);
+    pending.clear();
+    for (auto& p : q) complete(p, RedisResult{std::nullopt, reason});
+  }
+
+  void close_socket() {
+    error_code ig;
+    sock.shutdown(tcp::socket::shutdown_both, ig);
+    sock.close(ig);
+  }
+
+  // Tears the current connection down (if `g` is still it): replies can no longer be
+  // matched to commands, so every pending command fails. The run loop reconnects.
+  void break_connection(std::uint64_t g, const std::string& reason) {
+    if (g != gen || !connected || stopped) return;
+    ++gen;
+    connected = ready = false;
+    is_up.store(false);
+    set_error(reason);
+    close_socket();
+    watchdog.cancel();
+    writing = flush_posted = watchdog_armed = false;
+    wbuf.clear();
+    fail_all(reason);
+  }
+
+  void stop() {
+    if (stopped) return;
+    stopped = true;
+    ++gen;
+    connected = ready = connecting = false;
+    is_up.store(false);
+    if (started) set_error("stopped");
+    close_socket();
+    resolver.cancel();
+    connect_timer.cancel();
+    watchdog.cancel();
+    retry_timer.cancel();
+    writing = flush_posted = watchdog_armed = false;
+    wbuf.clear();
+    fail_all("stopped");
+  }
+
+  // Why a command cannot be queued now; empty when it can.
+  std::string refusal(const std::vector<std::string>& argv, bool internal) const {
+    if (stopped) return "stopped";
+    if (!connected || (!internal && !ready)) {
+      const char* why = !started ? "not started" : down_reason.empty() ? "connecting" : nullptr;
+      return "not connected: " + (why ? std::string(why) : down_reason);
+    }
+    if (argv.empty()) return "empty command";  // Redis ignores "*0": no reply would come
+    if (pending.size() >= opt.max_pending) return "pipeline full";
+    return {};
+  }
+
+  void enqueue(const std::vector<std::string>& argv, ms timeout, bool counted,
+               net::any_completion_handler<void(RedisResult)> h) {
+    thread_local std::vector<const char*> ptrs;
+    thread_local std::vector<std::size_t> lens;
+    ptrs.clear();
+    lens.clear();
+    for (const auto& a : argv) {
+      ptrs.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    char* cmd = nullptr;
+    const int len = redisFormatCommandArgv(&cmd, static_cast<int>(argv.size()), ptrs.data(), lens.data());
+    Pending p{std::move(h), Clock::now() + timeout, timeout, counted};
+    if (len < 0) {
+      complete(p, RedisResult{std::nullopt, "cannot format the command"});
+      return;
+    }
+    wbuf.append(cmd, static_cast<std::size_t>(len));
+    redisFreeCommand(cmd);
+    pending.push_back(std::move(p));
+    arm_watchdog();
+    schedule_flush();
+  }
+
+  // Batching: the first command of a loop turn posts a flush, so every command issued
+  // before it runs goes out in the same write; while a write is in flight, new commands
+  // accumulate in wbuf and leave together when it completes.
+  void schedule_flush() {
+    if (writing || flush_posted) return;
+    flush_posted = true;
+    net::post(ex, [self = shared_from_this(), g = gen] {
+      if (g != self->gen) return;
+      self->flush_posted = false;
+      self->flush();
+    });
+  }
+
+  void flush() {
+    if (writing || wbuf.empty() || !connected) return;
+    writing = true;
+    outbuf.clear();
+    std::swap(outbuf, wbuf);  // wbuf keeps the old capacity for the next batch
+    n_writes.fetch_add(1, std::memory_order_relaxed);
+    net::async_write(sock, net::buffer(outbuf), [self = shared_from_this(), g = gen](error_code ec, std::size_t) {
+      if (g != self->gen) return;
+      self->writing = false;
+      if (ec) return self->break_connection(g, "connection lost: " + ec.message());
+      self->flush();
+    });
+  }
+
+  // One timer per connection, armed for the oldest pending command's deadline. Replies
+  // come in order, so if the oldest is late the connection is stuck (or Redis is).
+  // Re-armed lazily: a reply does not touch the timer; when it fires it moves on to the
+  // then-oldest command.
+  void arm_watchdog() {
+    if (watchdog_armed || pending.empty()) return;
+    watchdog_armed = true;
+    watchdog.expires_at(pending.front().deadline);
+    watchdog.async_wait([self = shared_from_this(), g = gen](error_code ec) {
+      if (g != self->gen) return;
+      self->watchdog_armed = false;
+      if (ec || self->pending.empty()) return;
+      const auto& oldest = self->pending.front();
+      if (oldest.deadline <= Clock::now()) {
+        return self->break_connection(g, "timeout after " + ms_text(oldest.timeout));
+      }
+      self->arm_watchdog();
+    });
+  }
+};
+
+namespace {
+
+using StatePtr = std::shared_ptr<RedisConnection::State>;
+
+// The coroutine frames hold `s`, so the state outlives the RedisConnection if need be.
+awaitable<RedisResult> submit(StatePtr s, const std::vector<std::string>& argv, bool internal) {
+  if (!internal) s->n_commands.fetch_add(1, std::memory_order_relaxed);
+  std::string refused = s->refusal(argv, internal);
+  if (!refused.empty()) {
+    if (!internal) s->n_failures.fetch_add(1, std::memory_order_relaxed);
+    co_return RedisResult{std::nullopt, std::move(refused)};
+  }
+  const ms timeout = internal ? s->opt.connect_timeout : s->opt.command_timeout;
+  auto init = [st = s.get(), &argv, timeout, internal](auto handler) {
+    st->enqueue(argv, timeout, !internal, std::move(handler));
+  };
+  co_return co_await net::async_initiate<decltype(net::use_awaitable), void(RedisResult)>(init, net::use_awaitable);
+}
+
+// Resolves (names only) and connects within connect_timeout. Returns the error, if any.
+awaitable<std::string> open_socket(StatePtr s) {
+  const auto id = ++s->attempt;
+  s->connecting = true;
+  s->timed_out = false;
+  s->connect_timer.expires_after(s->opt.connect_timeout);
+  s->connect_timer.async_wait([s, id](error_code ec) {
+    if (ec || id != s->attempt || !s->connecting) return;
+    s->timed_out = true;
+    s->resolver.cancel();
+    s->close_socket();
+  });
+  struct Done {  // whichever way this returns
+    RedisConnection::State& s;
+    ~Done() {
+      s.connecting = false;
+      s.connect_timer.cancel();
+    }
+  } done{*s};
+
+  const auto& ep = s->ep;
+  const std::string where = ep.host + ":" + std::to_string(ep.port);
+  const std::string timeout_text = "connect timeout after " + ms_text(s->opt.connect_timeout) + " (" + where + ")";
+  std::vector<tcp::endpoint> endpoints;
+  error_code aec;
+  const auto addr = net::ip::make_address(ep.host, aec);
+  if (!aec) {
+    endpoints.emplace_back(addr, ep.port);  // IP literal: no lookup
+  } else {
+    auto [rec, results] = co_await s->resolver.async_resolve(ep.host, std::to_string(ep.port), nothrow);
+    if (s->stopped) co_return "stopped";
+    if (s->timed_out) co_return timeout_text;
+    if (rec) co_return "resolving " + ep.host + ": " + rec.message();
+    for (const auto& r : results) endpoints.push_back(r.endpoint());
+  }
+  std::string err = "no address for " + ep.host;
+  for (const auto& e : endpoints) {
+    s->close_socket();
+    auto [cec] = co_await s->sock.async_connect(e, nothrow);  // opens the socket
+    if (s->stopped) co_return "stopped";
+    if (s->timed_out) co_return timeout_text;
+    if (!cec) {
+      error_code ig;
+      s->sock.set_option(tcp::no_delay(true), ig);
+      s->sock.set_option(net::socket_base::keep_alive(true), ig);
+      co_return std::string{};
+    }
+    err = "connecting to " + where + ": " + cec.message();
+  }
+  s->close_socket();
+  co_return err;
+}
+
+// AUTH, SELECT, PING through the pipeline (the read loop is already running); on success
+// the connection is up. On failure the connection is torn down with the reason.
+awaitable<void> handshake(StatePtr s, std::uint64_t g) {
+  try {
+    std::vector<std::vector<std::string>> steps;
+    if (!s->ep.password.empty()) {
+      std::vector<std::string> auth{"AUTH"};
+      if (!s->ep.username.empty()) auth.push_back(s->ep.username);
+      auth.push_back(s->ep.password);
+      steps.push_back(std::move(auth));
+    }
+    if (s->ep.db != 0) steps.push_back({"SELECT", std::to_string(s->ep.db)});
+    steps.push_back({"PING"});
+    for (const auto& argv : steps) {
+      RedisResult r = co_await submit(s, argv, true);
+      if (g != s->gen) co_return;  // torn down meanwhile; the reason is recorded
+      if (!r.ok()) {
+        s->break_connection(g, r.error);
+        co_return;
+      }
+      if (r.reply->is_error()) {
+        s->break_connection(g, argv[0] + " failed: " + r.reply->str);
+        co_return;
+      }
+    }
+    s->ready = true;
+    s->is_up.store(true);
+    if (s->was_up) s->n_reconnects.fetch_add(1, std::memory_order_relaxed);
+    s->was_up = true;
+  } catch (const std::exception& e) {
+    s->break_connection(g, std::string("handshake: ") + e.what());
+  }
+}
+
+// Feeds replies to the pending commands, in order, until the connection `g` ends.
+awaitable<void> read_loop(StatePtr s, std::uint64_t g) {
+  for (;;) {
+    auto [ec, n] = co_await s->sock.async_read_some(net::buffer(s->rbuf), nothrow);
+    if (g != s->gen) co_return;
+    if (ec) {
+      std::string why = ec == net::error::eof ? "closed by the server" : ec.message();
+      s->break_connection(g, "connection lost: " + why);
+      co_return;
+    }
+    if (redisReaderFeed(s->reader, s->rbuf.data(), n) != REDIS_OK) {
+      s->break_connection(g, std::string("protocol error: ") + s->reader->errstr);
+      co_return;
+    }
+    for (;;) {
+      void* obj = nullptr;
+      if (redisReaderGetReply(s->reader, &obj) != REDIS_OK) {
+        s->break_connection(g, std::string("protocol error: ") + s->reader->errstr);
+        co_return;
+      }
+      if (!obj) break;
+      std::unique_ptr<RedisReply> reply(static_cast<RedisReply*>(obj));
+      if (s->pending.empty()) {
+        s->break_connection(g, "protocol error: a reply without a command");
+        co_return;
+      }
+      Pending p = std::move(s->pending.front());
+      s->pending.pop_front();
+      s->complete(p, RedisResult{std::move(*reply), {}});
+    }
+  }
+}
+
+// Connect, serve, and on loss wait reconnect_interval and connect again, until stop().
+awaitable<void> run(StatePtr s) {
+  while (!s->stopped) {
+    try {
+      std::string err = co_await open_socket(s);
+      if (s->stopped) break;
+      if (err.empty()) {
+        if (s->reader) redisReaderFree(s->reader);
+        s->reader = redisReaderCreateWithFunctions(&kReplyFunctions);
+        if (!s->reader) throw std::bad_alloc();
+        s->connected = true;
+        const auto g = s->gen;
+        net::co_spawn(s->ex, handshake(s, g), net::detached);
+        co_await read_loop(s, g);  // returns once the connection is torn down
+      } else {
+        s->set_error(std::move(err));
+      }
+    } catch (const std::exception& e) {  // e.g. out of memory: count it as a lost connection
+      const std::string why = std::string("internal error: ") + e.what();
+      if (s->connected) s->break_connection(s->gen, why);
+      else s->set_error(why);
+    }
+    if (s->stopped) break;
+    s->retry_timer.expires_after(s->opt.reconnect_interval);
+    co_await s->retry_timer.async_wait(nothrow);
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+
+RedisConnection::RedisConnection(net::any_io_executor ex, RedisEndpoint ep, RedisOptions opt)
+    : state_(std::make_shared<State>(std::move(ex), std::move(ep), opt)) {}
+
+RedisConnection::~RedisConnection() { stop(); }
+
+void RedisConnection::start() {
+  if (state_->started || state_->stopped) return;
+  state_->started = true;
+  net::co_spawn(state_->ex, run(state_), net::detached);
+}
+
+void RedisConnection::stop() { state_->stop(); }
+
+awaitable<RedisResult> RedisConnection::command(std::vector<std::string> argv) {
+  StatePtr s = state_;  // `this` is not used after the first suspension
+  co_return co_await submit(std::move(s), argv, false);
+}
+
+awaitable<RedisResult> RedisConnection::eval(const RedisScript& script, std::vector<std::string> keys,
+                                             std::vector<std::string> args) {
+  StatePtr s = state_;
+  std::vector<std::string> argv;
+  argv.reserve(3 + keys.size() + args.size());
+  argv.emplace_back("EVALSHA");
+  argv.push_back(script.sha1);
+  argv.push_back(std::to_string(keys.size()));
+  for (auto& k : keys) argv.push_back(std::move(k));
+  for (auto& a : args) argv.push_back(std::move(a));
+  RedisResult r = co_await submit(s, argv, false);
+  if (r.ok() && r.reply->is_error() && r.reply->str.starts_with("NOSCRIPT")) {
+    argv[0] = "EVAL";
+    argv[1] = script.source;
+    r = co_await submit(s, argv, false);
+  }
+  co_return r;
+}
+
+bool RedisConnection::up() const { return state_->is_up.load(); }
+std::string RedisConnection::last_error() const {
+  std::lock_guard lk(state_->error_mu);
+  return state_->error_shared;
+}
+std::uint64_t RedisConnection::reconnects() const { return state_->n_reconnects.load(std::memory_order_relaxed); }
+std::uint64_t RedisConnection::commands() const { return state_->n_commands.load(std::memory_order_relaxed); }
+std::uint64_t RedisConnection::failures() const { return state_->n_failures.load(std::memory_order_relaxed); }
+std::uint64_t RedisConnection::writes() const { return state_->n_writes.load(std::memory_order_relaxed); }
+
+}  // namespace sluice::store

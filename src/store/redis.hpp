@@ -1,0 +1,132 @@
+#pragma once
+// Redis client (RESP2) on Asio coroutines: one pipelined connection per worker thread.
+//
+//   RedisConnection conn(io.get_executor(), endpoint, options);
+//   conn.start();                                   // connects in the background, forever
+//   RedisResult r = co_await conn.command("INCR", key);           // or command(std::vector<std::string>)
+//   RedisResult e = co_await conn.eval(script, std::move(keys), std::move(args));  // EVALSHA; EVAL on NOSCRIPT
+//   if (!r.ok()) ...r.error...                      // transport failure (down, timeout, lost)
+//   else if (r.reply->is_error()) ...               // Redis answered with an error
+//   conn.stop();                                    // fails what is pending; no more reconnects
+//
+// - Pipelining: every command() / eval() from any number of coroutines goes into one FIFO;
+//   commands queued while a write is in flight (or in the same loop turn) leave in one write.
+// - Down: commands fail at once ("not connected: <last error>") instead of waiting.
+// - A command unanswered after command_timeout breaks the connection (replies could no
+//   longer be matched): every pending command fails, the connection reconnects every
+//   reconnect_interval until AUTH/SELECT/PING succeed, then up() is true again.
+// - Not thread-safe: construct, start, stop and issue commands on the executor's thread
+//   (the worker's io_context). Only the status accessors may be read from any thread.
+// - Lifetime: the coroutines and handlers share the internal state, so the object may be
+//   destroyed (after stop(), or destroy it directly: the destructor stops) while commands
+//   are in flight; they complete with the error "stopped" once the io_context runs them.
+//   A command cannot be cancelled by the caller; it ends within command_timeout at most.
+// - GCC 12 rejects a braced list inside a co_await expression ("array used as
+//   initializer"): write `co_await conn.command("GET", key)` (the variadic form), not
+//   `co_await conn.command({"GET", key})`, and build eval's key/arg vectors beforehand.
+// See docs/redis.md.
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+namespace sluice::store {
+
+struct RedisEndpoint {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 6379;
+  int db = 0;
+  std::string username, password;  // AUTH [username] password when a password is set
+  bool tls = false;                // not supported yet: parse_redis_url rejects rediss://
+};
+
+// "redis://[[user]:password@]host[:port][/db]"; IPv6 hosts in brackets; user and password
+// are percent-decoded. "rediss://" is rejected (TLS is not supported yet). On failure
+// returns nullopt and, if `error` is given, a one-line reason.
+std::optional<RedisEndpoint> parse_redis_url(std::string_view url, std::string* error = nullptr);
+// "redis://user:***@host:port/db" for banners and logs: the password is masked.
+std::string describe(const RedisEndpoint& ep);
+
+struct RedisReply {
+  enum class Type { nil, integer, string, status, error, array };
+  Type type = Type::nil;
+  std::int64_t integer = 0;
+  std::string str;                    // string, status and error
+  std::vector<RedisReply> elements;   // array
+  bool is_error() const { return type == Type::error; }
+};
+
+struct RedisResult {                  // transport outcome
+  std::optional<RedisReply> reply;    // set when Redis answered (an error reply is still an answer)
+  std::string error;                  // set when it did not: "not connected: ...", "timeout after 250ms",
+                                      // "connection lost: ...", "pipeline full", "stopped"
+  bool ok() const { return reply.has_value(); }
+};
+
+struct RedisScript {
+  std::string source;
+  std::string sha1;                   // lower-case hex, as Redis computes it
+  explicit RedisScript(std::string src);
+};
+
+struct RedisOptions {
+  std::chrono::milliseconds connect_timeout{500};     // TCP connect + AUTH/SELECT/PING
+  std::chrono::milliseconds command_timeout{250};     // per command, from the call
+  std::chrono::milliseconds reconnect_interval{1000}; // between connection attempts while down
+  std::size_t max_pending = 10000;                    // commands waiting for a reply; beyond: "pipeline full"
+};
+
+class RedisConnection {
+ public:
+  RedisConnection(boost::asio::any_io_executor ex, RedisEndpoint ep, RedisOptions opt = {});
+  ~RedisConnection();  // stop()s
+  RedisConnection(const RedisConnection&) = delete;
+  RedisConnection& operator=(const RedisConnection&) = delete;
+
+  // Connects in the background (resolve, TCP, AUTH, SELECT, PING), then keeps
+  // reconnecting every reconnect_interval while down, until stop(). Call once.
+  void start();
+  // Closes the connection, fails pending commands ("stopped"), stops reconnecting.
+  void stop();
+
+  // One command; completes (on the caller's executor, which must be this connection's)
+  // with the reply or a transport error. Fails at once while down or when the pipeline
+  // holds max_pending commands.
+  boost::asio::awaitable<RedisResult> command(std::vector<std::string> argv);
+  // command("SET", key, value): the same, from string-like arguments (copied at the call).
+  template <class... Args>
+    requires(sizeof...(Args) > 0 && (std::is_convertible_v<const Args&, std::string_view> && ...))
+  boost::asio::awaitable<RedisResult> command(const Args&... args) {
+    std::vector<std::string> argv;
+    argv.reserve(sizeof...(Args));
+    (argv.emplace_back(std::string_view(args)), ...);
+    return command(std::move(argv));
+  }
+  // EVALSHA sha numkeys keys... args...; on a NOSCRIPT error reply, EVAL with the source
+  // (which also loads it for the next EVALSHA). Other error replies are returned as is.
+  // `script` is read again after the first reply: it must outlive the call.
+  boost::asio::awaitable<RedisResult> eval(const RedisScript& script, std::vector<std::string> keys,
+                                           std::vector<std::string> args);
+
+  // Status, safe to read from any thread.
+  bool up() const;                    // connected and AUTH/SELECT/PING succeeded
+  std::string last_error() const;     // why it is (or last was) down; empty when none yet
+  std::uint64_t reconnects() const;   // times it came back up after being down
+  std::uint64_t commands() const;     // commands issued by callers (an eval fallback counts twice)
+  std::uint64_t failures() const;     // of those, completed with a transport error
+  std::uint64_t writes() const;       // socket writes issued (commands / writes = batching)
+
+  struct State;  // internal; shared with the coroutines and handlers in flight
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace sluice::store
