@@ -3,6 +3,8 @@
 // one run of `sluice serve` shows all mistakes at once.
 #include "config/config.hpp"
 
+#include "common/redis_url.hpp"
+
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
@@ -907,9 +909,8 @@ void Loader::parse_redis(const YAML::Node& n, Config& c) {
   }
   auto& r = c.redis;
   if (auto v = get(f, "url")) {
-    if (get_string(*v, "redis.url", r.url)) {
-      if (r.url.rfind("redis://", 0) != 0) error("redis.url", line_of(*v), "expected redis://[user:password@]host[:port][/db]");
-    }
+    std::string err;
+    if (get_string(*v, "redis.url", r.url) && !parse_redis_url(r.url, &err)) error("redis.url", line_of(*v), err);
   }
   const Millis positive{1};
   if (auto v = get(f, "timeout")) get_duration(*v, "redis.timeout", positive, r.timeout);
@@ -1148,7 +1149,8 @@ void Loader::apply_env(Config& c) {
     else c.instance = *v;
   }
   if (auto v = getenv("SLUICE_REDIS_URL")) {
-    if (v->rfind("redis://", 0) != 0) error("env SLUICE_REDIS_URL", 0, "expected redis://[user:password@]host[:port][/db]");
+    std::string err;
+    if (!parse_redis_url(*v, &err)) error("env SLUICE_REDIS_URL", 0, err);
     else c.redis.url = *v;
   }
   if (auto v = getenv("SLUICE_RATE_LIMIT_BACKEND")) {
@@ -1302,7 +1304,6 @@ LoadResult Loader::run(const YAML::Node& root) {
   if (auto v = get(f, "limits")) parse_limits(*v, *c);
   if (auto v = get(f, "timeouts")) parse_timeouts(*v, *c);
   if (auto v = get(f, "redis")) parse_redis(*v, *c);
-  // Before the keys: a key's priority is checked against the tier map.
   if (auto v = get(f, "concurrency")) parse_concurrency(*v, *c);
   if (auto v = get(f, "access_log")) {
     if (v->IsNull()) error("access_log", line_of(*v), "expected a string (\"-\" = stdout, \"\" = off, or a path), got nothing (null)");
@@ -1537,9 +1538,8 @@ std::string describe(const Config& c) {
   if (rl.any()) {
     out += "rate limits: backend " + std::string(to_string(rl.backend));
     if (rl.backend != LimiterBackend::memory) {
-      // The URL may carry a password: show only what follows the '@'.
-      std::string url = c.redis.url;
-      if (auto at = url.rfind('@'); at != std::string::npos) url = "redis://***@" + url.substr(at + 1);
+      auto ep = parse_redis_url(c.redis.url);  // valid: checked at load
+      const std::string url = ep ? sluice::describe(*ep) : c.redis.url;
       out += " (" + url + ", on_redis_down " + (rl.on_redis_down == DownPolicy::closed ? "closed" : "open") + ")";
     }
     out += ", " + std::to_string(rl.requests.size()) + " request limits, " + std::to_string(rl.tokens.size()) +

@@ -11,7 +11,6 @@
 #include "gateway/state.hpp"
 #include "http/server.hpp"
 #include "sim/sim.hpp"
-#include "store/redis.hpp"
 
 namespace sluice::gateway {
 namespace {
@@ -142,15 +141,6 @@ class GatewayImpl final : public Gateway {
 
 config::LoadResult load_or_report(const std::string& path) {
   auto res = config::load_file(path);
-  if (res.ok() && res.config->rate_limits.backend != config::LimiterBackend::memory) {
-    // The URL's syntax belongs to the Redis client; checked here so both check-config and
-    // serve refuse a bad one before starting.
-    std::string err;
-    if (!store::parse_redis_url(res.config->redis.url, &err)) {
-      res.errors.push_back({"redis.url", 0, err});
-      res.config.reset();
-    }
-  }
   if (!res.ok()) {
     std::cerr << "sluice: " << path << " is not valid:\n";
     for (const auto& e : res.errors) std::cerr << "  " << e.to_string() << "\n";

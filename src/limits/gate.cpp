@@ -39,13 +39,16 @@ Gate::Gate(const config::Config& cfg) : cfg_(cfg) {
   }
   for (const auto& r : cfg.routes) {
     if (r.max_in_flight > 0) model_slots_[r.alias] = std::make_unique<Slot>(Slot{"model:" + r.alias, r.max_in_flight, 0});
-    if (r.backend_max_in_flight > 0) {
+    if (r.backend_max_in_flight > 0 && !backend_slots_.count(endpoint_of(r))) {
       const auto ep = endpoint_of(r);
-      backend_of_alias_[r.alias] = ep;
-      if (!backend_slots_.count(ep)) {
-        backend_slots_[ep] = std::make_unique<Slot>(Slot{"backend:" + ep, r.backend_max_in_flight, 0});
-      }
+      backend_slots_[ep] = std::make_unique<Slot>(Slot{"backend:" + ep, r.backend_max_in_flight, 0});
     }
+  }
+  // Every route to a limited endpoint counts against it, also those that do not repeat
+  // the limit.
+  for (const auto& r : cfg.routes) {
+    const auto ep = endpoint_of(r);
+    if (backend_slots_.count(ep)) backend_of_alias_[r.alias] = ep;
   }
   active_ = !key_slots_.empty() || !model_slots_.empty() || !backend_slots_.empty();
 }
@@ -153,10 +156,23 @@ net::awaitable<Gate::Result> Gate::enter(Need need, Priority p, Cancel& cancel) 
     w->arrived = Clock::now();
     queues_[static_cast<int>(p)].push_back(w);
     ++queued_;
-    dispatch();  // others may be blocked on slots this one does not need
+    dispatch();  // the others may be blocked on slots this one does not need
+    if (w->granted) {
+      // Its slots were free: it never waited.
+      ++stats_.granted_now;
+      co_return res;
+    }
   }
   res.queued = true;
-  cancel.fn = [w] {
+  // Leaves the queue at once (a slot freed meanwhile must not go to a client that left).
+  cancel.fn = [this, w] {
+    {
+      std::lock_guard lock(mu_);
+      if (!w->granted && !w->cancelled) {
+        remove(w.get());
+        ++stats_.cancelled;
+      }
+    }
     w->cancelled = true;
     w->timer.cancel();
   };
@@ -178,9 +194,7 @@ net::awaitable<Gate::Result> Gate::enter(Need need, Priority p, Cancel& cancel) 
       observe_wait(w->cls, res.waited_ms);
       break;
     }
-    if (w->cancelled) {
-      remove(w.get());
-      ++stats_.cancelled;
+    if (w->cancelled) {  // already out of the queue
       res.outcome = Outcome::cancelled;
       break;
     }

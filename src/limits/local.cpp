@@ -74,9 +74,11 @@ Verdict LocalCounters::admit(std::span<const Check> checks, std::string_view res
         r.remaining = static_cast<std::int64_t>(std::floor(c.limit - est));
         r.reset_ms = p.ends_ms - now;
         if (!ok) {
+          // When the weighted estimate drops enough; divided last, so whole counts give
+          // exact whole milliseconds.
           wait = k.count + c.cost > c.limit
-                     ? r.reset_ms + ceil_div_ms(w * (1 - static_cast<double>(c.limit - c.cost) / k.count))
-                     : ceil_div_ms(w * (1 - (c.limit - k.count - c.cost) / k.prev) - elapsed);
+                     ? r.reset_ms + ceil_div_ms(w * (k.count - (c.limit - c.cost)) / k.count)
+                     : ceil_div_ms((w * (k.prev - (c.limit - k.count - c.cost)) - elapsed * k.prev) / k.prev);
         }
         k.expires_ms = p.ends_ms + c.window_ms;
         break;

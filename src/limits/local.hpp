@@ -20,7 +20,7 @@ class LocalCounters {
   Verdict admit(std::span<const Check> checks, std::string_view reservation_id, std::int64_t now_ms);
   // Releases a reservation (if it has not expired meanwhile) and charges `actual`.
   void settle(const Reserved& r, std::string_view reservation_id, std::int64_t actual, std::int64_t now_ms);
-  // Drops counters whose window ended (called now and then; admit also does it lazily).
+  // Drops counters whose window ended (the limiter calls it every 4096 admissions per worker).
   void sweep(std::int64_t now_ms);
   std::size_t size() const;
 

@@ -70,9 +70,9 @@ for i = 1, n do
     reset = (idx + 1) * w - now
     if not ok then
       if cur + cost > limit then
-        wait = reset + math.ceil(w * (1 - (limit - cost) / cur))
+        wait = reset + math.ceil(w * (cur - (limit - cost)) / cur)
       else
-        wait = math.ceil(w * (1 - (limit - cur - cost) / prev) - elapsed)
+        wait = math.ceil((w * (prev - (limit - cur - cost)) - elapsed * prev) / prev)
       end
     end
     plan[i] = {k, (idx + 2) * w + 1000}

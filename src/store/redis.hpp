@@ -22,7 +22,8 @@
 //   are in flight; they complete with the error "stopped" once the io_context runs them.
 //   A command cannot be cancelled by the caller; it ends within command_timeout at most.
 // - GCC 12 rejects a braced list inside a co_await expression ("array used as
-//   initializer"): write `co_await conn.command("GET", key)` (the variadic form), not
+//   initializer") and destroys other aggregate temporaries there (capturing lambdas)
+//   twice: write `co_await conn.command("GET", key)` (the variadic form), not
 //   `co_await conn.command({"GET", key})`, and build eval's key/arg vectors beforehand.
 // See docs/redis.md.
 #include <boost/asio/any_io_executor.hpp>
@@ -37,22 +38,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/redis_url.hpp"
+
 namespace sluice::store {
 
-struct RedisEndpoint {
-  std::string host = "127.0.0.1";
-  std::uint16_t port = 6379;
-  int db = 0;
-  std::string username, password;  // AUTH [username] password when a password is set
-  bool tls = false;                // not supported yet: parse_redis_url rejects rediss://
-};
-
-// "redis://[[user]:password@]host[:port][/db]"; IPv6 hosts in brackets; user and password
-// are percent-decoded. "rediss://" is rejected (TLS is not supported yet). On failure
-// returns nullopt and, if `error` is given, a one-line reason.
-std::optional<RedisEndpoint> parse_redis_url(std::string_view url, std::string* error = nullptr);
-// "redis://user:***@host:port/db" for banners and logs: the password is masked.
-std::string describe(const RedisEndpoint& ep);
+// The endpoint and its URL syntax live in common/ (config validates URLs at load).
+using sluice::RedisEndpoint;
+using sluice::parse_redis_url;
+using sluice::describe;
 
 struct RedisReply {
   enum class Type { nil, integer, string, status, error, array };

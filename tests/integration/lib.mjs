@@ -337,7 +337,7 @@ export function rawRequest({ port, method = 'GET', path: p = '/', headers = {}, 
 }
 
 // JSON request through fetch. Resolves {status, headers, text, json}.
-export async function request(url, { method = 'GET', headers = {}, body, key, timeout = 15000 } = {}) {
+export async function request(url, { method = 'GET', headers = {}, body, key, timeout = 15000, signal } = {}) {
   const h = { ...headers };
   if (key) h.authorization = `Bearer ${key}`;
   let payload = body;
@@ -345,7 +345,8 @@ export async function request(url, { method = 'GET', headers = {}, body, key, ti
     payload = JSON.stringify(body);
     h['content-type'] ??= 'application/json';
   }
-  const res = await fetch(url, { method, headers: h, body: payload, signal: AbortSignal.timeout(timeout) });
+  const limit = AbortSignal.timeout(timeout);
+  const res = await fetch(url, { method, headers: h, body: payload, signal: signal ? AbortSignal.any([signal, limit]) : limit });
   const text = await res.text();
   let json;
   try {

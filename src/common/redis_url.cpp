@@ -1,0 +1,122 @@
+#include "common/redis_url.hpp"
+
+#include <charconv>
+
+namespace sluice {
+
+namespace {
+
+std::optional<int> to_int(std::string_view s, long long max) {
+  long long v = 0;
+  if (s.empty() || s.size() > 12) return std::nullopt;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || v < 0 || v > max) return std::nullopt;
+  return static_cast<int>(v);
+}
+
+std::optional<std::string> percent_decode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out += s[i];
+      continue;
+    }
+    unsigned v = 0;
+    if (i + 2 >= s.size()) return std::nullopt;
+    auto [p, ec] = std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16);
+    if (ec != std::errc() || p != s.data() + i + 3) return std::nullopt;
+    out += static_cast<char>(v);
+    i += 2;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<RedisEndpoint> parse_redis_url(std::string_view url, std::string* error) {
+  auto fail = [&](std::string msg) -> std::optional<RedisEndpoint> {
+    if (error) *error = std::move(msg);
+    return std::nullopt;
+  };
+  const auto sep = url.find("://");
+  if (sep == std::string_view::npos) return fail("expected redis://[[user]:password@]host[:port][/db]");
+  std::string scheme(url.substr(0, sep));
+  for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (scheme == "rediss") return fail("rediss:// (TLS) is not supported yet; use redis://");
+  if (scheme != "redis") return fail("unsupported scheme '" + scheme + "://': expected redis://");
+  std::string_view rest = url.substr(sep + 3);
+  if (rest.find_first_of("?#") != std::string_view::npos) return fail("query parameters are not supported");
+
+  RedisEndpoint ep;
+  const auto slash = rest.find('/');
+  std::string_view authority = rest.substr(0, slash);
+  std::string_view path = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
+
+  // The password may contain '@' unencoded: the host starts after the last one.
+  if (const auto at = authority.rfind('@'); at != std::string_view::npos) {
+    std::string_view info = authority.substr(0, at);
+    authority = authority.substr(at + 1);
+    const auto colon = info.find(':');
+    if (colon == std::string_view::npos) {
+      return fail("user without a password; for a password alone write redis://:password@host");
+    }
+    auto user = percent_decode(info.substr(0, colon));
+    auto pass = percent_decode(info.substr(colon + 1));
+    if (!user || !pass) return fail("bad percent-encoding in the user or password");
+    ep.username = std::move(*user);
+    ep.password = std::move(*pass);
+  }
+
+  std::string_view port;
+  if (!authority.empty() && authority.front() == '[') {  // [IPv6]:port
+    const auto close = authority.find(']');
+    if (close == std::string_view::npos) return fail("unclosed '[' in the host");
+    ep.host = std::string(authority.substr(1, close - 1));
+    std::string_view after = authority.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') return fail("unexpected text after ']'");
+      port = after.substr(1);
+      if (port.empty()) return fail("bad port ''");
+    }
+  } else {
+    const auto colon = authority.find(':');
+    if (colon != std::string_view::npos && authority.find(':', colon + 1) != std::string_view::npos) {
+      return fail("IPv6 addresses must be written in brackets: redis://[::1]:6379");
+    }
+    ep.host = std::string(authority.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      port = authority.substr(colon + 1);
+      if (port.empty()) return fail("bad port ''");
+    }
+  }
+  if (ep.host.empty()) return fail("missing host");
+  if (!port.empty()) {
+    auto p = to_int(port, 65535);
+    if (!p || *p == 0) return fail("bad port '" + std::string(port) + "'");
+    ep.port = static_cast<std::uint16_t>(*p);
+  }
+  if (!path.empty()) {
+    auto db = to_int(path, 1'000'000);
+    if (!db) return fail("bad database number '" + std::string(path) + "'");
+    ep.db = *db;
+  }
+  return ep;
+}
+
+std::string describe(const RedisEndpoint& ep) {
+  std::string s = ep.tls ? "rediss://" : "redis://";
+  if (!ep.username.empty() || !ep.password.empty()) {
+    s += ep.username;
+    if (!ep.password.empty()) s += ":***";
+    s += '@';
+  }
+  const bool v6 = ep.host.find(':') != std::string::npos;
+  if (v6) s += '[';
+  s += ep.host;
+  if (v6) s += ']';
+  s += ':' + std::to_string(ep.port) + '/' + std::to_string(ep.db);
+  return s;
+}
+
+}  // namespace sluice

@@ -1,0 +1,26 @@
+#pragma once
+// Where Redis is: the endpoint and its URL syntax. Kept apart from the client (store/) so
+// the configuration can reject a bad URL at load time.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace sluice {
+
+struct RedisEndpoint {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 6379;
+  int db = 0;
+  std::string username, password;  // AUTH [username] password when a password is set
+  bool tls = false;                // not supported yet: parse_redis_url rejects rediss://
+};
+
+// "redis://[[user]:password@]host[:port][/db]"; IPv6 hosts in brackets; user and password
+// are percent-decoded. "rediss://" is rejected (TLS is not supported yet). On failure
+// returns nullopt and, if `error` is given, a one-line reason.
+std::optional<RedisEndpoint> parse_redis_url(std::string_view url, std::string* error = nullptr);
+// "redis://user:***@host:port/db" for banners and logs: the password is masked.
+std::string describe(const RedisEndpoint& ep);
+
+}  // namespace sluice

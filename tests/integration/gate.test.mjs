@@ -1,0 +1,216 @@
+// The concurrency gate: requests in flight per model and per key, a bounded priority queue
+// (vip, premium, standard), queue full (429), wait expired (503), demotion, and clients
+// that leave while queued.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+
+import { KEY, chat, rawRequest, startGateway, USER, waitFor } from './lib.mjs';
+
+const VIP_KEY = 'sk-vip-aaaabbbbccccdddd';
+const KEY_B = 'sk-bbb-aaaabbbbccccdddd';
+
+function config({ ttft = '300ms', queueSize = 8, maxWait = {}, perKey } = {}) {
+  return {
+    keys: [
+      { name: 'std-app', key: KEY, tenant: 'acme', tier: 'standard' },
+      { name: 'vip-app', key: VIP_KEY, tenant: 'acme', tier: 'enterprise' },
+      { name: 'b-app', key: KEY_B, tenant: 'beta', tier: 'standard', ...(perKey ? { max_in_flight: perKey } : {}) },
+    ],
+    models: [
+      { alias: 'demo', provider: 'simulated', max_in_flight: 1, sim: { ttft, inter_token: '1ms', jitter: 0 } },
+      { alias: 'wide', provider: 'simulated', sim: { ttft, inter_token: '1ms', jitter: 0 } },
+    ],
+    concurrency: {
+      queue_size: queueSize,
+      max_wait: { vip: '5s', premium: '5s', standard: '10s', ...maxWait },
+      tier_priority: { enterprise: 'vip' },
+    },
+  };
+}
+
+const BODY = { model: 'demo', messages: USER, max_tokens: 2 };
+
+async function infra(gw) {
+  return JSON.parse((await rawRequest({ port: gw.port, path: '/infra' })).body).concurrency_gate;
+}
+
+async function queued(gw) {
+  const q = (await infra(gw)).queued;
+  return q.vip + q.premium + q.standard;
+}
+
+// Sends a request and records when it finished; waits until the gate shows it (in flight
+// or queued) so the next one arrives after it. Resolves to {res}: the response promise
+// (wrapped, or awaiting send() would wait for the response itself).
+function tracker(gw) {
+  const done = [];
+  const send = async (name, key, { headers = {}, signal, body = BODY } = {}) => {
+    const before = (await infra(gw)).in_flight + (await queued(gw));
+    const p = chat(gw, body, { key, headers, signal }).then(
+      (r) => {
+        done.push(name);
+        return r;
+      },
+      (e) => {
+        done.push(name);
+        throw e;
+      },
+    );
+    await waitFor(async () => (await infra(gw)).in_flight + (await queued(gw)) > before, {
+      timeout: 5000,
+      interval: 10,
+      what: `request ${name} to reach the gate`,
+    });
+    return { res: p };
+  };
+  return { done, send };
+}
+
+describe('priority queue', () => {
+  let gw;
+  before(async () => {
+    gw = await startGateway(config());
+  });
+  after(async () => {
+    await gw.stop();
+  });
+
+  test('with the gate saturated, queued vip requests start before standard ones; FIFO within a class', async () => {
+    const t = tracker(gw);
+    const all = [];
+    all.push((await t.send('blocker', KEY)).res);
+    all.push((await t.send('s1', KEY)).res);
+    all.push((await t.send('s2', KEY)).res);
+    all.push((await t.send('v1', VIP_KEY)).res);
+    all.push((await t.send('v2', VIP_KEY)).res);
+    assert.deepEqual((await infra(gw)).queued, { vip: 2, premium: 0, standard: 2 });
+    const results = await Promise.all(all);
+    assert.deepEqual(
+      results.map((r) => r.status),
+      [200, 200, 200, 200, 200],
+    );
+    assert.deepEqual(t.done, ['blocker', 'v1', 'v2', 's1', 's2']);
+    const v1 = await gw.logFor(results[3].headers.get('x-request-id'));
+    assert.equal(v1.priority, 'vip');
+    assert.ok(v1.queue_ms > 0);
+    const s2 = await gw.logFor(results[2].headers.get('x-request-id'));
+    assert.equal(s2.priority, 'standard');
+    assert.ok(s2.queue_ms > v1.queue_ms);
+  });
+
+  test('X-Priority can lower a request, never raise it above its key', async () => {
+    const t = tracker(gw);
+    const all = [];
+    all.push((await t.send('blocker', KEY)).res);
+    all.push((await t.send('s-asks-vip', KEY, { headers: { 'x-priority': 'vip' } })).res);
+    all.push((await t.send('v-asks-standard', VIP_KEY, { headers: { 'x-priority': 'standard' } })).res);
+    all.push((await t.send('v', VIP_KEY)).res);
+    assert.deepEqual((await infra(gw)).queued, { vip: 1, premium: 0, standard: 2 });
+    await Promise.all(all);
+    assert.deepEqual(t.done, ['blocker', 'v', 's-asks-vip', 'v-asks-standard']);
+  });
+
+  test('a client that leaves while queued is removed at once', async () => {
+    const t = tracker(gw);
+    const blocker = (await t.send('blocker', KEY)).res;
+    const ac = new AbortController();
+    const leaving = (await t.send('leaving', KEY, { signal: ac.signal })).res;
+    assert.equal(await queued(gw), 1);
+    ac.abort();
+    await assert.rejects(leaving);
+    await waitFor(async () => (await queued(gw)) === 0, { timeout: 2000, interval: 10, what: 'the queue to empty' });
+    // Still waiting for the blocker: the queue emptied because the client left.
+    assert.equal((await infra(gw)).in_flight, 1);
+    assert.equal((await blocker).status, 200);
+    await waitFor(() => gw.logLines().some((l) => l.status === 499 && l.error === 'client left while queued'), {
+      what: 'the 499 line of the request that left',
+    });
+    assert.ok((await infra(gw)).rejected.client_closed >= 1);
+  });
+});
+
+describe('queue limits', () => {
+  test('queue full: 429 queue_full with Retry-After', async () => {
+    const gw = await startGateway(config({ queueSize: 2 }));
+    try {
+      const t = tracker(gw);
+      const all = [(await t.send('blocker', KEY)).res, (await t.send('q1', KEY)).res, (await t.send('q2', KEY)).res];
+      const r = await chat(gw, BODY);
+      assert.equal(r.status, 429);
+      assert.equal(r.json.error.code, 'queue_full');
+      assert.equal(r.headers.get('retry-after'), '1');
+      assert.deepEqual(
+        (await Promise.all(all)).map((x) => x.status),
+        [200, 200, 200],
+      );
+      const metrics = (await rawRequest({ port: gw.port, path: '/metrics' })).body;
+      assert.match(metrics, /^sluice_gate_rejected_total\{reason="queue_full"\} 1$/m);
+    } finally {
+      await gw.stop();
+    }
+  });
+
+  test('waited past standard max_wait: 503 queue_timeout with Retry-After', async () => {
+    const gw = await startGateway(config({ ttft: '2s', maxWait: { standard: '300ms' } }));
+    try {
+      const t = tracker(gw);
+      const blocker = (await t.send('blocker', KEY)).res;
+      const r = await chat(gw, BODY);
+      assert.equal(r.status, 503);
+      assert.equal(r.json.error.code, 'queue_timeout');
+      assert.ok(Number(r.headers.get('retry-after')) >= 1);
+      const line = await gw.logFor(r.headers.get('x-request-id'));
+      assert.equal(line.reason, 'queue_timeout');
+      assert.ok(line.queue_ms >= 300, `queue_ms ${line.queue_ms}`);
+      assert.equal((await blocker).status, 200);
+    } finally {
+      await gw.stop();
+    }
+  });
+
+  test('a vip request that waited its max is demoted to standard, not dropped', async () => {
+    const gw = await startGateway(config({ ttft: '1s', maxWait: { vip: '100ms' } }));
+    try {
+      const t = tracker(gw);
+      const all = [(await t.send('blocker', KEY)).res, (await t.send('s1', KEY)).res, (await t.send('v1', VIP_KEY)).res];
+      const results = await Promise.all(all);
+      assert.deepEqual(
+        results.map((r) => r.status),
+        [200, 200, 200],
+      );
+      // Demoted into standard at its arrival position: behind s1, which came first.
+      assert.deepEqual(t.done, ['blocker', 's1', 'v1']);
+      const v1 = await gw.logFor(results[2].headers.get('x-request-id'));
+      assert.equal(v1.priority, 'standard');
+      const metrics = (await rawRequest({ port: gw.port, path: '/metrics' })).body;
+      assert.match(metrics, /^sluice_gate_demoted_total\{class="vip"\} 1$/m);
+    } finally {
+      await gw.stop();
+    }
+  });
+
+  test('per-key limit: a busy key waits while another key goes through', async () => {
+    const gw = await startGateway(config({ perKey: 1 }));
+    try {
+      const body = { model: 'wide', messages: USER, max_tokens: 2 };
+      const t = tracker(gw);
+      const b1 = (await t.send('b1', KEY_B, { body })).res;
+      const b2 = (await t.send('b2', KEY_B, { body })).res;
+      assert.equal(await queued(gw), 1);
+      // Needs no slot (no limit on its key or on this model): straight through.
+      const other = chat(gw, body).then((r) => {
+        t.done.push('std');
+        return r;
+      });
+      const [r1, r2, r3] = await Promise.all([b1, b2, other]);
+      assert.deepEqual([r1.status, r2.status, r3.status], [200, 200, 200]);
+      assert.equal(t.done.at(-1), 'b2');
+      const l2 = await gw.logFor(r2.headers.get('x-request-id'));
+      assert.ok(l2.queue_ms > 0);
+      const l3 = await gw.logFor(r3.headers.get('x-request-id'));
+      assert.equal(l3.queue_ms, undefined);
+    } finally {
+      await gw.stop();
+    }
+  });
+});

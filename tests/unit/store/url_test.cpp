@@ -1,0 +1,99 @@
+// parse_redis_url, describe and RedisScript: no server needed.
+#include <gtest/gtest.h>
+
+#include "store/redis.hpp"
+
+using namespace sluice::store;
+
+namespace {
+
+RedisEndpoint parse_ok(std::string_view url) {
+  std::string err;
+  auto ep = parse_redis_url(url, &err);
+  EXPECT_TRUE(ep.has_value()) << url << ": " << err;
+  return ep.value_or(RedisEndpoint{});
+}
+
+std::string parse_error(std::string_view url) {
+  std::string err;
+  auto ep = parse_redis_url(url, &err);
+  EXPECT_FALSE(ep.has_value()) << url << " was accepted";
+  EXPECT_FALSE(err.empty()) << url;
+  return err;
+}
+
+}  // namespace
+
+TEST(RedisUrl, ParsesValidForms) {
+  auto a = parse_ok("redis://localhost");
+  EXPECT_EQ(a.host, "localhost");
+  EXPECT_EQ(a.port, 6379);
+  EXPECT_EQ(a.db, 0);
+  EXPECT_TRUE(a.username.empty());
+  EXPECT_TRUE(a.password.empty());
+  EXPECT_FALSE(a.tls);
+
+  auto b = parse_ok("redis://10.0.0.5:6380/2");
+  EXPECT_EQ(b.host, "10.0.0.5");
+  EXPECT_EQ(b.port, 6380);
+  EXPECT_EQ(b.db, 2);
+
+  auto c = parse_ok("redis://:s3cret@cache.internal");
+  EXPECT_EQ(c.host, "cache.internal");
+  EXPECT_TRUE(c.username.empty());
+  EXPECT_EQ(c.password, "s3cret");
+
+  auto d = parse_ok("redis://alice:p%40ss:w@rd@host:7000/15");  // '@' and ':' in the password
+  EXPECT_EQ(d.username, "alice");
+  EXPECT_EQ(d.password, "p@ss:w@rd");
+  EXPECT_EQ(d.host, "host");
+  EXPECT_EQ(d.port, 7000);
+  EXPECT_EQ(d.db, 15);
+
+  auto e = parse_ok("redis://[::1]:6390/1");
+  EXPECT_EQ(e.host, "::1");
+  EXPECT_EQ(e.port, 6390);
+  EXPECT_EQ(e.db, 1);
+
+  auto f = parse_ok("REDIS://Host/");
+  EXPECT_EQ(f.host, "Host");
+  EXPECT_EQ(f.db, 0);
+
+  EXPECT_EQ(parse_ok("redis://h:65535").port, 65535);
+  EXPECT_EQ(parse_ok("redis://[fe80::1]").port, 6379);
+}
+
+TEST(RedisUrl, RejectsBadUrls) {
+  for (auto url : {"redis://h:0", "redis://h:65536", "redis://h:abc", "redis://h:", "redis://h:-1",
+                   "redis://h:99999999999999999999", "redis://[::1]:"}) {
+    EXPECT_NE(parse_error(url).find("port"), std::string::npos) << url;
+  }
+  for (auto url : {"redis://h/x", "redis://h/-1", "redis://h/1x", "redis://h/99999999999"}) {
+    EXPECT_NE(parse_error(url).find("database"), std::string::npos) << url;
+  }
+  EXPECT_NE(parse_error("rediss://h:6380").find("TLS"), std::string::npos);
+  EXPECT_NE(parse_error("http://h").find("redis://"), std::string::npos);
+  EXPECT_NE(parse_error("h:6379").find("redis://"), std::string::npos);
+  EXPECT_NE(parse_error("redis://").find("host"), std::string::npos);
+  EXPECT_NE(parse_error("redis://:pw@").find("host"), std::string::npos);
+  EXPECT_NE(parse_error("redis://::1:6379").find("brackets"), std::string::npos);
+  EXPECT_NE(parse_error("redis://user@h").find("password"), std::string::npos);
+  EXPECT_NE(parse_error("redis://:p%zz@h").find("percent"), std::string::npos);
+  EXPECT_NE(parse_error("redis://h?timeout=1").find("query"), std::string::npos);
+  EXPECT_FALSE(parse_redis_url("rediss://h", nullptr).has_value());  // error text is optional
+}
+
+TEST(RedisUrl, DescribeMasksThePassword) {
+  EXPECT_EQ(describe(parse_ok("redis://:s3cret@cache:6380/3")), "redis://:***@cache:6380/3");
+  EXPECT_EQ(describe(parse_ok("redis://alice:s3cret@cache")), "redis://alice:***@cache:6379/0");
+  EXPECT_EQ(describe(RedisEndpoint{}), "redis://127.0.0.1:6379/0");
+  EXPECT_EQ(describe(parse_ok("redis://[::1]:7000")), "redis://[::1]:7000/0");
+  EXPECT_EQ(describe(parse_ok("redis://alice:p%40ss@h")).find("p@ss"), std::string::npos);
+}
+
+TEST(RedisScript, Sha1IsHexOfTheSource) {
+  // Known SHA1s: what SCRIPT LOAD answers for these sources.
+  EXPECT_EQ(RedisScript("return 1").sha1, "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");
+  EXPECT_EQ(RedisScript("").sha1, "da39a3ee5e6b4b0d3255bfef95601890afd80709");
+  EXPECT_EQ(RedisScript("return 1").source, "return 1");
+}
