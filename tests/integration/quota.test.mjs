@@ -1,0 +1,183 @@
+// Token quotas in a real Redis: a reservation (prompt estimate + max output) is taken at
+// admission and settled against the real usage; a budget admits exactly the requests that
+// fit; a client that leaves mid-stream pays only for what it received; a reservation whose
+// gateway died expires instead of leaking.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+
+import { KEY, chat, contentEvents, sse, startGateway, startRedis, USER, waitFor } from './lib.mjs';
+
+const KEY2 = 'sk-other-1111222233334444';
+
+function config(redis, { tokens, sim = {}, reservationTtl } = {}) {
+  return {
+    keys: [
+      { name: 'app', key: KEY, tenant: 'acme', tier: 'free' },
+      { name: 'probe', key: KEY2, tenant: 'acme', tier: 'free' },
+    ],
+    models: [{ alias: 'demo', provider: 'simulated', sim: { ttft: '5ms', inter_token: '1ms', jitter: 0, ...sim } }],
+    redis: { url: redis.url, retry_interval: '500ms' },
+    rate_limits: {
+      backend: 'redis',
+      ...(reservationTtl ? { reservation_ttl: reservationTtl } : {}),
+      tokens,
+    },
+  };
+}
+
+// The quota counter of key `name` (hash with fields used and reserved), and its ledger of
+// reservations (a sorted set).
+async function ledger(redis, name) {
+  const keys = (await redis.raw('KEYS', `sluice:{t:acme}:k:${name}:q*`)).split('\n').filter(Boolean);
+  const hash = keys.find((k) => !k.endsWith(':r'));
+  if (!hash) return { used: 0, reserved: 0, holds: 0 };
+  const used = Number((await redis.raw('HGET', hash, 'used')) || 0);
+  const reserved = Number((await redis.raw('HGET', hash, 'reserved')) || 0);
+  const holds = Number(await redis.raw('ZCARD', `${hash}:r`));
+  return { used, reserved, holds };
+}
+
+// How many tokens the gateway reserves for `body`: read from the access log of one request
+// made with the probe key.
+async function reservationFor(gw, body) {
+  const r = await chat(gw, body, { key: KEY2 });
+  assert.equal(r.status, 200);
+  const line = await gw.logFor(r.headers.get('x-request-id'));
+  assert.ok(line.reserved_tokens > 0, JSON.stringify(line));
+  return line.reserved_tokens;
+}
+
+describe('token budgets', () => {
+  let redis;
+  before(async () => {
+    redis = await startRedis();
+  });
+  after(async () => {
+    await redis.stop();
+  });
+
+  test('a budget admits exactly the requests whose reservations fit', async () => {
+    const body = { model: 'demo', messages: USER, max_tokens: 40 };
+    // Learn the reservation size, then allow three and a half of them per day.
+    const probe = await startGateway(config(redis, { tokens: [{ scope: 'key', limit: 1000000, per: 'day' }] }));
+    const R = await reservationFor(probe, body);
+    await probe.stop();
+    await redis.raw('FLUSHALL');
+    const limit = Math.floor(3.5 * R);
+    // Slow first token: all ten reservations are held at the same time.
+    const gw = await startGateway(
+      config(redis, { tokens: [{ scope: 'key', limit, per: 'day' }], sim: { ttft: '1s' } }),
+    );
+    try {
+      const results = await Promise.all(Array.from({ length: 10 }, () => chat(gw, body)));
+      const ok = results.filter((r) => r.status === 200);
+      const refused = results.filter((r) => r.status === 429);
+      assert.equal(ok.length, 3, results.map((r) => r.status).join(','));
+      assert.equal(refused.length, 7);
+      for (const r of refused) {
+        assert.equal(r.json.error.type, 'insufficient_quota');
+        assert.equal(r.json.error.code, 'quota_exceeded');
+        assert.match(r.json.error.message, new RegExp(`needs ${R} tokens`));
+        assert.ok(Number(r.headers.get('retry-after')) >= 1);
+      }
+      // Settled: the ledger holds what the three really used, nothing reserved.
+      const usedByUpstream = ok.reduce((n, r) => n + r.json.usage.prompt_tokens + r.json.usage.completion_tokens, 0);
+      await waitFor(async () => (await ledger(redis, 'app')).reserved === 0, { what: 'the reservations to settle' });
+      const l = await ledger(redis, 'app');
+      assert.equal(l.used, usedByUpstream);
+      assert.equal(l.holds, 0);
+      // Settling gave back what the estimate over-reserved...
+      assert.ok(l.used < 3 * R, `used ${l.used}, reserved ${3 * R}`);
+      // ...and the next request is admitted exactly when its reservation fits what is left.
+      const next = await chat(gw, body);
+      assert.equal(next.status, limit - l.used >= R ? 200 : 429, `left ${limit - l.used}, need ${R}`);
+    } finally {
+      await gw.stop();
+    }
+  });
+
+  test('a per-minute token limit refuses with token_limit_exceeded', async () => {
+    await redis.raw('FLUSHALL');
+    const body = { model: 'demo', messages: USER, max_tokens: 100 };
+    const gw = await startGateway(config(redis, { tokens: [{ scope: 'tenant', limit: 150, per: 'minute' }] }));
+    try {
+      const first = await chat(gw, body);
+      assert.equal(first.status, 200);
+      assert.equal(first.headers.get('x-ratelimit-limit-tokens'), '150');
+      const second = await chat(gw, body);
+      assert.equal(second.status, 429);
+      assert.equal(second.json.error.code, 'token_limit_exceeded');
+      const retry = Number(second.headers.get('retry-after'));
+      assert.ok(retry >= 1 && retry <= 60, `retry-after ${retry}`);
+    } finally {
+      await gw.stop();
+    }
+  });
+
+  test('a client that disconnects mid-stream is charged only for what it received', async () => {
+    await redis.raw('FLUSHALL');
+    const gw = await startGateway(
+      config(redis, {
+        tokens: [{ scope: 'key', limit: 1000000, per: 'day' }],
+        sim: { ttft: '5ms', inter_token: '30ms' },
+      }),
+    );
+    try {
+      const body = { model: 'demo', messages: USER, max_tokens: 400, stream: true };
+      const res = await sse(`${gw.url}/v1/chat/completions`, body, {
+        stopAfter: (events) => contentEvents(events).length >= 6,
+      });
+      assert.equal(res.aborted, true);
+      const received = contentEvents(res.events).length;
+      assert.ok(received >= 5 && received < 400, `received ${received}`);
+      const line = await gw.logFor(res.headers.get('x-request-id'));
+      assert.equal(line.status, 499);
+      const R = line.reserved_tokens;
+      assert.ok(R > 400, `reserved ${R}`);
+      await waitFor(async () => (await ledger(redis, 'app')).reserved === 0, { what: 'the refund' });
+      const l = await ledger(redis, 'app');
+      assert.equal(l.holds, 0);
+      // Charged the prompt and the completion tokens relayed before the client left: a few,
+      // nowhere near the 400 reserved.
+      assert.equal(l.used, line.prompt_tokens + line.completion_tokens);
+      assert.ok(line.completion_tokens >= received, `charged ${line.completion_tokens}, received ${received}`);
+      assert.ok(l.used < R / 4, `used ${l.used} of ${R} reserved`);
+    } finally {
+      await gw.stop();
+    }
+  });
+
+  test('a reservation whose gateway died expires instead of leaking', async () => {
+    await redis.raw('FLUSHALL');
+    const body = { model: 'demo', messages: USER, max_tokens: 50 };
+    const probe = await startGateway(config(redis, { tokens: [{ scope: 'key', limit: 1000000, per: 'day' }] }));
+    const R = await reservationFor(probe, body);
+    await probe.stop();
+    await redis.raw('FLUSHALL');
+    // Room for one reservation at a time.
+    const cfg = (sim) =>
+      config(redis, { tokens: [{ scope: 'key', limit: Math.floor(1.5 * R), per: 'day' }], sim, reservationTtl: '2s' });
+    const doomed = await startGateway(cfg({ ttft: '30s' }));
+    const pending = chat(doomed, body, { timeout: 60000 }).catch(() => null);
+    await waitFor(async () => (await ledger(redis, 'app')).reserved === R, { what: 'the reservation' });
+    // The gateway dies without settling.
+    doomed.child.kill('SIGKILL');
+    await doomed.exited;
+    await pending;
+    const gw = await startGateway(cfg({ ttft: '5ms' }));
+    try {
+      const t0 = Date.now();
+      const blocked = await chat(gw, body);
+      // Still held (unless this machine took the whole 2 s to get here).
+      if (Date.now() - t0 < 1500) assert.equal(blocked.status, 429);
+      await waitFor(async () => (await chat(gw, body)).status === 200, {
+        timeout: 10000,
+        interval: 250,
+        what: 'the dead reservation to expire',
+      });
+      await waitFor(async () => (await ledger(redis, 'app')).reserved === 0, { what: 'the ledger to settle' });
+    } finally {
+      await gw.stop();
+    }
+  });
+});
