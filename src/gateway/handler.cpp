@@ -320,7 +320,6 @@ class WorkerHandler {
 
   // Phases 7..13: the upstream call and the relay.
   awaitable<void> relay(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq, const Upstream& up) {
-
     // Upstream request: the adapter rewrites the body; credentials and trace go in headers.
     auto call = up.wire == config::Provider::ollama ? llm::build_ollama_call(creq, up.backend)
                                                      : llm::build_openai_call(creq, up.backend);
