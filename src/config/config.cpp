@@ -1148,6 +1148,11 @@ void Loader::apply_env(Config& c) {
     if (has_ctl(*v)) error("env SLUICE_INSTANCE", 0, "must not contain control characters");
     else c.instance = *v;
   }
+  if (auto v = getenv("SLUICE_TOKENIZER_DIR")) {
+    std::error_code ec;
+    if (!fs::is_directory(*v, ec)) error("env SLUICE_TOKENIZER_DIR", 0, "not a directory: " + *v);
+    else c.tokenizer_dir = *v;
+  }
   if (auto v = getenv("SLUICE_REDIS_URL")) {
     std::string err;
     if (!parse_redis_url(*v, &err)) error("env SLUICE_REDIS_URL", 0, err);
@@ -1286,7 +1291,7 @@ LoadResult Loader::run(const YAML::Node& root) {
     } else {
       fields(root, "",
              {"instance", "listen", "workers", "limits", "timeouts", "access_log", "keys", "keys_file", "models",
-              "params", "options", "redis", "rate_limits", "concurrency"},
+              "params", "options", "redis", "rate_limits", "concurrency", "tokenizer_dir"},
              f);
     }
   }
@@ -1304,6 +1309,15 @@ LoadResult Loader::run(const YAML::Node& root) {
   if (auto v = get(f, "limits")) parse_limits(*v, *c);
   if (auto v = get(f, "timeouts")) parse_timeouts(*v, *c);
   if (auto v = get(f, "redis")) parse_redis(*v, *c);
+  if (auto v = get(f, "tokenizer_dir")) {
+    if (get_string(*v, "tokenizer_dir", c->tokenizer_dir) && !c->tokenizer_dir.empty()) {
+      fs::path p(c->tokenizer_dir);
+      if (p.is_relative()) p = base_dir_ / p;
+      std::error_code ec;
+      if (!fs::is_directory(p, ec)) error("tokenizer_dir", line_of(*v), "not a directory: " + p.string());
+      else c->tokenizer_dir = p.string();
+    }
+  }
   if (auto v = get(f, "concurrency")) parse_concurrency(*v, *c);
   if (auto v = get(f, "access_log")) {
     if (v->IsNull()) error("access_log", line_of(*v), "expected a string (\"-\" = stdout, \"\" = off, or a path), got nothing (null)");

@@ -107,6 +107,9 @@ struct Config {
   std::map<std::string, Range, std::less<>> params;
   // Keys allowed inside the Ollama-style "options" object, with ranges (num_ctx...).
   std::map<std::string, Range, std::less<>> options;
+  // Where the BPE rank files are (cl100k_base.json, o200k_base.json); "" = look in the
+  // places scripts/fetch-tokenizer.sh fills. Missing files: the estimator counts instead.
+  std::string tokenizer_dir;
   RateLimits rate_limits;
   RedisSettings redis;
   Concurrency concurrency;

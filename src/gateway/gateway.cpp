@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <filesystem>
 #include <thread>
 #include <iostream>
 
@@ -21,6 +22,38 @@ std::string hostname() {
   return buf;
 }
 
+// The rank files: tokenizer_dir, else where scripts/fetch-tokenizer.sh leaves them next to
+// the binary's source tree (build/sluice -> data/...), else under the working directory.
+std::pair<tokenizer::Counter, std::string> load_tokenizer(const config::Config& c) {
+  std::vector<std::filesystem::path> dirs;
+  if (!c.tokenizer_dir.empty()) {
+    dirs.emplace_back(c.tokenizer_dir);
+  } else {
+    std::error_code ec;
+    const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (!ec) dirs.push_back(exe.parent_path().parent_path() / tokenizer::kDefaultRankDir);
+    dirs.push_back(std::filesystem::current_path(ec) / tokenizer::kDefaultRankDir);
+  }
+  std::string tried;
+  for (const auto& d : dirs) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(d, ec)) {
+      tried += (tried.empty() ? "" : ", ") + d.string();
+      continue;
+    }
+    std::string warnings;
+    auto counter = tokenizer::Counter::load_dir(d.string(), &warnings);
+    std::string info = "tokenizer: ";
+    info += counter.exact(tokenizer::Encoding::cl100k_base) ? "cl100k_base exact" : "cl100k_base estimated";
+    info += counter.exact(tokenizer::Encoding::o200k_base) ? ", o200k_base exact" : ", o200k_base estimated";
+    info += " (" + d.string() + ")";
+    if (!warnings.empty()) info += "; " + warnings;
+    return {std::move(counter), info};
+  }
+  return {tokenizer::Counter{}, "tokenizer: estimator only (no rank files in " + tried +
+                                    "; scripts/fetch-tokenizer.sh fetches them)"};
+}
+
 class GatewayImpl final : public Gateway {
  public:
   explicit GatewayImpl(std::shared_ptr<const config::Config> cfg) {
@@ -33,6 +66,12 @@ class GatewayImpl final : public Gateway {
     shared_.limiter = limiter_.get();
     gate_ = std::make_unique<limits::Gate>(c);
     shared_.gate = gate_.get();
+    if (!c.rate_limits.tokens.empty()) {
+      auto [counter, info] = load_tokenizer(c);
+      shared_.tokens = std::move(counter);
+      shared_.count_prompts = true;
+      tokenizer_info_ = std::move(info);
+    }
 
     for (const auto& route : c.routes) {
       Upstream up;
@@ -108,7 +147,9 @@ class GatewayImpl final : public Gateway {
     }
     std::string s = "rate limiter: configured " + st.configured + ", active " + st.active;
     if (!st.reason.empty() && st.reason != "configured") s += " (" + st.reason + ")";
-    return s + "\n";
+    s += "\n";
+    if (!tokenizer_info_.empty()) s += tokenizer_info_ + "\n";
+    return s;
   }
 
   void shutdown() override {
@@ -135,6 +176,7 @@ class GatewayImpl final : public Gateway {
   std::unique_ptr<telemetry::AccessLog> access_log_;
   std::unique_ptr<limits::Limiter> limiter_;
   std::unique_ptr<limits::Gate> gate_;
+  std::string tokenizer_info_;
   std::vector<std::unique_ptr<sim::SimServer>> sims_;
   std::unique_ptr<http::Server> server_;
 };

@@ -21,6 +21,7 @@ using Ms = std::chrono::milliseconds;
 namespace {
 
 constexpr auto nothrow = net::as_tuple(net::use_awaitable);
+constexpr std::size_t kExactCountMaxBytes = 256 * 1024;
 
 double ms_since(Clock::time_point t0, Clock::time_point t1 = Clock::now()) {
   return std::chrono::duration<double, std::milli>(t1 - t0).count();
@@ -225,6 +226,12 @@ class WorkerHandler {
     // Admit: rate limits and the token reservation, then the concurrency gate.
     limits::Admission adm;
     if (limiter_) {
+      // Token quotas reserve the prompt: count it exactly (BPE) when the rank files are
+      // loaded. Bounded: a huge body keeps the estimate (exact counting runs ~40 MB/s).
+      if (g_.count_prompts && ex.request().body().size() <= kExactCountMaxBytes) {
+        creq.prompt_tokens_estimate = llm::count_prompt_tokens(creq, g_.tokens,
+                                                               tokenizer::encoding_for_model(up.backend.model));
+      }
       const std::int64_t out = creq.max_tokens.value_or(cfg_.rate_limits.reserve_output_tokens);
       adm = co_await limiter_->admit(*ctx.key, creq.model, creq.prompt_tokens_estimate + out);
       ctx.rec.limiter = adm.counted == limits::Counted::redis   ? "redis"

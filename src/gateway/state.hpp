@@ -14,6 +14,7 @@
 #include "limits/gate.hpp"
 #include "limits/limiter.hpp"
 #include "telemetry/access_log.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace sluice::gateway {
 
@@ -44,6 +45,8 @@ struct Shared {
   telemetry::AccessLog* access_log = nullptr;
   limits::Limiter* limiter = nullptr;  // rate limits and token quotas
   limits::Gate* gate = nullptr;        // requests in flight, priority queue
+  tokenizer::Counter tokens;           // exact BPE where rank files were found, else estimates
+  bool count_prompts = false;          // token quotas apply: count prompts exactly at admission
   std::atomic<bool> draining{false};
   // steady_clock ticks after which streams still open are ended with a `shutting_down`
   // error event (0 = not draining); set a little before the server's grace period ends.

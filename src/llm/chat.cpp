@@ -298,15 +298,30 @@ std::optional<RequestError> check_field(std::string_view k, Field f, const json:
   return std::nullopt;
 }
 
-std::int64_t estimate_content(const json::value& content) {
-  if (content.is_string()) return estimate_tokens(content.get_string());
-  std::int64_t n = 0;
-  if (content.is_array()) {
-    for (const auto& part : content.get_array()) {
-      if (!part.is_object()) continue;
-      const auto* text = part.get_object().if_contains("text");
-      if (text && text->is_string()) n += estimate_tokens(text->get_string());
+// Prompt tokens by OpenAI's formula for chat models: per message 3 + role + content (the
+// text parts of an array) + name (+1), then 3 priming the reply. `count` counts a text.
+template <class Count>
+std::int64_t prompt_tokens(const json::array& messages, Count&& count) {
+  auto text = [&](const json::value& v) -> std::int64_t {
+    if (v.is_string()) return static_cast<std::int64_t>(count(std::string_view(v.get_string())));
+    std::int64_t n = 0;
+    if (v.is_array()) {
+      for (const auto& part : v.get_array()) {
+        if (!part.is_object()) continue;
+        const auto* t = part.get_object().if_contains("text");
+        if (t && t->is_string()) n += static_cast<std::int64_t>(count(std::string_view(t->get_string())));
+      }
     }
+    return n;
+  };
+  std::int64_t n = tokenizer::kReplyPrimingTokens;
+  for (const auto& m : messages) {
+    if (!m.is_object()) continue;
+    const auto& o = m.get_object();
+    n += tokenizer::kTokensPerMessage;
+    if (const auto* r = o.if_contains("role")) n += text(*r);
+    if (const auto* c = o.if_contains("content")) n += text(*c);
+    if (const auto* nm = o.if_contains("name"); nm && nm->is_string()) n += text(*nm) + tokenizer::kTokensPerName;
   }
   return n;
 }
@@ -372,12 +387,7 @@ ParseResult parse_chat_request(std::string_view body, const config::Config& cfg)
       break;
     }
   }
-  std::int64_t est = 0;
-  for (const auto& m : messages->get_array()) {
-    est += 4;
-    if (const auto* c = m.get_object().if_contains("content")) est += estimate_content(*c);
-  }
-  req.prompt_tokens_estimate = est;
+  req.prompt_tokens_estimate = prompt_tokens(messages->get_array(), [](std::string_view t) { return tokenizer::estimate(t); });
   // Move-construct (not assign): assignment between different storages deep-copies, and
   // the body must stay in the request's arena.
   std::destroy_at(&req.body);
@@ -386,17 +396,14 @@ ParseResult parse_chat_request(std::string_view body, const config::Config& cfg)
 }
 
 std::int64_t estimate_tokens(std::string_view text) noexcept {
-  // ASCII bytes count a quarter token each (rounded up); every multi-byte UTF-8 sequence
-  // (CJK, accented letters, emoji...) counts one token, identified by its lead byte.
-  std::int64_t ascii = 0, multibyte = 0;
-  for (unsigned char c : text) {
-    if (c < 0x80) {
-      ++ascii;
-    } else if (c >= 0xC0) {
-      ++multibyte;
-    }
-  }
-  return (ascii + 3) / 4 + multibyte;
+  return static_cast<std::int64_t>(tokenizer::estimate(text));
+}
+
+std::int64_t count_prompt_tokens(const ChatRequest& req, const tokenizer::Counter& counter,
+                                 tokenizer::Encoding encoding) {
+  const auto* messages = req.body.if_contains("messages");
+  if (!messages || !messages->is_array()) return req.prompt_tokens_estimate;
+  return prompt_tokens(messages->get_array(), [&](std::string_view t) { return counter.count(t, encoding); });
 }
 
 // ---- OpenAI upstream ------------------------------------------------------------------

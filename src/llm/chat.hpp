@@ -12,6 +12,7 @@
 
 #include "common/reason.hpp"
 #include "config/config.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace sluice::llm {
 
@@ -39,9 +40,15 @@ using ParseResult = std::variant<ChatRequest, RequestError>;
 // range.
 ParseResult parse_chat_request(std::string_view body, const config::Config& cfg);
 
-// Rough token count of a text: the fallback estimator (about 4 bytes per token for
-// English, 1 token per CJK character).
+// Token count of a text by the fallback estimator (tokenizer::estimate, cl100k weights;
+// its measured error is in docs/tokenizer.md).
 std::int64_t estimate_tokens(std::string_view text) noexcept;
+
+// Prompt tokens of a parsed request by OpenAI's chat formula, counted with `counter` (the
+// exact BPE where its rank file is loaded). parse_chat_request fills
+// prompt_tokens_estimate the same way with the estimator.
+std::int64_t count_prompt_tokens(const ChatRequest& req, const tokenizer::Counter& counter,
+                                 tokenizer::Encoding encoding);
 
 struct UpstreamCall {
   std::string target;   // path on the backend, including its path prefix

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "llm/chat.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 using namespace sluice;
 using namespace sluice::llm;
@@ -82,8 +83,12 @@ TEST(ParseChat, HappyPath) {
   EXPECT_TRUE(r.include_usage);
   ASSERT_TRUE(r.max_tokens);
   EXPECT_EQ(*r.max_tokens, 100);
-  // 2 messages * 4 + "be brief" (8 bytes -> 2) + "hello there" (11 bytes -> 3)
-  EXPECT_EQ(r.prompt_tokens_estimate, 8 + 2 + 3);
+  // OpenAI's chat formula: 3 priming the reply, then per message 3 + role + content (the
+  // text parts of an array), each counted by the estimator.
+  const auto e = [](std::string_view t) { return estimate_tokens(t); };
+  EXPECT_EQ(r.prompt_tokens_estimate,
+            3 + (3 + e("system") + e("be brief")) + (3 + e("user") + e("hello there")));
+  EXPECT_GE(e("be brief"), 2);
   EXPECT_EQ(r.body.at("model").as_string(), "fast");
   EXPECT_TRUE(r.body.contains("options"));
 }
@@ -246,15 +251,14 @@ TEST(ParseChat, OptionsEmptyAllowListRejectsAll) {
   EXPECT_EQ(std::get<RequestError>(r).reason, Reason::option_not_allowed);
 }
 
-TEST(EstimateTokens, AsciiAndMultibyte) {
+TEST(EstimateTokens, IsTheTokenizersEstimator) {
   EXPECT_EQ(estimate_tokens(""), 0);
-  EXPECT_EQ(estimate_tokens("a"), 1);
-  EXPECT_EQ(estimate_tokens("abcd"), 1);
-  EXPECT_EQ(estimate_tokens("abcde"), 2);
-  EXPECT_EQ(estimate_tokens(std::string(400, 'x')), 100);
-  EXPECT_EQ(estimate_tokens("你好世界"), 4);       // 4 CJK codepoints
-  EXPECT_EQ(estimate_tokens("héllo"), 1 + 1);     // "hllo" -> 1, "é" -> 1
-  EXPECT_EQ(estimate_tokens("\xF0\x9F\x98\x80"), 1);  // one emoji
+  for (std::string_view t : {"a", "hello world", "你好世界", "héllo", "\xF0\x9F\x98\x80", "x = f(1, 2);"}) {
+    EXPECT_EQ(estimate_tokens(t), static_cast<std::int64_t>(sluice::tokenizer::estimate(t))) << t;
+    EXPECT_GE(estimate_tokens(t), 1) << t;
+  }
+  // Longer text, more tokens.
+  EXPECT_GT(estimate_tokens(std::string(400, 'x') + " y z"), estimate_tokens("x y z"));
 }
 
 // ---- build_openai_call ---------------------------------------------------------------
@@ -376,4 +380,23 @@ TEST(OllamaCall, ContentPartsImagesAndToolCalls) {
   EXPECT_EQ(m[2].at("role").as_string(), "tool");
   EXPECT_EQ(m[2].at("content").as_string(), "42");
   EXPECT_EQ(b.at("tools"), r.body.at("tools"));
+}
+
+// ---- count_prompt_tokens -------------------------------------------------------------
+
+TEST(CountPromptTokens, MatchesTheTokenizersChatFormula) {
+  const std::string dir = std::string(SLUICE_SOURCE_DIR) + "/" + std::string(sluice::tokenizer::kDefaultRankDir);
+  std::string warnings;
+  auto counter = sluice::tokenizer::Counter::load_dir(dir, &warnings);
+  ASSERT_TRUE(counter.exact(sluice::tokenizer::Encoding::cl100k_base))
+      << "run scripts/fetch-tokenizer.sh: " << warnings;
+  auto r = ok(R"({"model":"fast","messages":[{"role":"system","content":"You are terse."},
+      {"role":"user","name":"ann","content":[{"type":"text","text":"Héllo, world! 你好"}]}]})");
+  using sluice::tokenizer::ChatMessage;
+  const ChatMessage msgs[] = {{"system", "You are terse.", ""}, {"user", "Héllo, world! 你好", "ann"}};
+  const auto enc = sluice::tokenizer::Encoding::cl100k_base;
+  EXPECT_EQ(count_prompt_tokens(r, counter, enc),
+            static_cast<std::int64_t>(sluice::tokenizer::count_chat(counter, enc, msgs)));
+  // Without rank files the counter estimates: the same as the parse-time estimate.
+  EXPECT_EQ(count_prompt_tokens(r, sluice::tokenizer::Counter{}, enc), r.prompt_tokens_estimate);
 }
