@@ -87,6 +87,17 @@ Limiter::Limiter(std::shared_ptr<const config::Config> cfg) : cfg_(std::move(cfg
   const auto& rl = cfg_->rate_limits;
   active_ = rl.any();
   wants_redis_ = active_ && rl.backend != config::LimiterBackend::memory;
+  // The rule's index, algorithm and window name its counters: a changed rule starts afresh.
+  for (std::size_t i = 0; i < rl.requests.size(); ++i) {
+    const auto& l = rl.requests[i];
+    const char* alg = l.algorithm == config::LimitAlgorithm::fixed_window     ? "fw"
+                      : l.algorithm == config::LimitAlgorithm::sliding_window ? "sw"
+                                                                              : "tb";
+    rule_names_.push_back("r" + std::to_string(i) + "." + alg + "." + std::to_string(l.window.count()));
+  }
+  for (std::size_t i = 0; i < rl.tokens.size(); ++i) {
+    rule_names_.push_back("q" + std::to_string(i) + "." + std::string(to_string(rl.tokens[i].per)));
+  }
   admit_script_ = std::make_unique<store::RedisScript>(std::string(kAdmitScript));
   settle_script_ = std::make_unique<store::RedisScript>(std::string(kSettleScript));
 }
@@ -109,9 +120,7 @@ void Limiter::plan(const config::ApiKey& key, std::string_view model, std::int64
       case config::LimitAlgorithm::sliding_window: c.kind = Kind::sliding_window; break;
       case config::LimitAlgorithm::token_bucket: c.kind = Kind::token_bucket; c.extra = l.burst; break;
     }
-    // The rule's index, algorithm and window name the counter: a changed rule starts afresh.
-    c.key = counter_key(prefix, l.scope, key, model,
-                        "r" + std::to_string(i) + "." + kind_arg(c.kind) + "." + std::to_string(c.window_ms));
+    c.key = counter_key(prefix, l.scope, key, model, rule_names_[i]);
     c.on_redis_down = l.on_redis_down;
     c.id = &l.id;
     out.push_back(std::move(c));
@@ -126,7 +135,7 @@ void Limiter::plan(const config::ApiKey& key, std::string_view model, std::int64
     c.window_ms = period_ms(l.per);
     c.cost = std::max<std::int64_t>(tokens, 0);
     c.extra = rl.reservation_ttl.count();
-    c.key = counter_key(prefix, l.scope, key, model, "q" + std::to_string(i) + "." + std::string(to_string(l.per)));
+    c.key = counter_key(prefix, l.scope, key, model, rule_names_[rl.requests.size() + i]);
     c.on_redis_down = l.on_redis_down;
     c.id = &l.id;
     out.push_back(std::move(c));

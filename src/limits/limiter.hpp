@@ -106,6 +106,7 @@ class Limiter {
   bool active_ = false;
   bool wants_redis_ = false;
   LocalCounters local_;
+  std::vector<std::string> rule_names_;  // per request limit, then per token limit
   std::unique_ptr<store::RedisScript> admit_script_, settle_script_;
   mutable std::mutex mu_;
   std::vector<WorkerLimiter*> workers_;

@@ -61,8 +61,9 @@ for i = 1, n do
   elseif kind == 'sw' then
     local idx = math.floor(now / w)
     local k = key .. ':' .. idx
-    local cur = tonumber(redis.call('GET', k) or '0')
-    local prev = tonumber(redis.call('GET', key .. ':' .. (idx - 1)) or '0')
+    local v = redis.call('MGET', k, key .. ':' .. (idx - 1))
+    local cur = tonumber(v[1] or '0')
+    local prev = tonumber(v[2] or '0')
     local elapsed = now - idx * w
     local est = prev * (w - elapsed) / w + cur
     ok = est + cost <= limit
@@ -77,9 +78,14 @@ for i = 1, n do
     end
     plan[i] = {k, (idx + 2) * w + 1000}
   elseif kind == 'tb' then
-    local h = redis.call('HMGET', key, 'tokens', 'ts')
-    local tokens = tonumber(h[1]) or extra
-    local ts = tonumber(h[2]) or now
+    -- "<tokens> <last refill ms>" in one string: one GET, one SET.
+    local v = redis.call('GET', key)
+    local tokens, ts = extra, now
+    if v then
+      local sp = string.find(v, ' ', 1, true)
+      tokens = tonumber(string.sub(v, 1, sp - 1))
+      ts = tonumber(string.sub(v, sp + 1))
+    end
     if now > ts then tokens = math.min(extra, tokens + (now - ts) * limit / w) end
     ok = tokens >= cost
     local left = tokens - (ok and cost or 0)
@@ -98,17 +104,23 @@ for i = 1, n do
     end
     local k = key .. ':' .. idx
     local z = k .. ':r'
-    local used = tonumber(redis.call('HGET', k, 'used') or '0')
-    local reserved = tonumber(redis.call('HGET', k, 'reserved') or '0')
-    -- Reservations whose request never settled are released when they expire.
-    local expired = redis.call('ZRANGEBYSCORE', z, '-inf', now)
-    if #expired > 0 then
+    -- next: the earliest expiry in the reservation set (0 = none), so the set is scanned
+    -- only when something may have expired.
+    local h = redis.call('HMGET', k, 'used', 'reserved', 'next')
+    local used = tonumber(h[1] or '0')
+    local reserved = tonumber(h[2] or '0')
+    local nxt = tonumber(h[3] or '0')
+    if nxt ~= 0 and nxt <= now then
+      -- Reservations whose request never settled are released when they expire.
+      local expired = redis.call('ZRANGEBYSCORE', z, '-inf', now)
       for _, m in ipairs(expired) do
         reserved = reserved - tonumber(string.match(m, ':(%d+)$'))
       end
       if reserved < 0 then reserved = 0 end
       redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
-      redis.call('HSET', k, 'reserved', reserved)
+      local first = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
+      nxt = tonumber(first[2] or '0')
+      redis.call('HSET', k, 'reserved', reserved, 'next', nxt)
     end
     ok = used + reserved + cost <= limit
     remaining = limit - used - reserved
@@ -116,7 +128,7 @@ for i = 1, n do
     reset = ends - now
     wait = reset
     period = idx
-    plan[i] = {k, z, ends + extra, now + extra}
+    plan[i] = {k, z, ends + extra, now + extra, nxt, h[1] == false and h[2] == false}
   end
   out[#out + 1] = remaining
   out[#out + 1] = reset
@@ -138,16 +150,16 @@ for i = 1, n do
   local cost = tonumber(ARGV[b + 4])
   local p = plan[i]
   if kind == 'fw' or kind == 'sw' then
-    redis.call('INCRBY', p[1], cost)
-    redis.call('PEXPIREAT', p[1], p[2])
+    -- The first increment of a window creates the key: it sets the expiry once.
+    if redis.call('INCRBY', p[1], cost) == cost then redis.call('PEXPIREAT', p[1], p[2]) end
   elseif kind == 'tb' then
-    redis.call('HSET', p[1], 'tokens', tostring(p[2]), 'ts', now)
-    redis.call('PEXPIRE', p[1], p[3] + 1000)
+    redis.call('SET', p[1], tostring(p[2]) .. ' ' .. now, 'PX', p[3] + 1000)
   else
     redis.call('HINCRBY', p[1], 'reserved', cost)
     redis.call('ZADD', p[2], p[4], id .. ':' .. cost)
-    redis.call('PEXPIREAT', p[1], p[3])
     redis.call('PEXPIREAT', p[2], p[3])
+    if p[5] == 0 then redis.call('HSET', p[1], 'next', p[4]) end
+    if p[6] then redis.call('PEXPIREAT', p[1], p[3]) end
   end
 end
 return out
@@ -161,14 +173,15 @@ for i = 1, #KEYS do
   local amount = ARGV[1 + 2 * i]
   local actual = tonumber(ARGV[2 + 2 * i])
   if redis.call('ZREM', k .. ':r', id .. ':' .. amount) == 1 then
-    if redis.call('HINCRBY', k, 'reserved', -tonumber(amount)) < 0 then
-      redis.call('HSET', k, 'reserved', 0)
-    end
+    -- Held: the counter still exists with its expiry.
+    if redis.call('HINCRBY', k, 'reserved', -tonumber(amount)) < 0 then redis.call('HSET', k, 'reserved', 0) end
+    if actual > 0 then redis.call('HINCRBY', k, 'used', actual) end
+  else
+    -- Expired meanwhile (released by an admission): charge the usage; a counter recreated
+    -- here gets an expiry.
+    if actual > 0 then redis.call('HINCRBY', k, 'used', actual) end
+    if redis.call('PTTL', k) == -1 then redis.call('PEXPIRE', k, keep) end
   end
-  if actual > 0 then
-    redis.call('HINCRBY', k, 'used', actual)
-  end
-  if redis.call('PTTL', k) < 0 then redis.call('PEXPIRE', k, keep) end
 end
 return 1
 )lua";
