@@ -4,7 +4,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 CONFIG     ?= config/sluice.example.yaml
 
-.PHONY: build run test unit-test asan-test integration-test bench clean
+.PHONY: build run test unit-test asan-test integration-test bench bench-limits clean
 
 build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -35,6 +35,9 @@ test: unit-test integration-test asan-test
 
 bench: build
 	bench/run.sh
+
+bench-limits: build
+	bench/limits.sh
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
