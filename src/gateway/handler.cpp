@@ -257,7 +257,7 @@ class WorkerHandler {
         ctx.rec.priority = config::to_string(res.served_as);
         if (res.queued) ctx.rec.queue_ms = res.waited_ms;
         if (res.outcome != limits::Gate::Outcome::granted) {
-          if (limiter_) co_await limiter_->settle(adm, 0);  // nothing was generated
+          if (limiter_) limiter_->settle(adm, 0);  // nothing was generated
           co_await gate_refusal(ex, ctx, res);
           co_return;
         }
@@ -266,7 +266,7 @@ class WorkerHandler {
     }
     co_await relay(ex, ctx, creq, up);
     pass.reset();
-    if (limiter_ && !adm.reserved.empty()) co_await limiter_->settle(adm, charged_tokens(ctx.rec));
+    if (limiter_ && !adm.reserved.empty()) limiter_->settle(adm, charged_tokens(ctx.rec));
   }
 
   // What a request is charged: the prompt and the completion tokens the client received

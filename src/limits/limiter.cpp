@@ -1,5 +1,7 @@
 #include "limits/limiter.hpp"
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <chrono>
 #include <cmath>
@@ -223,7 +225,8 @@ WorkerLimiter::WorkerLimiter(Limiter& owner, net::any_io_executor ex) : owner_(o
     opt.command_timeout = rs.timeout;
     opt.connect_timeout = rs.connect_timeout;
     opt.reconnect_interval = rs.retry_interval;
-    redis_ = std::make_unique<store::RedisConnection>(ex_, *ep, opt);
+    redis_ = std::make_shared<store::RedisConnection>(ex_, *ep, opt);
+    settles_ = std::make_shared<SettleQueue>();
     redis_->start();
   }
   owner_.attach(this);
@@ -270,13 +273,13 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
       for (std::size_t i = 0; i < n; ++i) {
         v.results[i] = {e[3 + 3 * i].integer, e[4 + 3 * i].integer, e[5 + 3 * i].integer};
       }
-      Stats::bump(stats_.by_redis);
+      Stats::bump(stats_->by_redis);
       auto a = finish(checks, v, Counted::redis);
       a.reservation_id = res_id;
       co_return a;
     }
     // Redis failed this request (timeout, lost, or an error reply): counted as down for it.
-    Stats::bump(stats_.redis_errors);
+    Stats::bump(stats_->redis_errors);
   }
   if (redis_) {
     for (const auto& c : checks) {
@@ -286,7 +289,7 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
   const auto now = unix_ms();
   if ((++admits_ & 4095) == 0) owner_.local_.sweep(now);
   auto v = owner_.local_.admit(checks, res_id, now);
-  Stats::bump(stats_.by_local);
+  Stats::bump(stats_->by_local);
   auto a = finish(checks, v, Counted::local);
   a.reservation_id = res_id;
   a.degraded = redis_ != nullptr;
@@ -304,13 +307,13 @@ Admission WorkerLimiter::finish(const std::vector<Check>& checks, const Verdict&
     if (!h.set || remaining < h.remaining) h = {true, c.limit, remaining, r.reset_ms};
   }
   if (v.allowed) {
-    Stats::bump(stats_.allowed);
+    Stats::bump(stats_->allowed);
     for (std::size_t i = 0; i < checks.size(); ++i) {
       if (checks[i].kind != Kind::quota) continue;
       a.reserved.push_back({checks[i].key + ":" + std::to_string(v.results[i].period), checks[i].cost});
       a.reserved_tokens = std::max(a.reserved_tokens, checks[i].cost);
     }
-    if (a.reserved_tokens > 0) Stats::bump(stats_.tokens_reserved, static_cast<std::uint64_t>(a.reserved_tokens));
+    if (a.reserved_tokens > 0) Stats::bump(stats_->tokens_reserved, static_cast<std::uint64_t>(a.reserved_tokens));
     return a;
   }
   const Check& c = checks[static_cast<std::size_t>(v.denied)];
@@ -320,14 +323,14 @@ Admission WorkerLimiter::finish(const std::vector<Check>& checks, const Verdict&
     a.reason = Reason::rate_limited;
     a.message = "rate limit " + *c.id + " reached: " + std::to_string(c.limit) + " requests per " +
                 describe_window(c.window_ms) + "; retry after " + retry;
-    Stats::bump(stats_.rate_limited);
+    Stats::bump(stats_->rate_limited);
   } else {
     const bool budget = c.window_ms == 0 || c.window_ms >= 86'400'000;
     a.reason = budget ? Reason::quota_exceeded : Reason::token_limit_exceeded;
     a.message = "token limit " + *c.id + " reached: this request needs " + std::to_string(c.cost) +
                 " tokens (prompt estimate + max output), " + std::to_string(v.results[v.denied].remaining) +
                 " of " + std::to_string(c.limit) + " per " + describe_window(c.window_ms) + " left; retry after " + retry;
-    Stats::bump(budget ? stats_.quota_exceeded : stats_.token_limited);
+    Stats::bump(budget ? stats_->quota_exceeded : stats_->token_limited);
   }
   return a;
 }
@@ -338,34 +341,66 @@ Admission WorkerLimiter::refuse_unavailable(const Check& c) {
   a.retry_after_ms = owner_.cfg_->redis.retry_interval.count();
   a.message = "the rate limiter cannot reach Redis and limit " + *c.id +
               " is set to refuse while it is down (on_redis_down: closed)";
-  Stats::bump(stats_.unavailable);
+  Stats::bump(stats_->unavailable);
   return a;
 }
 
-net::awaitable<void> WorkerLimiter::settle(Admission& a, std::int64_t actual) {
-  if (a.reserved.empty()) co_return;
+// Settlements waiting for the next batch, and whether a batch is in flight.
+struct WorkerLimiter::SettleQueue {
+  std::vector<std::string> keys;
+  std::vector<std::string> args;  // per key: reservation id, amount, actual
+  bool flushing = false;
+};
+
+void WorkerLimiter::settle(Admission& a, std::int64_t actual) {
+  if (a.reserved.empty()) return;
   actual = std::max<std::int64_t>(actual, 0);
-  Stats::bump(stats_.tokens_charged, static_cast<std::uint64_t>(actual));
-  if (a.reserved_tokens > actual) Stats::bump(stats_.tokens_refunded, static_cast<std::uint64_t>(a.reserved_tokens - actual));
+  Stats::bump(stats_->tokens_charged, static_cast<std::uint64_t>(actual));
+  if (a.reserved_tokens > actual) Stats::bump(stats_->tokens_refunded, static_cast<std::uint64_t>(a.reserved_tokens - actual));
   auto reserved = std::move(a.reserved);
   a.reserved.clear();
   if (a.counted == Counted::local || !redis_) {
     const auto now = unix_ms();
     for (const auto& r : reserved) owner_.local_.settle(r, a.reservation_id, actual, now);
-    co_return;
+    return;
   }
-  std::vector<std::string> keys, args;
-  args.push_back(a.reservation_id);
-  args.push_back(std::to_string(owner_.cfg_->rate_limits.reservation_ttl.count()));
-  for (const auto& r : reserved) {
-    keys.push_back(r.key);
-    args.push_back(std::to_string(r.amount));
-    args.push_back(std::to_string(actual));
+  auto& q = *settles_;
+  for (auto& r : reserved) {
+    q.keys.push_back(std::move(r.key));
+    q.args.push_back(a.reservation_id);
+    q.args.push_back(std::to_string(r.amount));
+    q.args.push_back(std::to_string(actual));
   }
-  // If Redis fails now, the reservation expires on its own (reservation_ttl) and this
-  // usage goes uncharged; counted in settle_errors.
-  auto r = co_await redis_->eval(*owner_.settle_script_, std::move(keys), std::move(args));
-  if (!r.ok() || r.reply->is_error()) Stats::bump(stats_.settle_errors);
+  if (!q.flushing) flush_settlements();
+}
+
+// One script call for everything queued; when it is answered, the next batch (what was
+// queued meanwhile) leaves. If Redis fails, the reservations expire on their own
+// (reservation_ttl) and that usage goes uncharged; counted in settle_errors.
+void WorkerLimiter::flush_settlements() {
+  auto q = settles_;
+  q->flushing = true;
+  net::co_spawn(
+      ex_,
+      [q, redis = redis_, stats = stats_, script = owner_.settle_script_.get(),
+       keep = std::to_string(owner_.cfg_->rate_limits.reservation_ttl.count())]() -> net::awaitable<void> {
+        constexpr std::size_t kMaxBatch = 512;  // keys per script call
+        while (!q->keys.empty()) {
+          std::vector<std::string> keys, args;
+          const std::size_t n = std::min(q->keys.size(), kMaxBatch);
+          keys.assign(std::make_move_iterator(q->keys.begin()), std::make_move_iterator(q->keys.begin() + n));
+          q->keys.erase(q->keys.begin(), q->keys.begin() + n);
+          args.reserve(1 + 3 * n);
+          args.push_back(keep);
+          args.insert(args.end(), std::make_move_iterator(q->args.begin()),
+                      std::make_move_iterator(q->args.begin() + 3 * n));
+          q->args.erase(q->args.begin(), q->args.begin() + 3 * n);
+          auto r = co_await redis->eval(*script, std::move(keys), std::move(args));
+          if (!r.ok() || r.reply->is_error()) Stats::bump(stats->settle_errors, n);
+        }
+        q->flushing = false;
+      },
+      net::detached);
 }
 
 }  // namespace sluice::limits

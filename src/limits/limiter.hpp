@@ -119,22 +119,28 @@ class WorkerLimiter {
 
   // Decides a request. `tokens` = estimated prompt tokens + output tokens to reserve.
   boost::asio::awaitable<Admission> admit(const config::ApiKey& key, std::string_view model, std::int64_t tokens);
-  // Charges what the request really used and releases its reservation. Called after the
-  // reply is complete, so only a keep-alive connection's next request waits for it.
-  boost::asio::awaitable<void> settle(Admission& a, std::int64_t actual_tokens);
+  // Charges what the request really used and releases its reservation. Never waits: with
+  // Redis, settlements are queued and sent together, one script call per batch (a batch
+  // leaves as soon as the previous one is answered, so it grows with the load).
+  void settle(Admission& a, std::int64_t actual_tokens);
 
-  const Stats& stats() const { return stats_; }
+  const Stats& stats() const { return *stats_; }
   const store::RedisConnection* redis() const { return redis_.get(); }
 
  private:
   Admission finish(const std::vector<Check>& checks, const Verdict& v, Counted where);
   Admission refuse_unavailable(const Check& c);
 
+  struct SettleQueue;
+  void flush_settlements();
+
   Limiter& owner_;
   boost::asio::any_io_executor ex_;
-  std::unique_ptr<store::RedisConnection> redis_;
+  // Shared with the settlement flushes in flight, which may outlive this object.
+  std::shared_ptr<store::RedisConnection> redis_;
+  std::shared_ptr<Stats> stats_ = std::make_shared<Stats>();
+  std::shared_ptr<SettleQueue> settles_;
   std::uint64_t admits_ = 0;
-  Stats stats_;
 };
 
 // OpenAI's reset format: "20ms", "1s", "6m0s", "1h2m3s".

@@ -166,12 +166,13 @@ return out
 )lua";
 
 const std::string_view kSettleScript = R"lua(
-local id = ARGV[1]
-local keep = tonumber(ARGV[2])
+local keep = tonumber(ARGV[1])
 for i = 1, #KEYS do
   local k = KEYS[i]
-  local amount = ARGV[1 + 2 * i]
-  local actual = tonumber(ARGV[2 + 2 * i])
+  local b = 3 * i - 1
+  local id = ARGV[b]
+  local amount = ARGV[b + 1]
+  local actual = tonumber(ARGV[b + 2])
   if redis.call('ZREM', k .. ':r', id .. ':' .. amount) == 1 then
     -- Held: the counter still exists with its expiry.
     if redis.call('HINCRBY', k, 'reserved', -tonumber(amount)) < 0 then redis.call('HSET', k, 'reserved', 0) end

@@ -12,9 +12,10 @@ namespace sluice::limits {
 //          then per check: remaining, reset_ms, period}.
 extern const std::string_view kAdmitScript;
 
-// KEYS[i]: quota counter with its period suffix. ARGV[1]: reservation id, ARGV[2]: how
-// long a counter recreated by a late settlement is kept (ms); then 2 per key: amount
-// reserved, tokens actually used. Releases each reservation still held and charges usage.
+// Settles a batch. KEYS[i]: quota counter with its period suffix. ARGV[1]: how long a
+// counter recreated by a late settlement is kept (ms); then 3 per key: reservation id,
+// amount reserved, tokens actually used. Releases each reservation still held and
+// charges the usage.
 extern const std::string_view kSettleScript;
 
 }  // namespace sluice::limits
