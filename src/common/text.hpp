@@ -12,6 +12,9 @@ void append_json_string(std::string& out, std::string_view s);
 
 bool iequals(std::string_view a, std::string_view b) noexcept;
 
+// Appends the UTF-8 encoding of code point `cp` (up to U+10FFFF; not checked).
+void append_utf8(std::string& out, std::uint32_t cp);
+
 // "sk-prod-abcdef1a2b" -> "sk-prod-***1a2b": keeps a prefix up to the last '-' (at most
 // 12 chars) and the last 4 chars; never more than half of the key is shown.
 std::string mask_key(std::string_view key);

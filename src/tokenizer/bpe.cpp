@@ -18,6 +18,8 @@
 
 #include "tokenizer/tokenizer.hpp"
 
+#include "common/text.hpp"
+
 namespace sluice::tokenizer {
 namespace {
 
@@ -237,23 +239,6 @@ class Json {
     return pos_ == s_.size();
   }
 
-  static void put_utf8(std::string& out, std::uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
   bool hex4(std::uint32_t& v) {
     if (pos_ + 4 > s_.size()) return fail("truncated \\u escape");
     v = 0;
@@ -308,7 +293,7 @@ class Json {
           } else if (cp >= 0xDC00 && cp < 0xE000) {
             return fail("lone surrogate in \\u escape");
           }
-          put_utf8(out, cp);
+          sluice::append_utf8(out, cp);
           break;
         }
         default:

@@ -8,20 +8,13 @@
 #include <string>
 
 #include "config/config.hpp"
+#include "config_fixture.hpp"
 
 using namespace sluice::config;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
 namespace {
-
-std::map<std::string, std::string> g_adm_env;
-
-std::optional<std::string> adm_env(const char* name) {
-  auto it = g_adm_env.find(name);
-  if (it == g_adm_env.end()) return std::nullopt;
-  return it->second;
-}
 
 // Two routes and two keys; admission sections are appended (from line 10 on).
 const std::string kAdmBase =
@@ -35,28 +28,8 @@ const std::string kAdmBase =
     "  - {name: app, key: sk-app-000000000001, tenant: acme, tier: gold}\n"  // 8
     "  - {name: batch, key: sk-batch-0000000002}\n";        // 9
 
-class AdmissionConfigTest : public ::testing::Test {
+class AdmissionConfigTest : public sluice::config::testing::ConfigFixture {
  protected:
-  void SetUp() override { g_adm_env.clear(); }
-  void TearDown() override { g_adm_env.clear(); }
-
-  static LoadResult load(const std::string& yaml) { return load_string(yaml, adm_env); }
-
-  static std::string all_errors(const LoadResult& r) {
-    std::string all;
-    for (const auto& e : r.errors) all += e.to_string() + "\n";
-    return all;
-  }
-
-  // The first error whose key is `key` (fails the test if there is none).
-  static ConfigError error_at(const LoadResult& r, const std::string& key) {
-    for (const auto& e : r.errors) {
-      if (e.key == key) return e;
-    }
-    ADD_FAILURE() << "no error for key '" << key << "'; errors:\n" << all_errors(r);
-    return {};
-  }
-
   static int count_at(const LoadResult& r, const std::string& key) {
     int n = 0;
     for (const auto& e : r.errors) n += e.key == key;
@@ -369,7 +342,7 @@ TEST_F(AdmissionConfigTest, UnknownModelOrKeyInAFilterIsAnError) {
 }
 
 TEST_F(AdmissionConfigTest, FilterMayNameAKeyFromTheEnvironment) {
-  g_adm_env["SLUICE_API_KEYS"] = "ci:sk-ci-1234567890abcd";
+  sluice::config::testing::fake_env_vars()["SLUICE_API_KEYS"] = "ci:sk-ci-1234567890abcd";
   auto r = load(kAdmBase + "rate_limits:\n  requests:\n    - {scope: key, key: ci, limit: 3}\n");
   ASSERT_TRUE(r.ok()) << all_errors(r);
   EXPECT_EQ(r.config->rate_limits.requests[0].when.key, "ci");
@@ -649,8 +622,8 @@ TEST_F(AdmissionConfigTest, RoutesToOneBackendMustAgreeOnItsLimit) {
 // Environment
 
 TEST_F(AdmissionConfigTest, RedisUrlAndBackendFromTheEnvironment) {
-  g_adm_env["SLUICE_REDIS_URL"] = "redis://env-redis:6390/3";
-  g_adm_env["SLUICE_RATE_LIMIT_BACKEND"] = " redis ";
+  sluice::config::testing::fake_env_vars()["SLUICE_REDIS_URL"] = "redis://env-redis:6390/3";
+  sluice::config::testing::fake_env_vars()["SLUICE_RATE_LIMIT_BACKEND"] = " redis ";
   auto r = load(kAdmBase +
                 "redis:\n  url: redis://yaml-redis:6379\n"
                 "rate_limits:\n  backend: memory\n  requests:\n    - {scope: key, limit: 5}\n");
@@ -661,7 +634,7 @@ TEST_F(AdmissionConfigTest, RedisUrlAndBackendFromTheEnvironment) {
   EXPECT_EQ(r.config->rate_limits.on_redis_down, DownPolicy::closed);
   EXPECT_EQ(r.config->rate_limits.requests[0].on_redis_down, DownPolicy::closed);
 
-  g_adm_env["SLUICE_RATE_LIMIT_BACKEND"] = "auto";
+  sluice::config::testing::fake_env_vars()["SLUICE_RATE_LIMIT_BACKEND"] = "auto";
   auto a = load(kAdmBase + "rate_limits:\n  backend: redis\n  requests:\n    - {scope: key, limit: 5}\n");
   ASSERT_TRUE(a.ok()) << all_errors(a);
   EXPECT_EQ(a.config->rate_limits.backend, LimiterBackend::auto_);
@@ -669,15 +642,15 @@ TEST_F(AdmissionConfigTest, RedisUrlAndBackendFromTheEnvironment) {
   EXPECT_EQ(a.config->rate_limits.requests[0].on_redis_down, DownPolicy::open);
 
   // An explicit on_redis_down stays.
-  g_adm_env["SLUICE_RATE_LIMIT_BACKEND"] = "redis";
+  sluice::config::testing::fake_env_vars()["SLUICE_RATE_LIMIT_BACKEND"] = "redis";
   auto o = load(kAdmBase + "rate_limits:\n  on_redis_down: open\n");
   ASSERT_TRUE(o.ok()) << all_errors(o);
   EXPECT_EQ(o.config->rate_limits.backend, LimiterBackend::redis);
   EXPECT_EQ(o.config->rate_limits.on_redis_down, DownPolicy::open);
 
   // Empty values count as unset.
-  g_adm_env["SLUICE_RATE_LIMIT_BACKEND"] = "";
-  g_adm_env["SLUICE_REDIS_URL"] = "";
+  sluice::config::testing::fake_env_vars()["SLUICE_RATE_LIMIT_BACKEND"] = "";
+  sluice::config::testing::fake_env_vars()["SLUICE_REDIS_URL"] = "";
   auto u = load(kAdmBase + "rate_limits:\n  backend: auto\n");
   ASSERT_TRUE(u.ok()) << all_errors(u);
   EXPECT_EQ(u.config->rate_limits.backend, LimiterBackend::auto_);
@@ -685,8 +658,8 @@ TEST_F(AdmissionConfigTest, RedisUrlAndBackendFromTheEnvironment) {
 }
 
 TEST_F(AdmissionConfigTest, BadEnvironmentValues) {
-  g_adm_env["SLUICE_REDIS_URL"] = "http://redis:6379";
-  g_adm_env["SLUICE_RATE_LIMIT_BACKEND"] = "disk";
+  sluice::config::testing::fake_env_vars()["SLUICE_REDIS_URL"] = "http://redis:6379";
+  sluice::config::testing::fake_env_vars()["SLUICE_RATE_LIMIT_BACKEND"] = "disk";
   auto r = load(kAdmBase);
   ASSERT_FALSE(r.ok());
   auto u = error_at(r, "env SLUICE_REDIS_URL");
@@ -748,8 +721,8 @@ TEST_F(AdmissionConfigTest, DescribeMemoryBackendAndNoLimits) {
 }
 
 TEST_F(AdmissionConfigTest, DescribeShowsAPlainRedisUrlAsIs) {
-  g_adm_env["SLUICE_RATE_LIMIT_BACKEND"] = "redis";
-  g_adm_env["SLUICE_REDIS_URL"] = "redis://cache.internal:6379/1";
+  sluice::config::testing::fake_env_vars()["SLUICE_RATE_LIMIT_BACKEND"] = "redis";
+  sluice::config::testing::fake_env_vars()["SLUICE_REDIS_URL"] = "redis://cache.internal:6379/1";
   auto r = load(kAdmBase + "rate_limits:\n  tokens:\n    - {scope: key, limit: 1000, per: month}\n");
   ASSERT_TRUE(r.ok()) << all_errors(r);
   EXPECT_THAT(describe(*r.config),

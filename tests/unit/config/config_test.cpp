@@ -9,21 +9,13 @@
 #include <string>
 
 #include "config/config.hpp"
+#include "config_fixture.hpp"
 
 using namespace sluice::config;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
 namespace {
-
-// Fake environment: tests fill g_env, the loader reads it through fake_env.
-std::map<std::string, std::string> g_env;
-
-std::optional<std::string> fake_env(const char* name) {
-  auto it = g_env.find(name);
-  if (it == g_env.end()) return std::nullopt;
-  return it->second;
-}
 
 std::optional<std::string> empty_env(const char*) { return std::nullopt; }
 
@@ -32,32 +24,9 @@ const char* kMinimal =
     "  - alias: demo\n"
     "    provider: simulated\n";
 
-class ConfigTest : public ::testing::Test {
- protected:
-  void SetUp() override { g_env.clear(); }
-  void TearDown() override { g_env.clear(); }
-
-  static LoadResult load(const std::string& yaml, const std::string& base_dir = ".") {
-    return load_string(yaml, fake_env, base_dir);
-  }
-
-  // The single error whose key is `key` (fails the test if there is none).
-  static ConfigError error_at(const LoadResult& r, const std::string& key) {
-    for (const auto& e : r.errors) {
-      if (e.key == key) return e;
-    }
-    std::string all;
-    for (const auto& e : r.errors) all += "\n  " + e.to_string();
-    ADD_FAILURE() << "no error for key '" << key << "'; errors:" << all;
-    return {};
-  }
-
-  static std::string all_errors(const LoadResult& r) {
-    std::string all;
-    for (const auto& e : r.errors) all += e.to_string() + "\n";
-    return all;
-  }
-};
+using ConfigTest = sluice::config::testing::ConfigFixture;
+using sluice::config::testing::fake_env;
+using sluice::config::testing::fake_env_vars;
 
 class TempDir {
  public:
@@ -590,7 +559,7 @@ TEST_F(ConfigTest, KeyEnvResolvedOrErrorNamesVariable) {
   EXPECT_THAT(e.message, HasSubstr("PROD_KEY"));
   EXPECT_THAT(e.message, HasSubstr("not set"));
 
-  g_env["PROD_KEY"] = "sk-prod-secret-12345678";
+  fake_env_vars()["PROD_KEY"] = "sk-prod-secret-12345678";
   r = load(yaml);
   ASSERT_TRUE(r.ok()) << all_errors(r);
   ASSERT_NE(r.config->find_key("sk-prod-secret-12345678"), nullptr);
@@ -683,7 +652,7 @@ TEST_F(ConfigTest, KeysFileErrors) {
 // Environment overrides.
 
 TEST_F(ConfigTest, PortOverridesOnlyThePort) {
-  g_env["PORT"] = "9999";
+  fake_env_vars()["PORT"] = "9999";
   auto r = load(std::string(kMinimal) + "listen: 0.0.0.0:8000\n");
   ASSERT_TRUE(r.ok()) << all_errors(r);
   EXPECT_EQ(r.config->listen_host, "0.0.0.0");
@@ -692,21 +661,21 @@ TEST_F(ConfigTest, PortOverridesOnlyThePort) {
 }
 
 TEST_F(ConfigTest, ListenHostAndPortEnv) {
-  g_env["SLUICE_LISTEN"] = "10.0.0.1:7000";
+  fake_env_vars()["SLUICE_LISTEN"] = "10.0.0.1:7000";
   auto r = load(kMinimal);
   ASSERT_TRUE(r.ok()) << all_errors(r);
   EXPECT_EQ(r.config->listen_host, "10.0.0.1");
   EXPECT_EQ(r.config->listen_port, 7000);
 
-  g_env["HOST"] = "0.0.0.0";
-  g_env["PORT"] = "7001";
+  fake_env_vars()["HOST"] = "0.0.0.0";
+  fake_env_vars()["PORT"] = "7001";
   r = load(kMinimal);
   ASSERT_TRUE(r.ok()) << all_errors(r);
   EXPECT_EQ(r.config->listen_host, "0.0.0.0");
   EXPECT_EQ(r.config->listen_port, 7001);
 
-  g_env.clear();
-  g_env["HOST"] = "::";
+  fake_env_vars().clear();
+  fake_env_vars()["HOST"] = "::";
   r = load(kMinimal);
   ASSERT_TRUE(r.ok()) << all_errors(r);
   EXPECT_EQ(r.config->listen_host, "::");
@@ -714,9 +683,9 @@ TEST_F(ConfigTest, ListenHostAndPortEnv) {
 }
 
 TEST_F(ConfigTest, BadEnvValuesNameTheVariable) {
-  g_env["SLUICE_WORKERS"] = "lots";
-  g_env["PORT"] = "65536";
-  g_env["SLUICE_LISTEN"] = "nohostport";
+  fake_env_vars()["SLUICE_WORKERS"] = "lots";
+  fake_env_vars()["PORT"] = "65536";
+  fake_env_vars()["SLUICE_LISTEN"] = "nohostport";
   auto r = load(kMinimal);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.config, nullptr);
@@ -730,9 +699,9 @@ TEST_F(ConfigTest, BadEnvValuesNameTheVariable) {
 }
 
 TEST_F(ConfigTest, WorkersInstanceAccessLogEnv) {
-  g_env["SLUICE_WORKERS"] = "3";
-  g_env["SLUICE_INSTANCE"] = "gw-7";
-  g_env["SLUICE_ACCESS_LOG"] = "";
+  fake_env_vars()["SLUICE_WORKERS"] = "3";
+  fake_env_vars()["SLUICE_INSTANCE"] = "gw-7";
+  fake_env_vars()["SLUICE_ACCESS_LOG"] = "";
   auto r = load(std::string(kMinimal) + "workers: 1\ninstance: gw-1\naccess_log: /tmp/a.log\n");
   ASSERT_TRUE(r.ok()) << all_errors(r);
   EXPECT_EQ(r.config->workers, 3);
@@ -741,7 +710,7 @@ TEST_F(ConfigTest, WorkersInstanceAccessLogEnv) {
 }
 
 TEST_F(ConfigTest, ApiKeysFromEnv) {
-  g_env["SLUICE_API_KEYS"] = "ci:sk-ci-1234567890abcd, ops:sk-ops-abcdef123456";
+  fake_env_vars()["SLUICE_API_KEYS"] = "ci:sk-ci-1234567890abcd, ops:sk-ops-abcdef123456";
   auto r = load(kMinimal);
   ASSERT_TRUE(r.ok()) << all_errors(r);
   ASSERT_EQ(r.config->keys.size(), 2u);
@@ -756,22 +725,22 @@ TEST_F(ConfigTest, ApiKeysFromEnv) {
 }
 
 TEST_F(ConfigTest, ApiKeysEnvErrorsAndDuplicates) {
-  g_env["SLUICE_API_KEYS"] = "justasecret";
+  fake_env_vars()["SLUICE_API_KEYS"] = "justasecret";
   auto r = load(kMinimal);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(error_at(r, "env SLUICE_API_KEYS").message, HasSubstr("name:secret"));
   EXPECT_THAT(error_at(r, "env SLUICE_API_KEYS").message, Not(HasSubstr("justasecret")));
 
   // Same name as a YAML key -> duplicate name error.
-  g_env["SLUICE_API_KEYS"] = "demo:sk-env-1234567890ab";
+  fake_env_vars()["SLUICE_API_KEYS"] = "demo:sk-env-1234567890ab";
   r = load(std::string(kMinimal) + "keys:\n  - {name: demo, key: sk-yaml-1234567890}\n");
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(error_at(r, "env SLUICE_API_KEYS").message, HasSubstr("duplicate key name"));
 }
 
 TEST_F(ConfigTest, ModelApiKeyEnvOverride) {
-  g_env["SLUICE_MODEL_GPT_4O_MINI_API_KEY"] = "sk-override-1234567890";
-  g_env["OPENAI_API_KEY"] = "sk-openai-default-1234";
+  fake_env_vars()["SLUICE_MODEL_GPT_4O_MINI_API_KEY"] = "sk-override-1234567890";
+  fake_env_vars()["OPENAI_API_KEY"] = "sk-openai-default-1234";
   auto r = load("models:\n"
                 "  - alias: gpt-4o-mini\n"
                 "    provider: openai\n"
@@ -804,21 +773,21 @@ TEST_F(ConfigTest, ApiKeyEnvForProvider) {
   auto r = load(yaml);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(error_at(r, "models[0].api_key_env").message, HasSubstr("MY_OPENAI"));
-  g_env["MY_OPENAI"] = "sk-my-1234567890abcd";
+  fake_env_vars()["MY_OPENAI"] = "sk-my-1234567890abcd";
   r = load(yaml);
   ASSERT_TRUE(r.ok()) << all_errors(r);
   EXPECT_EQ(r.config->routes[0].backend.api_key, "sk-my-1234567890abcd");
   // The per-route override wins even when api_key_env's variable is unset.
-  g_env.clear();
-  g_env["SLUICE_MODEL_GPT_API_KEY"] = "sk-route-1234567890ab";
+  fake_env_vars().clear();
+  fake_env_vars()["SLUICE_MODEL_GPT_API_KEY"] = "sk-route-1234567890ab";
   r = load(yaml);
   ASSERT_TRUE(r.ok()) << all_errors(r);
   EXPECT_EQ(r.config->routes[0].backend.api_key, "sk-route-1234567890ab");
 }
 
 TEST_F(ConfigTest, EmptyEnvValueCountsAsUnset) {
-  g_env["PORT"] = "";
-  g_env["SLUICE_WORKERS"] = "";
+  fake_env_vars()["PORT"] = "";
+  fake_env_vars()["SLUICE_WORKERS"] = "";
   auto r = load(kMinimal);
   ASSERT_TRUE(r.ok()) << all_errors(r);
   EXPECT_EQ(r.config->listen_port, 8080);
@@ -828,7 +797,7 @@ TEST_F(ConfigTest, EmptyEnvValueCountsAsUnset) {
 // describe() and small helpers.
 
 TEST_F(ConfigTest, DescribeNeverShowsSecrets) {
-  g_env["SLUICE_API_KEYS"] = "ci:sk-ci-secretvalue-9876";
+  fake_env_vars()["SLUICE_API_KEYS"] = "ci:sk-ci-secretvalue-9876";
   auto r = load("listen: 127.0.0.1:8081\n"
                 "models:\n"
                 "  - alias: demo\n"
@@ -881,7 +850,7 @@ TEST(ConfigMisc, ProcessEnvReadsTheEnvironment) {
 }
 
 TEST_F(ConfigTest, ErrorsSortedByLineThenEnvironment) {
-  g_env["SLUICE_WORKERS"] = "-5";
+  fake_env_vars()["SLUICE_WORKERS"] = "-5";
   auto r = load("models:\n"                 // 1
                 "  - alias: a\n"            // 2
                 "    provider: nope\n"      // 3

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/text.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 using namespace sluice::tokenizer;
@@ -72,23 +73,6 @@ std::string text_of(const json::object& c) {
   return out;
 }
 
-void append_utf8(std::string& out, std::uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 // Same construction as blockText() in gen_expected.mjs.
 std::string unicode_block_text(std::uint32_t block) {
@@ -96,7 +80,7 @@ std::string unicode_block_text(std::uint32_t block) {
   for (std::uint32_t cp = block * 4096; cp < (block + 1) * 4096; ++cp) {
     if (cp >= 0xD800 && cp <= 0xDFFF) continue;
     std::string c;
-    append_utf8(c, cp);
+    sluice::append_utf8(c, cp);
     for (const std::string_view part : {std::string_view(c), std::string_view("x"), std::string_view(c),
                                         std::string_view(c), std::string_view("1 "), std::string_view(c),
                                         std::string_view("'"), std::string_view(c), std::string_view(" A"),
