@@ -2,6 +2,9 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <chrono>
 #include <cmath>
@@ -215,6 +218,17 @@ Limiter::Totals Limiter::totals() const {
   return t;
 }
 
+// Settlements waiting for the next batch, and whether a batch is in flight.
+struct WorkerLimiter::SettleQueue {
+  std::vector<std::string> keys;
+  std::vector<std::string> args;  // per key: reservation id, amount, actual
+  bool flushing = false;
+  bool stopped = false;           // the worker is gone: stop waiting for Redis
+  // Kept while Redis is down, up to this many keys; beyond, the oldest are dropped (their
+  // reservations expire on their own, the usage goes uncharged; counted).
+  static constexpr std::size_t kMaxKeys = 100000;
+};
+
 WorkerLimiter::WorkerLimiter(Limiter& owner, net::any_io_executor ex) : owner_(owner), ex_(std::move(ex)) {
   if (owner_.wants_redis_) {
     const auto& rs = owner_.cfg_->redis;
@@ -234,6 +248,7 @@ WorkerLimiter::WorkerLimiter(Limiter& owner, net::any_io_executor ex) : owner_(o
 
 WorkerLimiter::~WorkerLimiter() {
   owner_.detach(this);
+  if (settles_) settles_->stopped = true;
   if (redis_) redis_->stop();
 }
 
@@ -345,12 +360,6 @@ Admission WorkerLimiter::refuse_unavailable(const Check& c) {
   return a;
 }
 
-// Settlements waiting for the next batch, and whether a batch is in flight.
-struct WorkerLimiter::SettleQueue {
-  std::vector<std::string> keys;
-  std::vector<std::string> args;  // per key: reservation id, amount, actual
-  bool flushing = false;
-};
 
 void WorkerLimiter::settle(Admission& a, std::int64_t actual) {
   if (a.reserved.empty()) return;
@@ -365,6 +374,12 @@ void WorkerLimiter::settle(Admission& a, std::int64_t actual) {
     return;
   }
   auto& q = *settles_;
+  if (q.keys.size() + reserved.size() > SettleQueue::kMaxKeys) {
+    const std::size_t drop = std::min(q.keys.size(), q.keys.size() + reserved.size() - SettleQueue::kMaxKeys);
+    q.keys.erase(q.keys.begin(), q.keys.begin() + static_cast<std::ptrdiff_t>(drop));
+    q.args.erase(q.args.begin(), q.args.begin() + static_cast<std::ptrdiff_t>(3 * drop));
+    Stats::bump(stats_->settle_errors, drop);
+  }
   for (auto& r : reserved) {
     q.keys.push_back(std::move(r.key));
     q.args.push_back(a.reservation_id);
@@ -375,27 +390,44 @@ void WorkerLimiter::settle(Admission& a, std::int64_t actual) {
 }
 
 // One script call for everything queued; when it is answered, the next batch (what was
-// queued meanwhile) leaves. If Redis fails, the reservations expire on their own
-// (reservation_ttl) and that usage goes uncharged; counted in settle_errors.
+// queued meanwhile) leaves. While Redis is unreachable the batch is kept and sent once it
+// is back, so a short outage loses no usage (a reservation that expired meanwhile was
+// released by an admission; the late settlement then only charges the usage). A batch
+// whose outcome is unknown or that Redis refused is dropped and counted in settle_errors.
 void WorkerLimiter::flush_settlements() {
   auto q = settles_;
   q->flushing = true;
   net::co_spawn(
       ex_,
       [q, redis = redis_, stats = stats_, script = owner_.settle_script_.get(),
+       retry = owner_.cfg_->redis.retry_interval,
        keep = std::to_string(owner_.cfg_->rate_limits.reservation_ttl.count())]() -> net::awaitable<void> {
         constexpr std::size_t kMaxBatch = 512;  // keys per script call
-        while (!q->keys.empty()) {
-          std::vector<std::string> keys, args;
+        net::steady_timer wait{co_await net::this_coro::executor};
+        while (!q->keys.empty() && !q->stopped) {
+          if (!redis->up()) {
+            wait.expires_after(retry);
+            co_await wait.async_wait(net::as_tuple(net::use_awaitable));
+            continue;
+          }
           const std::size_t n = std::min(q->keys.size(), kMaxBatch);
-          keys.assign(std::make_move_iterator(q->keys.begin()), std::make_move_iterator(q->keys.begin() + n));
-          q->keys.erase(q->keys.begin(), q->keys.begin() + n);
+          std::vector<std::string> keys(q->keys.begin(), q->keys.begin() + static_cast<std::ptrdiff_t>(n));
+          std::vector<std::string> args;
           args.reserve(1 + 3 * n);
           args.push_back(keep);
-          args.insert(args.end(), std::make_move_iterator(q->args.begin()),
-                      std::make_move_iterator(q->args.begin() + 3 * n));
-          q->args.erase(q->args.begin(), q->args.begin() + 3 * n);
+          args.insert(args.end(), q->args.begin(), q->args.begin() + static_cast<std::ptrdiff_t>(3 * n));
           auto r = co_await redis->eval(*script, std::move(keys), std::move(args));
+          // Never sent: kept, and tried again a moment later (once Redis is up). Sent but
+          // unanswered (a timeout, a lost connection): it may have run, and running it twice
+          // would charge twice, so it is dropped like a refused one.
+          if (!r.ok() && (r.error.starts_with("not connected") || r.error.starts_with("pipeline full"))) {
+            wait.expires_after(retry);
+            co_await wait.async_wait(net::as_tuple(net::use_awaitable));
+            continue;
+          }
+          // Settlements queued meanwhile were appended: only these n leave the queue.
+          q->keys.erase(q->keys.begin(), q->keys.begin() + static_cast<std::ptrdiff_t>(n));
+          q->args.erase(q->args.begin(), q->args.begin() + static_cast<std::ptrdiff_t>(3 * n));
           if (!r.ok() || r.reply->is_error()) Stats::bump(stats->settle_errors, n);
         }
         q->flushing = false;

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { KEY, chat, contentEvents, sse, startGateway, startRedis, USER, waitFor } from './lib.mjs';
+import { KEY, chat, contentEvents, rawRequest, sse, startGateway, startRedis, USER, waitFor } from './lib.mjs';
 
 const KEY2 = 'sk-other-1111222233334444';
 
@@ -147,6 +147,35 @@ describe('token budgets', () => {
     }
   });
 
+  test('a settlement made while Redis is down is charged once it is back', async () => {
+    await redis.raw('FLUSHALL');
+    const gw = await startGateway(
+      config(redis, { tokens: [{ scope: 'key', limit: 1000000, per: 'day' }], sim: { ttft: '1500ms' } }),
+    );
+    try {
+      const pending = chat(gw, { model: 'demo', messages: USER, max_tokens: 7 });
+      await waitFor(async () => (await ledger(redis, 'app')).reserved > 0, { what: 'the reservation' });
+      await redis.stop();
+      const r = await pending;
+      assert.equal(r.status, 200);
+      // The request ended while Redis was down: its settlement waits in the gateway.
+      await redis.start();
+      const charged = r.json.usage.prompt_tokens + r.json.usage.completion_tokens;
+      await waitFor(async () => (await ledger(redis, 'app')).used === charged, {
+        timeout: 10000,
+        interval: 100,
+        what: `the settlement (${charged} tokens) to reach the restarted Redis`,
+      });
+      const metrics = (await rawRequest({ port: gw.port, path: '/metrics' })).body;
+      assert.match(metrics, /^sluice_ratelimit_settle_errors_total 0$/m);
+      // The counter it created expires by itself.
+      const key = (await redis.raw('KEYS', 'sluice:{t:acme}:k:app:q*')).split('\n')[0];
+      assert.ok(Number(await redis.raw('PTTL', key)) > 0);
+    } finally {
+      await gw.stop();
+    }
+  });
+
   test('a reservation whose gateway died expires instead of leaking', async () => {
     await redis.raw('FLUSHALL');
     const body = { model: 'demo', messages: USER, max_tokens: 50 };
@@ -160,7 +189,8 @@ describe('token budgets', () => {
     const doomed = await startGateway(cfg({ ttft: '30s' }));
     const pending = chat(doomed, body, { timeout: 60000 }).catch(() => null);
     await waitFor(async () => (await ledger(redis, 'app')).reserved === R, { what: 'the reservation' });
-    // The gateway dies without settling.
+    // The gateway dies without settling (expected: not reported as an unexpected exit).
+    doomed.child.stopping = true;
     doomed.child.kill('SIGKILL');
     await doomed.exited;
     await pending;
