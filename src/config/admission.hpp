@@ -49,6 +49,9 @@ struct RequestLimit {
   std::chrono::milliseconds window{60000};
   std::int64_t burst = 0;                       // token bucket capacity (default: limit)
   DownPolicy on_redis_down = DownPolicy::inherit;
+  // Redis backend: requests a worker may take from Redis in advance and admit locally.
+  // -1 = auto (limit / 1000, at most 1000; none below 1000 per window); 0 = off.
+  std::int64_t lease = -1;
 };
 
 struct TokenLimit {

@@ -1021,7 +1021,8 @@ void Loader::parse_rate_limits(const YAML::Node& n, Config& c) {
       const std::string path = index("rate_limits.requests", i);
       Fields lf;
       if (!fields(ln, path,
-                  {"scope", "key", "tier", "tenant", "model", "algorithm", "limit", "window", "burst", "on_redis_down"},
+                  {"scope", "key", "tier", "tenant", "model", "algorithm", "limit", "window", "burst", "on_redis_down",
+                   "lease"},
                   lf)) {
         continue;
       }
@@ -1047,6 +1048,14 @@ void Loader::parse_rate_limits(const YAML::Node& n, Config& c) {
         }
       }
       if (l.burst == 0) l.burst = l.limit;
+      if (auto ls = get(lf, "lease")) {
+        std::string text;
+        if (scalar(*ls, join(path, "lease"), "an integer or auto", text)) {
+          if (trim(text) == "auto") l.lease = -1;
+          else ok &= get_int(*ls, join(path, "lease"), 0, 1'000'000'000LL, l.lease);
+        }
+      }
+      if (l.lease < 0) l.lease = l.limit >= 1000 ? std::min<std::int64_t>(l.limit / 1000, 1000) : 0;
       if (ok) rl.requests.push_back(std::move(l));
     }
   }

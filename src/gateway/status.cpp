@@ -57,9 +57,11 @@ std::string render_metrics(const Shared& g) {
            static_cast<double>(t.quota_exceeded));
     metric(o, "sluice_ratelimit_decisions_total", R"(decision="rejected",reason="rate_limiter_unavailable")",
            static_cast<double>(t.unavailable));
-    help(o, "sluice_ratelimit_counted_total", "counter", "Decisions by where they were counted.");
+    help(o, "sluice_ratelimit_counted_total", "counter",
+         "Decisions by where they were counted (lease: from units taken from Redis in advance).");
     metric(o, "sluice_ratelimit_counted_total", R"(backend="redis")", static_cast<double>(t.by_redis));
     metric(o, "sluice_ratelimit_counted_total", R"(backend="local")", static_cast<double>(t.by_local));
+    metric(o, "sluice_ratelimit_counted_total", R"(backend="lease")", static_cast<double>(t.by_lease));
     help(o, "sluice_ratelimit_redis_errors_total", "counter", "Admission checks Redis failed (counted locally or refused instead).");
     metric(o, "sluice_ratelimit_redis_errors_total", "", static_cast<double>(t.redis_errors));
     help(o, "sluice_ratelimit_settle_errors_total", "counter", "Token settlements Redis failed (the reservation expires instead).");
@@ -165,7 +167,8 @@ std::string render_infra(const Shared& g) {
     o += ",\"counts\":{\"allowed\":" + std::to_string(t.allowed) + ",\"rate_limited\":" + std::to_string(t.rate_limited) +
          ",\"token_limited\":" + std::to_string(t.token_limited) + ",\"quota_exceeded\":" +
          std::to_string(t.quota_exceeded) + ",\"refused_redis_down\":" + std::to_string(t.unavailable) +
-         ",\"counted_redis\":" + std::to_string(t.by_redis) + ",\"counted_local\":" + std::to_string(t.by_local) +
+         ",\"counted_redis\":" + std::to_string(t.by_redis) + ",\"counted_lease\":" + std::to_string(t.by_lease) +
+         ",\"counted_local\":" + std::to_string(t.by_local) +
          ",\"redis_errors\":" + std::to_string(t.redis_errors) + ",\"settle_errors\":" + std::to_string(t.settle_errors) +
          "}}";
   }

@@ -23,6 +23,7 @@ struct Check {
   std::int64_t window_ms = 0;  // quota: period length; 0 = calendar month (UTC)
   std::int64_t cost = 1;       // requests: 1; quota: tokens reserved
   std::int64_t extra = 0;      // token_bucket: capacity; quota: reservation lifetime in ms
+  std::int64_t lease = 0;      // Redis: extra units a worker would take in advance (0 = none)
   bool tokens = false;         // a token limit (OpenAI's *-tokens headers)
   config::DownPolicy on_redis_down = config::DownPolicy::open;
   const std::string* id = nullptr;  // the configured limit ("requests[0]")
@@ -31,7 +32,8 @@ struct Check {
 struct CheckResult {
   std::int64_t remaining = 0;  // before this request: an admitted one takes `cost` from it
   std::int64_t reset_ms = 0;   // until the window ends / the bucket is full / the period ends
-  std::int64_t period = 0;     // quota: the period the reservation was made in
+  std::int64_t period = 0;     // quota: the period the reservation was made in (Redis: also a window's index)
+  std::int64_t leased = 0;     // Redis: units taken in advance for this worker to admit locally
 };
 
 struct Verdict {

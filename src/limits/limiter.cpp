@@ -8,6 +8,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <chrono>
 #include <cmath>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "common/ids.hpp"
 #include "limits/scripts.hpp"
@@ -88,6 +90,95 @@ std::string format_reset(std::int64_t ms) {
   return out;
 }
 
+// Units of Redis counters taken in advance, shared by this process's workers. A unit is
+// already counted in Redis, so admitting with it never over-admits; units left unused
+// when their window ends are lost (a small under-admission, bounded by the lease size per
+// process). Leases of a window end a little before it does: a unit counted in one window
+// must not admit a request of the next.
+class LeaseTable {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Takes one unit of every check's lease, or nothing. Fills `h` (for the headers) from
+  // the tightest of them.
+  bool take(const std::vector<Check>& checks, HeaderLimit& h) {
+    const auto now = Clock::now();
+    std::lock_guard lock(mu_);
+    for (const auto& c : checks) {
+      auto it = leases_.find(c.key);
+      if (it == leases_.end() || it->second.units < c.cost || now >= it->second.valid_until) return false;
+    }
+    for (const auto& c : checks) {
+      Lease& l = leases_.find(c.key)->second;
+      l.units -= c.cost;
+      l.remaining = std::max<std::int64_t>(l.remaining - c.cost, 0);
+      const auto reset = std::chrono::duration_cast<std::chrono::milliseconds>(l.reset_at - now).count();
+      if (!h.set || l.remaining < h.remaining) h = {true, c.limit, l.remaining, std::max<std::int64_t>(reset, 0)};
+    }
+    return true;
+  }
+
+  // Whether this request should ask Redis for leases: not while another request of this
+  // process already does for one of its counters (a burst would otherwise take a lease per
+  // request and leave more units unused at the window's end). Marks the counters; release()
+  // unmarks them when the answer is in.
+  bool claim(const std::vector<Check>& checks) {
+    std::lock_guard lock(mu_);
+    for (const auto& c : checks) {
+      if (fetching_.count(c.key)) return false;
+    }
+    for (const auto& c : checks) fetching_.insert(c.key);
+    return true;
+  }
+  void release(const std::vector<Check>& checks) {
+    std::lock_guard lock(mu_);
+    for (const auto& c : checks) fetching_.erase(c.key);
+  }
+
+  void add(const Check& c, const CheckResult& r, Clock::time_point received) {
+    using std::chrono::milliseconds;
+    Lease fresh;
+    fresh.units = r.leased;
+    // What is left for everyone after this request, plus this process's own units.
+    fresh.remaining = std::max<std::int64_t>(r.remaining - c.cost - r.leased, 0) + r.leased;
+    fresh.reset_at = received + milliseconds(r.reset_ms);
+    // A window's units end 50 ms before the window (the reply's travel time); a bucket's
+    // after a second, so a lease does not turn a smooth rate into bursts.
+    fresh.valid_until = c.kind == Kind::token_bucket ? received + milliseconds(std::min<std::int64_t>(1000, c.window_ms))
+                                                     : received + milliseconds(std::max<std::int64_t>(r.reset_ms - 50, 0));
+    std::lock_guard lock(mu_);
+    if ((++adds_ & 1023) == 0) {
+      const auto now = Clock::now();
+      std::erase_if(leases_, [now](const auto& kv) { return kv.second.valid_until <= now; });
+    }
+    fresh.period = r.period;
+    auto [it, inserted] = leases_.try_emplace(c.key, fresh);
+    if (inserted) return;
+    Lease& l = it->second;
+    if (l.period == fresh.period && Clock::now() < l.valid_until) {
+      // The same window: both grants are ours.
+      fresh.remaining += l.units;
+      fresh.units += l.units;
+      fresh.valid_until = std::max(fresh.valid_until, l.valid_until);
+    }
+    // Otherwise the old lease belongs to an earlier window (or expired): its units are gone.
+    l = fresh;
+  }
+
+ private:
+  struct Lease {
+    std::int64_t period = 0;     // the window the units are counted in (buckets: 0)
+    std::int64_t units = 0;
+    std::int64_t remaining = 0;  // for the headers: left in the counter, own units included
+    Clock::time_point valid_until;
+    Clock::time_point reset_at;
+  };
+  std::mutex mu_;
+  std::unordered_map<std::string, Lease> leases_;
+  std::unordered_set<std::string> fetching_;
+  std::uint64_t adds_ = 0;
+};
+
 Limiter::Limiter(std::shared_ptr<const config::Config> cfg) : cfg_(std::move(cfg)) {
   const auto& rl = cfg_->rate_limits;
   active_ = rl.any();
@@ -103,6 +194,7 @@ Limiter::Limiter(std::shared_ptr<const config::Config> cfg) : cfg_(std::move(cfg
   for (std::size_t i = 0; i < rl.tokens.size(); ++i) {
     rule_names_.push_back("q" + std::to_string(i) + "." + std::string(to_string(rl.tokens[i].per)));
   }
+  leases_ = std::make_unique<LeaseTable>();
   admit_script_ = std::make_unique<store::RedisScript>(std::string(kAdmitScript));
   settle_script_ = std::make_unique<store::RedisScript>(std::string(kSettleScript));
 }
@@ -127,6 +219,7 @@ void Limiter::plan(const config::ApiKey& key, std::string_view model, std::int64
     }
     c.key = counter_key(prefix, l.scope, key, model, rule_names_[i]);
     c.on_redis_down = l.on_redis_down;
+    c.lease = l.lease;
     c.id = &l.id;
     out.push_back(std::move(c));
   }
@@ -209,6 +302,7 @@ Limiter::Totals Limiter::totals() const {
     t.unavailable += get(s.unavailable);
     t.by_redis += get(s.by_redis);
     t.by_local += get(s.by_local);
+    t.by_lease += get(s.by_lease);
     t.redis_errors += get(s.redis_errors);
     t.settle_errors += get(s.settle_errors);
     t.tokens_reserved += get(s.tokens_reserved);
@@ -263,9 +357,32 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
   const std::string res_id = any_quota ? new_request_id() : std::string();
 
   if (redis_ && redis_->up()) {
+    // Leases: only when every limit of the request can be leased (request limits far from
+    // their threshold); then a request that finds a unit of each in this process's leases
+    // is admitted without a Redis call.
+    bool leasable = !any_quota;
+    for (const auto& c : checks) leasable &= c.lease > 0;
+    if (leasable) {
+      Admission a;
+      if (owner_.leases_->take(checks, a.requests)) {
+        a.counted = Counted::redis;
+        Stats::bump(stats_->allowed);
+        Stats::bump(stats_->by_lease);
+        co_return a;
+      }
+      leasable = owner_.leases_->claim(checks);
+    }
+    // Unmarks the claimed counters however this ends (the coroutine may be destroyed).
+    struct Unclaim {
+      LeaseTable* t;
+      const std::vector<Check>* checks;
+      ~Unclaim() {
+        if (t) t->release(*checks);
+      }
+    } unclaim{leasable ? owner_.leases_.get() : nullptr, &checks};
     std::vector<std::string> keys, args;
     keys.reserve(checks.size());
-    args.reserve(1 + checks.size() * 5);
+    args.reserve(1 + checks.size() * 6);
     args.push_back(res_id);
     for (const auto& c : checks) {
       keys.push_back(c.key);
@@ -274,10 +391,12 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
       args.push_back(std::to_string(c.window_ms));
       args.push_back(std::to_string(c.cost));
       args.push_back(std::to_string(c.extra));
+      args.push_back(leasable ? std::to_string(c.lease) : std::string("0"));
     }
     auto r = co_await redis_->eval(*owner_.admit_script_, std::move(keys), std::move(args));
     const auto n = checks.size();
-    if (r.ok() && r.reply->type == store::RedisReply::Type::array && r.reply->elements.size() == 3 + 3 * n) {
+    if (r.ok() && r.reply->type == store::RedisReply::Type::array && r.reply->elements.size() == 3 + 4 * n) {
+      const auto received = std::chrono::steady_clock::now();
       const auto& e = r.reply->elements;
       Verdict v;
       v.allowed = e[0].integer == 0;
@@ -286,9 +405,14 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
       v.now_ms = e[2].integer;
       v.results.resize(n);
       for (std::size_t i = 0; i < n; ++i) {
-        v.results[i] = {e[3 + 3 * i].integer, e[4 + 3 * i].integer, e[5 + 3 * i].integer};
+        v.results[i] = {e[3 + 4 * i].integer, e[4 + 4 * i].integer, e[5 + 4 * i].integer, e[6 + 4 * i].integer};
       }
       Stats::bump(stats_->by_redis);
+      if (v.allowed) {
+        for (std::size_t i = 0; i < n; ++i) {
+          if (v.results[i].leased > 0) owner_.leases_->add(checks[i], v.results[i], received);
+        }
+      }
       auto a = finish(checks, v, Counted::redis);
       a.reservation_id = res_id;
       co_return a;
@@ -318,7 +442,7 @@ Admission WorkerLimiter::finish(const std::vector<Check>& checks, const Verdict&
     const Check& c = checks[i];
     const CheckResult& r = v.results[i];
     HeaderLimit& h = c.tokens ? a.tokens : a.requests;
-    const std::int64_t remaining = std::max<std::int64_t>(r.remaining - (v.allowed ? c.cost : 0), 0);
+    const std::int64_t remaining = std::max<std::int64_t>(r.remaining - (v.allowed ? c.cost + r.leased : 0), 0);
     if (!h.set || remaining < h.remaining) h = {true, c.limit, remaining, r.reset_ms};
   }
   if (v.allowed) {

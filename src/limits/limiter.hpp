@@ -52,7 +52,7 @@ struct Admission {
 // Counters of one worker, summed at scrape.
 struct Stats {
   std::atomic<std::uint64_t> allowed{0}, rate_limited{0}, token_limited{0}, quota_exceeded{0}, unavailable{0};
-  std::atomic<std::uint64_t> by_redis{0}, by_local{0}, redis_errors{0}, settle_errors{0};
+  std::atomic<std::uint64_t> by_redis{0}, by_local{0}, by_lease{0}, redis_errors{0}, settle_errors{0};
   std::atomic<std::uint64_t> tokens_reserved{0}, tokens_charged{0}, tokens_refunded{0};
   static void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
     c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);  // one writer
@@ -60,6 +60,7 @@ struct Stats {
 };
 
 class WorkerLimiter;
+class LeaseTable;
 
 class Limiter {
  public:
@@ -92,7 +93,7 @@ class Limiter {
   // Sums of every worker's counters.
   struct Totals {
     std::uint64_t allowed = 0, rate_limited = 0, token_limited = 0, quota_exceeded = 0, unavailable = 0;
-    std::uint64_t by_redis = 0, by_local = 0, redis_errors = 0, settle_errors = 0;
+    std::uint64_t by_redis = 0, by_local = 0, by_lease = 0, redis_errors = 0, settle_errors = 0;
     std::uint64_t tokens_reserved = 0, tokens_charged = 0, tokens_refunded = 0;
   };
   Totals totals() const;
@@ -107,6 +108,7 @@ class Limiter {
   bool wants_redis_ = false;
   LocalCounters local_;
   std::vector<std::string> rule_names_;  // per request limit, then per token limit
+  std::unique_ptr<LeaseTable> leases_;
   std::unique_ptr<store::RedisScript> admit_script_, settle_script_;
   mutable std::mutex mu_;
   std::vector<WorkerLimiter*> workers_;

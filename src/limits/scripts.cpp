@@ -39,16 +39,18 @@ local plan = {}
 local denied = 0
 local retry = 0
 for i = 1, n do
-  local b = 1 + (i - 1) * 5
+  local b = 1 + (i - 1) * 6
   local kind = ARGV[b + 1]
   local limit = tonumber(ARGV[b + 2])
   local w = tonumber(ARGV[b + 3])
   local cost = tonumber(ARGV[b + 4])
   local extra = tonumber(ARGV[b + 5])
+  local want = tonumber(ARGV[b + 6])
   local key = KEYS[i]
   local ok, remaining, reset
   local wait = 0
   local period = 0
+  local grant = 0
   if kind == 'fw' then
     local idx = math.floor(now / w)
     local k = key .. ':' .. idx
@@ -57,6 +59,9 @@ for i = 1, n do
     remaining = limit - cur
     reset = (idx + 1) * w - now
     wait = reset
+    -- A lease only while the last tenth of the window's limit stays untouched by leases.
+    if want > 0 and limit - cur - cost - want >= math.ceil(limit / 10) then grant = want end
+    period = idx
     plan[i] = {k, (idx + 1) * w + 1000}
   elseif kind == 'sw' then
     local idx = math.floor(now / w)
@@ -69,6 +74,8 @@ for i = 1, n do
     ok = est + cost <= limit
     remaining = math.floor(limit - est)
     reset = (idx + 1) * w - now
+    if want > 0 and limit - est - cost - want >= math.ceil(limit / 10) then grant = want end
+    period = idx
     if not ok then
       if cur + cost > limit then
         wait = reset + math.ceil(w * (cur - (limit - cost)) / cur)
@@ -88,7 +95,8 @@ for i = 1, n do
     end
     if now > ts then tokens = math.min(extra, tokens + (now - ts) * limit / w) end
     ok = tokens >= cost
-    local left = tokens - (ok and cost or 0)
+    if want > 0 and tokens - cost - want >= math.ceil(extra / 10) then grant = want end
+    local left = tokens - (ok and cost + grant or 0)
     remaining = math.floor(tokens)
     reset = math.ceil((extra - left) * w / limit)
     if not ok then wait = math.ceil((cost - tokens) * w / limit) end
@@ -133,6 +141,8 @@ for i = 1, n do
   out[#out + 1] = remaining
   out[#out + 1] = reset
   out[#out + 1] = period
+  out[#out + 1] = grant
+  plan[i].grant = grant
   if not ok then
     if denied == 0 then denied = i end
     if wait > retry then retry = wait end
@@ -142,16 +152,18 @@ end
 if denied ~= 0 then
   out[1] = denied
   out[2] = math.max(retry, 1)
+  for i = 1, n do out[3 + 4 * i] = 0 end  -- nothing taken, nothing leased
   return out
 end
 for i = 1, n do
-  local b = 1 + (i - 1) * 5
+  local b = 1 + (i - 1) * 6
   local kind = ARGV[b + 1]
   local cost = tonumber(ARGV[b + 4])
   local p = plan[i]
   if kind == 'fw' or kind == 'sw' then
     -- The first increment of a window creates the key: it sets the expiry once.
-    if redis.call('INCRBY', p[1], cost) == cost then redis.call('PEXPIREAT', p[1], p[2]) end
+    local take = cost + p.grant
+    if redis.call('INCRBY', p[1], take) == take then redis.call('PEXPIREAT', p[1], p[2]) end
   elseif kind == 'tb' then
     redis.call('SET', p[1], tostring(p[2]) .. ' ' .. now, 'PX', p[3] + 1000)
   else

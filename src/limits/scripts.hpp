@@ -6,10 +6,11 @@
 namespace sluice::limits {
 
 // KEYS[i]: counter key of check i (no window suffix).
-// ARGV[1]: reservation id; then 5 per check: kind (fw|sw|tb|tq), limit, window ms
-// (tq: period, 0 = calendar month), cost, extra (tb: capacity; tq: reservation lifetime).
+// ARGV[1]: reservation id; then 6 per check: kind (fw|sw|tb|tq), limit, window ms
+// (tq: period, 0 = calendar month), cost, extra (tb: capacity; tq: reservation lifetime),
+// lease (units to take in advance when the counter is far from its limit; 0 = none).
 // Returns {denied (1-based, 0 = admitted), retry_after_ms, now_ms,
-//          then per check: remaining, reset_ms, period}.
+//          then per check: remaining, reset_ms, period, leased}.
 extern const std::string_view kAdmitScript;
 
 // Settles a batch. KEYS[i]: quota counter with its period suffix. ARGV[1]: how long a

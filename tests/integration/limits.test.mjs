@@ -109,6 +109,56 @@ describe('no over-admission under concurrency: 3 instances, 300 concurrent reque
   }
 });
 
+describe('leases: units taken from Redis in advance, admitted without a Redis call', () => {
+  let redis;
+  before(async () => {
+    redis = await startRedis();
+  });
+  after(async () => {
+    await redis.stop();
+  });
+
+  for (const algorithm of ['fixed_window', 'token_bucket']) {
+    test(`${algorithm}: never over the limit, at most the unused leases under it`, async () => {
+      await redis.raw('FLUSHALL');
+      const limit = 2000;
+      const lease = 20;
+      const rl = { backend: 'redis', requests: [{ scope: 'tenant', algorithm, limit, window: '1h', lease }] };
+      const gws = await Promise.all([0, 1, 2].map(() => startGateway(limitsConfig(redis, rl))));
+      try {
+        const counts = {};
+        let next = 0;
+        const total = 2400;
+        // 48 clients, 16 per instance, until `total` requests were sent.
+        await Promise.all(
+          Array.from({ length: 48 }, async (_, c) => {
+            while (next < total) {
+              next++;
+              const r = await chat(gws[c % 3], BODY, { timeout: 30000 });
+              counts[r.status] = (counts[r.status] ?? 0) + 1;
+            }
+          }),
+        );
+        const ok = counts[200] ?? 0;
+        assert.equal(ok + (counts[429] ?? 0), total, JSON.stringify(counts));
+        // Never over; under by at most the units each instance may hold unused (the lease
+        // it uses and the one it fetches).
+        assert.ok(ok <= limit, `${ok} admitted, limit ${limit}`);
+        assert.ok(ok >= limit - 3 * 2 * lease, `${ok} admitted, limit ${limit}`);
+        let leased = 0;
+        for (const gw of gws) {
+          const m = (await rawRequest({ port: gw.port, path: '/metrics' })).body;
+          leased += Number(m.match(/^sluice_ratelimit_counted_total\{backend="lease"\} (\d+)$/m)[1]);
+        }
+        // Most admissions needed no Redis call.
+        assert.ok(leased > ok / 2, `${leased} of ${ok} admitted from leases`);
+      } finally {
+        await Promise.all(gws.map((g) => g.stop()));
+      }
+    });
+  }
+});
+
 describe('Redis goes away and comes back', () => {
   let redis;
   before(async () => {

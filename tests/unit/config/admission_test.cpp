@@ -747,3 +747,31 @@ TEST(AdmissionNames, ToStringAndPriorityFromName) {
   EXPECT_LT(Priority::standard, Priority::premium);
   EXPECT_LT(Priority::premium, Priority::vip);
 }
+
+TEST_F(AdmissionConfigTest, LeaseDefaultsToAThousandthOfLargeLimits) {
+  auto r = load(kAdmBase +
+                "rate_limits:\n  backend: redis\n  requests:\n"
+                "    - {scope: key, limit: 999}\n"
+                "    - {scope: key, limit: 5000}\n"
+                "    - {scope: key, limit: 5000000}\n"
+                "    - {scope: key, limit: 5000, lease: 0}\n"
+                "    - {scope: key, limit: 5000, lease: 7}\n"
+                "    - {scope: key, limit: 5000, lease: auto}\n");
+  ASSERT_TRUE(r.ok()) << all_errors(r);
+  const auto& q = r.config->rate_limits.requests;
+  ASSERT_EQ(q.size(), 6u);
+  EXPECT_EQ(q[0].lease, 0);     // small limits stay exact: no lease
+  EXPECT_EQ(q[1].lease, 5);     // limit / 1000
+  EXPECT_EQ(q[2].lease, 1000);  // at most 1000
+  EXPECT_EQ(q[3].lease, 0);
+  EXPECT_EQ(q[4].lease, 7);
+  EXPECT_EQ(q[5].lease, 5);
+}
+
+TEST_F(AdmissionConfigTest, LeaseMustBeANonNegativeIntegerOrAuto) {
+  auto r = load(kAdmBase + "rate_limits:\n  requests:\n    - {scope: key, limit: 5000, lease: -3}\n"
+                           "    - {scope: key, limit: 5000, lease: lots}\n");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(error_at(r, "rate_limits.requests[0].lease").line, 12);
+  EXPECT_EQ(error_at(r, "rate_limits.requests[1].lease").line, 13);
+}
