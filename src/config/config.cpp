@@ -414,6 +414,7 @@ class Loader {
                           LimitMatch& when, DownPolicy& down, std::int64_t& limit);
   void parse_concurrency(const YAML::Node& n, Config& c);
   bool get_priority(const YAML::Node& n, const std::string& path, Priority& out);
+  bool get_lease(const YAML::Node& n, const std::string& path, long long max, std::int64_t& out);
   void apply_env(Config& c);
   void validate(Config& c, const YAML::Node* models_node);
 
@@ -891,6 +892,17 @@ void Loader::parse_ranges(const YAML::Node& n, const std::string& path,
 }
 
 
+// "auto" (-1) or a count from 0 (off) to `max`.
+bool Loader::get_lease(const YAML::Node& n, const std::string& path, long long max, std::int64_t& out) {
+  std::string text;
+  if (!scalar(n, path, "an integer or auto", text)) return false;
+  if (trim(text) == "auto") {
+    out = -1;
+    return true;
+  }
+  return get_int(n, path, 0, max, out);
+}
+
 bool Loader::get_priority(const YAML::Node& n, const std::string& path, Priority& out) {
   std::string name;
   if (!get_string(n, path, name)) return false;
@@ -1048,13 +1060,7 @@ void Loader::parse_rate_limits(const YAML::Node& n, Config& c) {
         }
       }
       if (l.burst == 0) l.burst = l.limit;
-      if (auto ls = get(lf, "lease")) {
-        std::string text;
-        if (scalar(*ls, join(path, "lease"), "an integer or auto", text)) {
-          if (trim(text) == "auto") l.lease = -1;
-          else ok &= get_int(*ls, join(path, "lease"), 0, 1'000'000'000LL, l.lease);
-        }
-      }
+      if (auto ls = get(lf, "lease")) ok &= get_lease(*ls, join(path, "lease"), 1'000'000'000LL, l.lease);
       if (l.lease < 0) l.lease = l.limit >= 1000 ? std::min<std::int64_t>(l.limit / 1000, 1000) : 0;
       if (ok) rl.requests.push_back(std::move(l));
     }
@@ -1064,7 +1070,8 @@ void Loader::parse_rate_limits(const YAML::Node& n, Config& c) {
       const YAML::Node ln = (*v)[i];
       const std::string path = index("rate_limits.tokens", i);
       Fields lf;
-      if (!fields(ln, path, {"scope", "key", "tier", "tenant", "model", "limit", "per", "on_redis_down"}, lf)) continue;
+      if (!fields(ln, path, {"scope", "key", "tier", "tenant", "model", "limit", "per", "on_redis_down", "lease"}, lf))
+        continue;
       TokenLimit l;
       l.id = "tokens[" + std::to_string(i) + "]";
       bool ok = parse_limit_common(ln, path, lf, l.scope, l.when, l.on_redis_down, l.limit);
@@ -1084,6 +1091,7 @@ void Loader::parse_rate_limits(const YAML::Node& n, Config& c) {
         error(path, line_of(ln), "missing required key 'per' (minute, hour, day or month)");
         ok = false;
       }
+      if (auto ls = get(lf, "lease")) ok &= get_lease(*ls, join(path, "lease"), 1'000'000'000'000LL, l.lease);
       if (ok) rl.tokens.push_back(std::move(l));
     }
   }

@@ -47,7 +47,10 @@ struct Verdict {
 // A reservation to settle: the quota counter of one period, and what was reserved there.
 struct Reserved {
   std::string key;             // counter key with its period suffix
-  std::int64_t amount = 0;
+  std::int64_t amount = 0;     // what this request reserved
+  // Served from a lease (Redis): its id and size; the settlement then draws on the lease.
+  std::string lease;
+  std::int64_t lease_size = 0;
 };
 
 // Months since 1970-01 of a Unix time in ms (UTC), and where month `m` starts.

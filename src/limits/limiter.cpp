@@ -90,38 +90,73 @@ std::string format_reset(std::int64_t ms) {
   return out;
 }
 
-// Units of Redis counters taken in advance, shared by this process's workers. A unit is
-// already counted in Redis, so admitting with it never over-admits; units left unused
-// when their window ends are lost (a small under-admission, bounded by the lease size per
-// process). Leases of a window end a little before it does: a unit counted in one window
-// must not admit a request of the next.
+// What this process took from Redis in advance, shared by its workers.
+//   Request limits: units already counted in Redis. Admitting with one never over-admits;
+//     units left unused when their window ends are lost (a small under-admission,
+//     bounded by the lease size per process). A window's units end a little before it
+//     does: a unit counted in one window must not admit a request of the next.
+//   Token quotas: a reservation of many requests' worth (a lease, "<id>:L:<size>" in the
+//     reservation set). Requests reserve from it locally; their settlements draw on it in
+//     Redis; when it has ended (after 2 s, or at its period's end) and its last request
+//     settled, what is left is given back (each worker looks every second). If the
+//     process dies, it expires like any reservation.
 class LeaseTable {
  public:
   using Clock = std::chrono::steady_clock;
+  static constexpr std::chrono::milliseconds kQuotaLeaseLife{2000};
 
-  // Takes one unit of every check's lease, or nothing. Fills `h` (for the headers) from
-  // the tightest of them.
-  bool take(const std::vector<Check>& checks, HeaderLimit& h) {
+  // A lease given back, to be settled ('x') by the worker that finds it.
+  struct Release {
+    std::string key, id;
+    std::int64_t size = 0;
+  };
+
+  // Takes what the request needs from every check's lease, or nothing. Fills the headers
+  // from the leases and, for quotas, what the request reserved.
+  bool take(const std::vector<Check>& checks, Admission& a) {
     const auto now = Clock::now();
     std::lock_guard lock(mu_);
     for (const auto& c : checks) {
-      auto it = leases_.find(c.key);
-      if (it == leases_.end() || it->second.units < c.cost || now >= it->second.valid_until) return false;
+      if (c.kind == Kind::quota) {
+        auto it = current_.find(c.key);
+        if (it == current_.end()) return false;
+        const QuotaLease& q = quota_.at(it->second);
+        if (q.avail < c.cost || now >= q.valid_until) return false;
+      } else {
+        auto it = units_.find(c.key);
+        if (it == units_.end() || it->second.units < c.cost || now >= it->second.valid_until) return false;
+      }
     }
     for (const auto& c : checks) {
-      Lease& l = leases_.find(c.key)->second;
-      l.units -= c.cost;
-      l.remaining = std::max<std::int64_t>(l.remaining - c.cost, 0);
-      const auto reset = std::chrono::duration_cast<std::chrono::milliseconds>(l.reset_at - now).count();
-      if (!h.set || l.remaining < h.remaining) h = {true, c.limit, l.remaining, std::max<std::int64_t>(reset, 0)};
+      HeaderLimit& h = c.tokens ? a.tokens : a.requests;
+      std::int64_t remaining = 0;
+      Clock::time_point reset_at;
+      if (c.kind == Kind::quota) {
+        const std::string& id = current_.at(c.key);
+        QuotaLease& q = quota_.at(id);
+        q.avail -= c.cost;
+        ++q.inflight;
+        q.remaining = std::max<std::int64_t>(q.remaining - c.cost, 0);
+        remaining = q.remaining;
+        reset_at = q.reset_at;
+        a.reserved.push_back({q.key, c.cost, id, q.size});
+        a.reserved_tokens = std::max(a.reserved_tokens, c.cost);
+      } else {
+        Units& l = units_.at(c.key);
+        l.units -= c.cost;
+        l.remaining = std::max<std::int64_t>(l.remaining - c.cost, 0);
+        remaining = l.remaining;
+        reset_at = l.reset_at;
+      }
+      const auto reset = std::chrono::duration_cast<std::chrono::milliseconds>(reset_at - now).count();
+      if (!h.set || remaining < h.remaining) h = {true, c.limit, remaining, std::max<std::int64_t>(reset, 0)};
     }
     return true;
   }
 
   // Whether this request should ask Redis for leases: not while another request of this
   // process already does for one of its counters (a burst would otherwise take a lease per
-  // request and leave more units unused at the window's end). Marks the counters; release()
-  // unmarks them when the answer is in.
+  // request). Marks the counters; release() unmarks them when the answer is in.
   bool claim(const std::vector<Check>& checks) {
     std::lock_guard lock(mu_);
     for (const auto& c : checks) {
@@ -135,9 +170,11 @@ class LeaseTable {
     for (const auto& c : checks) fetching_.erase(c.key);
   }
 
+  // A request limit's units granted with an admission.
   void add(const Check& c, const CheckResult& r, Clock::time_point received) {
     using std::chrono::milliseconds;
-    Lease fresh;
+    Units fresh;
+    fresh.period = r.period;
     fresh.units = r.leased;
     // What is left for everyone after this request, plus this process's own units.
     fresh.remaining = std::max<std::int64_t>(r.remaining - c.cost - r.leased, 0) + r.leased;
@@ -149,12 +186,11 @@ class LeaseTable {
     std::lock_guard lock(mu_);
     if ((++adds_ & 1023) == 0) {
       const auto now = Clock::now();
-      std::erase_if(leases_, [now](const auto& kv) { return kv.second.valid_until <= now; });
+      std::erase_if(units_, [now](const auto& kv) { return kv.second.valid_until <= now; });
     }
-    fresh.period = r.period;
-    auto [it, inserted] = leases_.try_emplace(c.key, fresh);
+    auto [it, inserted] = units_.try_emplace(c.key, fresh);
     if (inserted) return;
-    Lease& l = it->second;
+    Units& l = it->second;
     if (l.period == fresh.period && Clock::now() < l.valid_until) {
       // The same window: both grants are ours.
       fresh.remaining += l.units;
@@ -165,17 +201,93 @@ class LeaseTable {
     l = fresh;
   }
 
+  // A token lease granted with an admission; the admitted request is its first user (its
+  // reservation is rewritten to draw on the lease).
+  void add_quota(const Check& c, const CheckResult& r, const std::string& id, Reserved& first,
+                 Clock::time_point received) {
+    using std::chrono::milliseconds;
+    QuotaLease q;
+    q.key = first.key;
+    q.size = c.cost + r.leased;
+    q.avail = r.leased;
+    q.inflight = 1;
+    q.remaining = std::max<std::int64_t>(r.remaining - c.cost - r.leased, 0) + r.leased;
+    q.reset_at = received + milliseconds(r.reset_ms);
+    q.valid_until = received + std::min(kQuotaLeaseLife, milliseconds(std::max<std::int64_t>(r.reset_ms - 50, 0)));
+    first.lease = id;
+    first.lease_size = q.size;
+    std::lock_guard lock(mu_);
+    if (auto old = current_.find(c.key); old != current_.end()) retire(old->second);
+    current_[c.key] = id;
+    quota_.emplace(id, std::move(q));
+  }
+
+  // A request served from lease `r.lease` ended, using `actual` tokens.
+  void settle_quota(const Reserved& r, std::int64_t actual) {
+    std::lock_guard lock(mu_);
+    auto it = quota_.find(r.lease);
+    if (it == quota_.end()) return;
+    QuotaLease& q = it->second;
+    q.avail += r.amount - actual;
+    --q.inflight;
+    if (q.inflight == 0 && (q.retired || Clock::now() >= q.valid_until)) give_back(it);
+  }
+
+  // Leases given back since the last call (the caller settles them).
+  std::vector<Release> take_releases() {
+    std::lock_guard lock(mu_);
+    // Ended leases nobody will settle again are found here too.
+    const auto now = Clock::now();
+    for (auto it = quota_.begin(); it != quota_.end();) {
+      auto next = std::next(it);
+      if (it->second.inflight == 0 && (it->second.retired || now >= it->second.valid_until)) give_back(it);
+      it = next;
+    }
+    return std::exchange(releases_, {});
+  }
+
  private:
-  struct Lease {
+  struct Units {
     std::int64_t period = 0;     // the window the units are counted in (buckets: 0)
     std::int64_t units = 0;
     std::int64_t remaining = 0;  // for the headers: left in the counter, own units included
     Clock::time_point valid_until;
     Clock::time_point reset_at;
   };
+  struct QuotaLease {
+    std::string key;             // the quota counter with its period
+    std::int64_t size = 0;       // tokens reserved in Redis
+    std::int64_t avail = 0;      // not handed out (or handed back by settlements)
+    int inflight = 0;            // requests served from it, not settled yet
+    bool retired = false;        // replaced by a newer lease: hands out nothing more
+    std::int64_t remaining = 0;  // for the headers
+    Clock::time_point valid_until;
+    Clock::time_point reset_at;
+  };
+
+  void retire(const std::string& id) {
+    auto it = quota_.find(id);
+    if (it == quota_.end()) return;
+    it->second.retired = true;
+    if (it->second.inflight == 0) give_back(it);
+  }
+  void give_back(std::unordered_map<std::string, QuotaLease>::iterator it) {
+    releases_.push_back({it->second.key, it->first, it->second.size});
+    for (auto c = current_.begin(); c != current_.end(); ++c) {
+      if (c->second == it->first) {
+        current_.erase(c);
+        break;
+      }
+    }
+    quota_.erase(it);
+  }
+
   std::mutex mu_;
-  std::unordered_map<std::string, Lease> leases_;
+  std::unordered_map<std::string, Units> units_;
+  std::unordered_map<std::string, QuotaLease> quota_;    // by lease id
+  std::unordered_map<std::string, std::string> current_;  // quota check key -> lease id handing out
   std::unordered_set<std::string> fetching_;
+  std::vector<Release> releases_;
   std::uint64_t adds_ = 0;
 };
 
@@ -234,6 +346,8 @@ void Limiter::plan(const config::ApiKey& key, std::string_view model, std::int64
     c.cost = std::max<std::int64_t>(tokens, 0);
     c.extra = rl.reservation_ttl.count();
     c.key = counter_key(prefix, l.scope, key, model, rule_names_[rl.requests.size() + i]);
+    c.lease = l.lease >= 0 ? l.lease
+              : l.limit >= 1'000'000 ? std::min<std::int64_t>(l.limit / 1000, 64 * c.cost) : 0;
     c.on_redis_down = l.on_redis_down;
     c.id = &l.id;
     out.push_back(std::move(c));
@@ -335,6 +449,20 @@ WorkerLimiter::WorkerLimiter(Limiter& owner, net::any_io_executor ex) : owner_(o
     opt.reconnect_interval = rs.retry_interval;
     redis_ = std::make_shared<store::RedisConnection>(ex_, *ep, opt);
     settles_ = std::make_shared<SettleQueue>();
+    // Every second: give back the leases that ended while no request settled here.
+    net::co_spawn(
+        ex_,
+        [this, q = settles_]() -> net::awaitable<void> {
+          net::steady_timer t{co_await net::this_coro::executor};
+          for (;;) {
+            t.expires_after(std::chrono::seconds(1));
+            co_await t.async_wait(net::as_tuple(net::use_awaitable));
+            if (q->stopped) co_return;  // `this` is gone
+            queue_releases();
+            if (!q->keys.empty() && !q->flushing) flush_settlements();
+          }
+        },
+        net::detached);
     redis_->start();
   }
   owner_.attach(this);
@@ -360,14 +488,15 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
     // Leases: only when every limit of the request can be leased (request limits far from
     // their threshold); then a request that finds a unit of each in this process's leases
     // is admitted without a Redis call.
-    bool leasable = !any_quota;
+    bool leasable = true;
     for (const auto& c : checks) leasable &= c.lease > 0;
     if (leasable) {
       Admission a;
-      if (owner_.leases_->take(checks, a.requests)) {
+      if (owner_.leases_->take(checks, a)) {
         a.counted = Counted::redis;
         Stats::bump(stats_->allowed);
         Stats::bump(stats_->by_lease);
+        if (a.reserved_tokens > 0) Stats::bump(stats_->tokens_reserved, static_cast<std::uint64_t>(a.reserved_tokens));
         co_return a;
       }
       leasable = owner_.leases_->claim(checks);
@@ -408,13 +537,19 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
         v.results[i] = {e[3 + 4 * i].integer, e[4 + 4 * i].integer, e[5 + 4 * i].integer, e[6 + 4 * i].integer};
       }
       Stats::bump(stats_->by_redis);
-      if (v.allowed) {
-        for (std::size_t i = 0; i < n; ++i) {
-          if (v.results[i].leased > 0) owner_.leases_->add(checks[i], v.results[i], received);
-        }
-      }
       auto a = finish(checks, v, Counted::redis);
       a.reservation_id = res_id;
+      if (v.allowed) {
+        std::size_t q = 0;  // index in a.reserved: one per quota check, in order
+        for (std::size_t i = 0; i < n; ++i) {
+          const bool quota = checks[i].kind == Kind::quota;
+          if (v.results[i].leased > 0) {
+            if (quota) owner_.leases_->add_quota(checks[i], v.results[i], res_id, a.reserved[q], received);
+            else owner_.leases_->add(checks[i], v.results[i], received);
+          }
+          q += quota;
+        }
+      }
       co_return a;
     }
     // Redis failed this request (timeout, lost, or an error reply): counted as down for it.
@@ -449,7 +584,7 @@ Admission WorkerLimiter::finish(const std::vector<Check>& checks, const Verdict&
     Stats::bump(stats_->allowed);
     for (std::size_t i = 0; i < checks.size(); ++i) {
       if (checks[i].kind != Kind::quota) continue;
-      a.reserved.push_back({checks[i].key + ":" + std::to_string(v.results[i].period), checks[i].cost});
+      a.reserved.push_back({checks[i].key + ":" + std::to_string(v.results[i].period), checks[i].cost, {}, 0});
       a.reserved_tokens = std::max(a.reserved_tokens, checks[i].cost);
     }
     if (a.reserved_tokens > 0) Stats::bump(stats_->tokens_reserved, static_cast<std::uint64_t>(a.reserved_tokens));
@@ -505,12 +640,30 @@ void WorkerLimiter::settle(Admission& a, std::int64_t actual) {
     Stats::bump(stats_->settle_errors, drop);
   }
   for (auto& r : reserved) {
+    if (!r.lease.empty()) {
+      owner_.leases_->settle_quota(r, actual);
+      q.args.push_back("c:" + r.lease);
+      q.args.push_back(std::to_string(r.lease_size));
+    } else {
+      q.args.push_back("r:" + a.reservation_id);
+      q.args.push_back(std::to_string(r.amount));
+    }
     q.keys.push_back(std::move(r.key));
-    q.args.push_back(a.reservation_id);
-    q.args.push_back(std::to_string(r.amount));
     q.args.push_back(std::to_string(actual));
   }
+  queue_releases();
   if (!q.flushing) flush_settlements();
+}
+
+// Leases that ended and whose requests all settled: what is left of them goes back.
+void WorkerLimiter::queue_releases() {
+  auto& q = *settles_;
+  for (auto& x : owner_.leases_->take_releases()) {
+    q.keys.push_back(std::move(x.key));
+    q.args.push_back("x:" + x.id);
+    q.args.push_back(std::to_string(x.size));
+    q.args.push_back("0");
+  }
 }
 
 // One script call for everything queued; when it is answered, the next batch (what was

@@ -135,6 +135,7 @@ class WorkerLimiter {
 
   struct SettleQueue;
   void flush_settlements();
+  void queue_releases();
 
   Limiter& owner_;
   boost::asio::any_io_executor ex_;

@@ -122,7 +122,14 @@ for i = 1, n do
       -- Reservations whose request never settled are released when they expire.
       local expired = redis.call('ZRANGEBYSCORE', z, '-inf', now)
       for _, m in ipairs(expired) do
-        reserved = reserved - tonumber(string.match(m, ':(%d+)$'))
+        local amount = tonumber(string.match(m, ':(%d+)$'))
+        local lease = string.match(m, '^(.*):L:%d+$')
+        if lease then
+          -- A lease: what its requests consumed left `reserved` when they settled.
+          amount = amount - tonumber(redis.call('HGET', k, 'c:' .. lease) or '0')
+          redis.call('HDEL', k, 'c:' .. lease)
+        end
+        reserved = reserved - amount
       end
       if reserved < 0 then reserved = 0 end
       redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
@@ -131,6 +138,9 @@ for i = 1, n do
       redis.call('HSET', k, 'reserved', reserved, 'next', nxt)
     end
     ok = used + reserved + cost <= limit
+    -- A lease: this request's tokens plus `want` more, reserved as one holding the process
+    -- draws on; only while the last tenth of the limit stays untouched by leases.
+    if want > 0 and used + reserved + cost + want <= limit - math.ceil(limit / 10) then grant = want end
     remaining = limit - used - reserved
     if remaining < 0 then remaining = 0 end
     reset = ends - now
@@ -167,8 +177,9 @@ for i = 1, n do
   elseif kind == 'tb' then
     redis.call('SET', p[1], tostring(p[2]) .. ' ' .. now, 'PX', p[3] + 1000)
   else
-    redis.call('HINCRBY', p[1], 'reserved', cost)
-    redis.call('ZADD', p[2], p[4], id .. ':' .. cost)
+    local take = cost + p.grant
+    redis.call('HINCRBY', p[1], 'reserved', take)
+    redis.call('ZADD', p[2], p[4], p.grant > 0 and (id .. ':L:' .. take) or (id .. ':' .. cost))
     redis.call('PEXPIREAT', p[2], p[3])
     if p[5] == 0 then redis.call('HSET', p[1], 'next', p[4]) end
     if p[6] then redis.call('PEXPIREAT', p[1], p[3]) end
@@ -182,19 +193,38 @@ local keep = tonumber(ARGV[1])
 for i = 1, #KEYS do
   local k = KEYS[i]
   local b = 3 * i - 1
-  local id = ARGV[b]
+  local op = string.sub(ARGV[b], 1, 1)
+  local id = string.sub(ARGV[b], 3)
   local amount = ARGV[b + 1]
   local actual = tonumber(ARGV[b + 2])
-  if redis.call('ZREM', k .. ':r', id .. ':' .. amount) == 1 then
-    -- Held: the counter still exists with its expiry.
-    if redis.call('HINCRBY', k, 'reserved', -tonumber(amount)) < 0 then redis.call('HSET', k, 'reserved', 0) end
-    if actual > 0 then redis.call('HINCRBY', k, 'used', actual) end
+  if op == 'r' then
+    -- A request's own reservation.
+    if redis.call('ZREM', k .. ':r', id .. ':' .. amount) == 1 then
+      if redis.call('HINCRBY', k, 'reserved', -tonumber(amount)) < 0 then redis.call('HSET', k, 'reserved', 0) end
+    end
+  elseif op == 'c' then
+    -- A request served from lease `id` (of `amount` tokens): its usage leaves the lease's
+    -- holding (as far as the holding goes) while the lease is still there.
+    if redis.call('ZSCORE', k .. ':r', id .. ':L:' .. amount) then
+      local cf = 'c:' .. id
+      local take = math.min(actual, tonumber(amount) - tonumber(redis.call('HGET', k, cf) or '0'))
+      if take > 0 then
+        redis.call('HINCRBY', k, cf, take)
+        redis.call('HINCRBY', k, 'reserved', -take)
+      end
+    end
   else
-    -- Expired meanwhile (released by an admission): charge the usage; a counter recreated
-    -- here gets an expiry.
-    if actual > 0 then redis.call('HINCRBY', k, 'used', actual) end
-    if redis.call('PTTL', k) == -1 then redis.call('PEXPIRE', k, keep) end
+    -- 'x': lease `id` is given back: what its requests did not consume is released.
+    if redis.call('ZREM', k .. ':r', id .. ':L:' .. amount) == 1 then
+      local cf = 'c:' .. id
+      local left = tonumber(amount) - tonumber(redis.call('HGET', k, cf) or '0')
+      redis.call('HDEL', k, cf)
+      if redis.call('HINCRBY', k, 'reserved', -left) < 0 then redis.call('HSET', k, 'reserved', 0) end
+    end
   end
+  if actual > 0 then redis.call('HINCRBY', k, 'used', actual) end
+  -- A counter recreated here (its period over, or Redis restarted) gets an expiry.
+  if redis.call('PTTL', k) == -1 then redis.call('PEXPIRE', k, keep) end
 end
 return 1
 )lua";

@@ -14,9 +14,13 @@ namespace sluice::limits {
 extern const std::string_view kAdmitScript;
 
 // Settles a batch. KEYS[i]: quota counter with its period suffix. ARGV[1]: how long a
-// counter recreated by a late settlement is kept (ms); then 3 per key: reservation id,
-// amount reserved, tokens actually used. Releases each reservation still held and
-// charges the usage.
+// counter recreated by a late settlement is kept (ms); then 3 per key: "<op>:<id>",
+// amount, tokens actually used, where op is
+//   r  a request's reservation (amount = what it reserved): released;
+//   c  a request served from lease <id> (amount = the lease's size): its usage leaves
+//      the lease's holding;
+//   x  lease <id> given back (amount = its size; used = 0): the rest of it is released.
+// Every entry charges its usage.
 extern const std::string_view kSettleScript;
 
 }  // namespace sluice::limits

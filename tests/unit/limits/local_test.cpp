@@ -57,7 +57,7 @@ Verdict admit1(LocalCounters& lc, const Check& c, std::int64_t now, std::string_
 
 // The Reserved entry a request gets for quota check `c` admitted at `v`.
 Reserved reserved_of(const Check& c, const Verdict& v, std::size_t i = 0) {
-  return Reserved{c.key + ":" + std::to_string(v.results[i].period), c.cost};
+  return Reserved{c.key + ":" + std::to_string(v.results[i].period), c.cost, {}, 0};
 }
 
 int count_allowed(LocalCounters& lc, const Check& c, std::int64_t now, int attempts) {
@@ -501,7 +501,7 @@ TEST(LocalAdmit, RefusedRequestReservesNoTokens) {
   EXPECT_EQ(v.denied, 1);
   EXPECT_EQ(v.results[0].remaining, 60);
   // "b" took nothing: 60 left, and settling "b" finds no reservation to release.
-  lc.settle(Reserved{q.key + ":" + std::to_string(T / 60'000), 40}, "b", 0, T + 2);
+  lc.settle(Reserved{q.key + ":" + std::to_string(T / 60'000), 40, {}, 0}, "b", 0, T + 2);
   EXPECT_FALSE(admit1(lc, quota("q", 100, 60'000, 61, 120'000), T + 3, "c").allowed);
   EXPECT_TRUE(admit1(lc, quota("q", 100, 60'000, 60, 120'000), T + 3, "c").allowed);
 }
