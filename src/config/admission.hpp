@@ -62,8 +62,8 @@ struct TokenLimit {
   QuotaPeriod per = QuotaPeriod::minute;
   DownPolicy on_redis_down = DownPolicy::inherit;
   // Redis backend: tokens a process may reserve in advance and hand out to its requests.
-  // -1 = auto (for limits of a million tokens or more: limit / 1000, at most 64 requests'
-  // worth); 0 = off.
+  // -1 = auto (for limits of a million tokens or more: limit / 1000, at most 1024
+  // requests' worth); 0 = off.
   std::int64_t lease = -1;
 };
 

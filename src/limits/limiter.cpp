@@ -233,6 +233,11 @@ class LeaseTable {
     if (q.inflight == 0 && (q.retired || Clock::now() >= q.valid_until)) give_back(it);
   }
 
+  bool has_releases() {
+    std::lock_guard lock(mu_);
+    return !releases_.empty();
+  }
+
   // Leases given back since the last call (the caller settles them).
   std::vector<Release> take_releases() {
     std::lock_guard lock(mu_);
@@ -347,7 +352,7 @@ void Limiter::plan(const config::ApiKey& key, std::string_view model, std::int64
     c.extra = rl.reservation_ttl.count();
     c.key = counter_key(prefix, l.scope, key, model, rule_names_[rl.requests.size() + i]);
     c.lease = l.lease >= 0 ? l.lease
-              : l.limit >= 1'000'000 ? std::min<std::int64_t>(l.limit / 1000, 64 * c.cost) : 0;
+              : l.limit >= 1'000'000 ? std::min<std::int64_t>(l.limit / 1000, 1024 * c.cost) : 0;
     c.on_redis_down = l.on_redis_down;
     c.id = &l.id;
     out.push_back(std::move(c));
@@ -428,13 +433,50 @@ Limiter::Totals Limiter::totals() const {
 
 // Settlements waiting for the next batch, and whether a batch is in flight.
 struct WorkerLimiter::SettleQueue {
-  std::vector<std::string> keys;
-  std::vector<std::string> args;  // per key: reservation id, amount, actual
+  struct Entry {
+    std::string key;     // quota counter with its period
+    std::string tag;     // "r:<reservation id>", "c:<lease id>" or "x:<lease id>"
+    std::int64_t amount = 0;
+    std::int64_t actual = 0;
+  };
+  std::vector<Entry> entries;
+  // Pending "c" entry per lease: the usage of its requests adds up into one entry.
+  std::unordered_map<std::string, std::size_t> lease_entry;
   bool flushing = false;
-  bool stopped = false;           // the worker is gone: stop waiting for Redis
-  // Kept while Redis is down, up to this many keys; beyond, the oldest are dropped (their
-  // reservations expire on their own, the usage goes uncharged; counted).
-  static constexpr std::size_t kMaxKeys = 100000;
+  bool stopped = false;  // the worker is gone: stop waiting for Redis
+  // Kept while Redis is down, up to this many entries; beyond, the oldest are dropped
+  // (their reservations expire on their own, the usage goes uncharged; counted).
+  static constexpr std::size_t kMaxEntries = 100000;
+
+  std::size_t sending = 0;  // the first `sending` entries are in a script call now
+
+  void push(std::string key, std::string tag, std::int64_t amount, std::int64_t actual) {
+    if (tag[0] == 'c') {
+      auto [it, fresh] = lease_entry.try_emplace(tag, entries.size());
+      if (!fresh && it->second >= sending) {
+        entries[it->second].actual += actual;
+        return;
+      }
+      it->second = entries.size();  // (an entry being sent is not changed)
+    }
+    entries.push_back({std::move(key), std::move(tag), amount, actual});
+  }
+  // The first n entries left (sent).
+  void pop(std::size_t n) {
+    sending = 0;
+    erase(0, n);
+  }
+  // Drops the oldest n entries not being sent (the queue is full).
+  void drop(std::size_t n) { erase(sending, n); }
+  void erase(std::size_t from, std::size_t n) {
+    n = std::min(n, entries.size() - from);
+    entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(from),
+                  entries.begin() + static_cast<std::ptrdiff_t>(from + n));
+    lease_entry.clear();
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      if (entries[i].tag[0] == 'c') lease_entry.emplace(entries[i].tag, i);
+    }
+  }
 };
 
 WorkerLimiter::WorkerLimiter(Limiter& owner, net::any_io_executor ex) : owner_(owner), ex_(std::move(ex)) {
@@ -459,7 +501,7 @@ WorkerLimiter::WorkerLimiter(Limiter& owner, net::any_io_executor ex) : owner_(o
             co_await t.async_wait(net::as_tuple(net::use_awaitable));
             if (q->stopped) co_return;  // `this` is gone
             queue_releases();
-            if (!q->keys.empty() && !q->flushing) flush_settlements();
+            if (!q->entries.empty() && !q->flushing) flush_settlements();
           }
         },
         net::detached);
@@ -633,37 +675,27 @@ void WorkerLimiter::settle(Admission& a, std::int64_t actual) {
     return;
   }
   auto& q = *settles_;
-  if (q.keys.size() + reserved.size() > SettleQueue::kMaxKeys) {
-    const std::size_t drop = std::min(q.keys.size(), q.keys.size() + reserved.size() - SettleQueue::kMaxKeys);
-    q.keys.erase(q.keys.begin(), q.keys.begin() + static_cast<std::ptrdiff_t>(drop));
-    q.args.erase(q.args.begin(), q.args.begin() + static_cast<std::ptrdiff_t>(3 * drop));
+  if (q.entries.size() + reserved.size() > SettleQueue::kMaxEntries) {
+    const std::size_t drop = std::min(q.entries.size(), q.entries.size() + reserved.size() - SettleQueue::kMaxEntries);
+    q.drop(drop);
     Stats::bump(stats_->settle_errors, drop);
   }
   for (auto& r : reserved) {
     if (!r.lease.empty()) {
       owner_.leases_->settle_quota(r, actual);
-      q.args.push_back("c:" + r.lease);
-      q.args.push_back(std::to_string(r.lease_size));
+      q.push(std::move(r.key), "c:" + r.lease, r.lease_size, actual);
     } else {
-      q.args.push_back("r:" + a.reservation_id);
-      q.args.push_back(std::to_string(r.amount));
+      q.push(std::move(r.key), "r:" + a.reservation_id, r.amount, actual);
     }
-    q.keys.push_back(std::move(r.key));
-    q.args.push_back(std::to_string(actual));
   }
-  queue_releases();
+  if (owner_.leases_->has_releases()) queue_releases();
   if (!q.flushing) flush_settlements();
 }
 
 // Leases that ended and whose requests all settled: what is left of them goes back.
 void WorkerLimiter::queue_releases() {
   auto& q = *settles_;
-  for (auto& x : owner_.leases_->take_releases()) {
-    q.keys.push_back(std::move(x.key));
-    q.args.push_back("x:" + x.id);
-    q.args.push_back(std::to_string(x.size));
-    q.args.push_back("0");
-  }
+  for (auto& x : owner_.leases_->take_releases()) q.push(std::move(x.key), "x:" + x.id, x.size, 0);
 }
 
 // One script call for everything queued; when it is answered, the next batch (what was
@@ -681,19 +713,27 @@ void WorkerLimiter::flush_settlements() {
        keep = std::to_string(owner_.cfg_->rate_limits.reservation_ttl.count())]() -> net::awaitable<void> {
         constexpr std::size_t kMaxBatch = 512;  // keys per script call
         net::steady_timer wait{co_await net::this_coro::executor};
-        while (!q->keys.empty() && !q->stopped) {
+        while (!q->entries.empty() && !q->stopped) {
           if (!redis->up()) {
             wait.expires_after(retry);
             co_await wait.async_wait(net::as_tuple(net::use_awaitable));
             continue;
           }
-          const std::size_t n = std::min(q->keys.size(), kMaxBatch);
-          std::vector<std::string> keys(q->keys.begin(), q->keys.begin() + static_cast<std::ptrdiff_t>(n));
-          std::vector<std::string> args;
+          const std::size_t n = std::min(q->entries.size(), kMaxBatch);
+          std::vector<std::string> keys, args;
+          keys.reserve(n);
           args.reserve(1 + 3 * n);
           args.push_back(keep);
-          args.insert(args.end(), q->args.begin(), q->args.begin() + static_cast<std::ptrdiff_t>(3 * n));
+          for (std::size_t i = 0; i < n; ++i) {
+            const auto& e = q->entries[i];
+            keys.push_back(e.key);
+            args.push_back(e.tag);
+            args.push_back(std::to_string(e.amount));
+            args.push_back(std::to_string(e.actual));
+          }
+          q->sending = n;
           auto r = co_await redis->eval(*script, std::move(keys), std::move(args));
+          q->sending = 0;
           // Never sent: kept, and tried again a moment later (once Redis is up). Sent but
           // unanswered (a timeout, a lost connection): it may have run, and running it twice
           // would charge twice, so it is dropped like a refused one.
@@ -703,8 +743,7 @@ void WorkerLimiter::flush_settlements() {
             continue;
           }
           // Settlements queued meanwhile were appended: only these n leave the queue.
-          q->keys.erase(q->keys.begin(), q->keys.begin() + static_cast<std::ptrdiff_t>(n));
-          q->args.erase(q->args.begin(), q->args.begin() + static_cast<std::ptrdiff_t>(3 * n));
+          q->pop(n);
           if (!r.ok() || r.reply->is_error()) Stats::bump(stats->settle_errors, n);
         }
         q->flushing = false;
