@@ -524,7 +524,8 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
   bool any_quota = false;
   for (const auto& c : checks) any_quota |= c.kind == Kind::quota;
   // Generated here, never the client's X-Request-Id: a repeated id would merge reservations.
-  const std::string res_id = any_quota ? new_request_id() : std::string();
+  // Not needed when leases serve the request.
+  std::string res_id;
 
   if (redis_ && redis_->up()) {
     // Leases: only when every limit of the request can be leased (request limits far from
@@ -551,6 +552,7 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
         if (t) t->release(*checks);
       }
     } unclaim{leasable ? owner_.leases_.get() : nullptr, &checks};
+    if (any_quota) res_id = new_request_id();
     std::vector<std::string> keys, args;
     keys.reserve(checks.size());
     args.reserve(1 + checks.size() * 6);
@@ -604,6 +606,7 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
   }
   const auto now = unix_ms();
   if ((++admits_ & 4095) == 0) owner_.local_.sweep(now);
+  if (any_quota && res_id.empty()) res_id = new_request_id();
   auto v = owner_.local_.admit(checks, res_id, now);
   Stats::bump(stats_->by_local);
   auto a = finish(checks, v, Counted::local);
@@ -712,7 +715,12 @@ void WorkerLimiter::flush_settlements() {
        retry = owner_.cfg_->redis.retry_interval,
        keep = std::to_string(owner_.cfg_->rate_limits.reservation_ttl.count())]() -> net::awaitable<void> {
         constexpr std::size_t kMaxBatch = 512;  // keys per script call
+        constexpr std::chrono::milliseconds kSettleDelay{5};
         net::steady_timer wait{co_await net::this_coro::executor};
+        // Settlements are not urgent (the reservations hold the tokens meanwhile): gathering
+        // them for a few milliseconds makes one script call carry many.
+        wait.expires_after(kSettleDelay);
+        co_await wait.async_wait(net::as_tuple(net::use_awaitable));
         while (!q->entries.empty() && !q->stopped) {
           if (!redis->up()) {
             wait.expires_after(retry);
