@@ -123,7 +123,9 @@ describe('leases: units taken from Redis in advance, admitted without a Redis ca
       await redis.raw('FLUSHALL');
       const limit = 2000;
       const lease = 20;
-      const rl = { backend: 'redis', requests: [{ scope: 'tenant', algorithm, limit, window: '1h', lease }] };
+      // A day's window: the bucket refills about 0.1 request during the run, so the limit
+      // is what the run can get.
+      const rl = { backend: 'redis', requests: [{ scope: 'tenant', algorithm, limit, window: '24h', lease }] };
       const gws = await Promise.all([0, 1, 2].map(() => startGateway(limitsConfig(redis, rl))));
       try {
         const counts = {};
