@@ -55,13 +55,12 @@ Gate::Gate(const config::Config& cfg) : cfg_(cfg) {
 
 Gate::~Gate() = default;
 
-Gate::Need Gate::need(const config::ApiKey& key, std::string_view alias) const {
+Gate::Need Gate::need(const config::ApiKey& key, const std::string& alias) const {
   Need n;
   if (!active_) return n;
   if (auto it = key_slots_.find(key.name); it != key_slots_.end()) n.slots[0] = it->second.get();
-  const std::string a(alias);
-  if (auto it = model_slots_.find(a); it != model_slots_.end()) n.slots[1] = it->second.get();
-  if (auto b = backend_of_alias_.find(a); b != backend_of_alias_.end()) n.slots[2] = backend_slots_.at(b->second).get();
+  if (auto it = model_slots_.find(alias); it != model_slots_.end()) n.slots[1] = it->second.get();
+  if (auto b = backend_of_alias_.find(alias); b != backend_of_alias_.end()) n.slots[2] = backend_slots_.at(b->second).get();
   return n;
 }
 

@@ -57,7 +57,7 @@ class Gate {
   explicit Gate(const config::Config& cfg);
   ~Gate();
 
-  Need need(const config::ApiKey& key, std::string_view alias) const;
+  Need need(const config::ApiKey& key, const std::string& alias) const;
   // The class a request waits in: X-Priority if given and not above the key's own
   // class (from `priority:` or its tier), else the key's class.
   Priority priority(const config::ApiKey& key, std::string_view header) const;

@@ -413,20 +413,9 @@ Limiter::Totals Limiter::totals() const {
   std::lock_guard lock(mu_);
   for (const auto* w : workers_) {
     const Stats& s = w->stats();
-    auto get = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-    t.allowed += get(s.allowed);
-    t.rate_limited += get(s.rate_limited);
-    t.token_limited += get(s.token_limited);
-    t.quota_exceeded += get(s.quota_exceeded);
-    t.unavailable += get(s.unavailable);
-    t.by_redis += get(s.by_redis);
-    t.by_local += get(s.by_local);
-    t.by_lease += get(s.by_lease);
-    t.redis_errors += get(s.redis_errors);
-    t.settle_errors += get(s.settle_errors);
-    t.tokens_reserved += get(s.tokens_reserved);
-    t.tokens_charged += get(s.tokens_charged);
-    t.tokens_refunded += get(s.tokens_refunded);
+#define SLUICE_LIMITER_SUM(name) t.name += s.name.load(std::memory_order_relaxed);
+    SLUICE_LIMITER_COUNTERS(SLUICE_LIMITER_SUM)
+#undef SLUICE_LIMITER_SUM
   }
   return t;
 }

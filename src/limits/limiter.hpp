@@ -49,11 +49,16 @@ struct Admission {
   bool allowed() const { return reason == Reason::ok; }
 };
 
-// Counters of one worker, summed at scrape.
+// Counters of the limiter, one set per worker, summed at scrape.
+#define SLUICE_LIMITER_COUNTERS(X)                                                           \
+  X(allowed) X(rate_limited) X(token_limited) X(quota_exceeded) X(unavailable)               \
+  X(by_redis) X(by_local) X(by_lease) X(redis_errors) X(settle_errors)                       \
+  X(tokens_reserved) X(tokens_charged) X(tokens_refunded)
+
 struct Stats {
-  std::atomic<std::uint64_t> allowed{0}, rate_limited{0}, token_limited{0}, quota_exceeded{0}, unavailable{0};
-  std::atomic<std::uint64_t> by_redis{0}, by_local{0}, by_lease{0}, redis_errors{0}, settle_errors{0};
-  std::atomic<std::uint64_t> tokens_reserved{0}, tokens_charged{0}, tokens_refunded{0};
+#define SLUICE_LIMITER_ATOMIC(name) std::atomic<std::uint64_t> name{0};
+  SLUICE_LIMITER_COUNTERS(SLUICE_LIMITER_ATOMIC)
+#undef SLUICE_LIMITER_ATOMIC
   static void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
     c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);  // one writer
   }
@@ -92,9 +97,9 @@ class Limiter {
   Status status() const;
   // Sums of every worker's counters.
   struct Totals {
-    std::uint64_t allowed = 0, rate_limited = 0, token_limited = 0, quota_exceeded = 0, unavailable = 0;
-    std::uint64_t by_redis = 0, by_local = 0, by_lease = 0, redis_errors = 0, settle_errors = 0;
-    std::uint64_t tokens_reserved = 0, tokens_charged = 0, tokens_refunded = 0;
+#define SLUICE_LIMITER_TOTAL(name) std::uint64_t name = 0;
+    SLUICE_LIMITER_COUNTERS(SLUICE_LIMITER_TOTAL)
+#undef SLUICE_LIMITER_TOTAL
   };
   Totals totals() const;
 
