@@ -600,7 +600,6 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
   Stats::bump(stats_->by_local);
   auto a = finish(checks, v, Counted::local);
   a.reservation_id = res_id;
-  a.degraded = redis_ != nullptr;
   co_return a;
 }
 

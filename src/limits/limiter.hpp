@@ -41,7 +41,6 @@ struct Admission {
   std::int64_t retry_after_ms = 0;
   HeaderLimit requests, tokens;
   Counted counted = Counted::none;
-  bool degraded = false;       // counted per instance because Redis is down
   // Token reservations to settle.
   std::string reservation_id;
   std::int64_t reserved_tokens = 0;
