@@ -413,6 +413,9 @@ class Loader {
   bool parse_limit_common(const YAML::Node& n, const std::string& path, Fields& f, LimitScope& scope,
                           LimitMatch& when, DownPolicy& down, std::int64_t& limit);
   void parse_concurrency(const YAML::Node& n, Config& c);
+  void parse_history(const YAML::Node& n, Config& c);
+  void parse_events(const YAML::Node& n, Config& c);
+  std::string resolve_path(const std::string& p) const;
   bool get_priority(const YAML::Node& n, const std::string& path, Priority& out);
   bool get_lease(const YAML::Node& n, const std::string& path, long long max, std::int64_t& out);
   void apply_env(Config& c);
@@ -1132,6 +1135,83 @@ void Loader::parse_concurrency(const YAML::Node& n, Config& c) {
   }
 }
 
+std::string Loader::resolve_path(const std::string& p) const {
+  if (p.empty() || p == "-") return p;
+  fs::path path(p);
+  if (path.is_relative()) path = base_dir_ / path;
+  return path.lexically_normal().string();
+}
+
+bool is_postgres_url(std::string_view u) {
+  return u.starts_with("postgres://") || u.starts_with("postgresql://");
+}
+
+void Loader::parse_history(const YAML::Node& n, Config& c) {
+  Fields f;
+  if (n.IsNull() || !fields(n, "history",
+                            {"backend", "path", "url", "batch_rows", "flush_interval", "queue_size", "retry_interval",
+                             "connect_timeout", "retention_days"},
+                            f)) {
+    return;
+  }
+  auto& h = c.history;
+  bool backend_set = false;
+  if (auto v = get(f, "backend")) {
+    std::string name;
+    if (get_string(*v, "history.backend", name)) {
+      backend_set = true;
+      if (name == "sqlite") h.backend = HistoryBackend::sqlite;
+      else if (name == "postgres" || name == "postgresql") h.backend = HistoryBackend::postgres;
+      else if (name == "none" || name == "off") h.backend = HistoryBackend::none;
+      else error("history.backend", line_of(*v), "unknown backend " + q(name) + " (expected sqlite, postgres or none)");
+    }
+  }
+  if (auto v = get(f, "path")) {
+    if (get_string(*v, "history.path", h.sqlite_path)) h.sqlite_path = resolve_path(h.sqlite_path);
+  }
+  if (auto v = get(f, "url")) {
+    if (get_string(*v, "history.url", h.url) && !h.url.empty()) {
+      if (!is_postgres_url(h.url)) error("history.url", line_of(*v), "expected a postgres:// or postgresql:// URL");
+      else if (!backend_set) h.backend = HistoryBackend::postgres;
+    }
+  }
+  if (auto v = get(f, "batch_rows")) get_int(*v, "history.batch_rows", 1, 100'000, h.batch_rows);
+  if (auto v = get(f, "flush_interval")) get_duration(*v, "history.flush_interval", Millis{1}, h.flush_interval);
+  if (auto v = get(f, "queue_size")) get_int(*v, "history.queue_size", 1, 10'000'000, h.queue_size);
+  if (auto v = get(f, "retry_interval")) get_duration(*v, "history.retry_interval", Millis{1}, h.retry_interval);
+  if (auto v = get(f, "connect_timeout")) get_duration(*v, "history.connect_timeout", Millis{1}, h.connect_timeout);
+  if (auto v = get(f, "retention_days")) get_int(*v, "history.retention_days", 0, 100'000, h.retention_days);
+}
+
+void Loader::parse_events(const YAML::Node& n, Config& c) {
+  Fields f;
+  if (n.IsNull() || !fields(n, "events",
+                            {"brokers", "topic", "fallback_file", "queue_messages", "linger", "delivery_timeout",
+                             "include_completed"},
+                            f)) {
+    return;
+  }
+  auto& e = c.events;
+  if (auto v = get(f, "brokers")) {
+    if (get_string(*v, "events.brokers", e.brokers)) e.enabled = !e.brokers.empty();
+  }
+  if (auto v = get(f, "topic")) {
+    if (get_string(*v, "events.topic", e.topic)) {
+      const bool ok = !e.topic.empty() && e.topic.size() <= 249 &&
+                      e.topic.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") ==
+                          std::string::npos;
+      if (!ok) error("events.topic", line_of(*v), "a Kafka topic is 1-249 characters of [a-zA-Z0-9._-]");
+    }
+  }
+  if (auto v = get(f, "fallback_file")) {
+    if (get_string(*v, "events.fallback_file", e.fallback_file)) e.fallback_file = resolve_path(e.fallback_file);
+  }
+  if (auto v = get(f, "queue_messages")) get_int(*v, "events.queue_messages", 1, 10'000'000, e.queue_messages);
+  if (auto v = get(f, "linger")) get_duration(*v, "events.linger", Millis{0}, e.linger);
+  if (auto v = get(f, "delivery_timeout")) get_duration(*v, "events.delivery_timeout", Millis{1}, e.delivery_timeout);
+  if (auto v = get(f, "include_completed")) get_bool(*v, "events.include_completed", e.include_completed);
+}
+
 void Loader::apply_env(Config& c) {
   if (auto v = getenv("SLUICE_LISTEN")) {
     std::string host;
@@ -1175,6 +1255,20 @@ void Loader::apply_env(Config& c) {
     if (!parse_redis_url(*v, &err)) error("env SLUICE_REDIS_URL", 0, err);
     else c.redis.url = *v;
   }
+  if (auto v = getenv("SLUICE_DATA_DIR")) c.data_dir = *v;
+  if (auto v = getenv("SLUICE_DATABASE_URL")) {
+    if (!is_postgres_url(*v)) error("env SLUICE_DATABASE_URL", 0, "expected a postgres:// or postgresql:// URL");
+    else { c.history.url = *v; c.history.backend = HistoryBackend::postgres; }
+  }
+  if (auto v = getenv("SLUICE_HISTORY_BACKEND")) {
+    const std::string_view b = trim(*v);
+    if (b == "sqlite") c.history.backend = HistoryBackend::sqlite;
+    else if (b == "postgres" || b == "postgresql") c.history.backend = HistoryBackend::postgres;
+    else if (b == "none" || b == "off") c.history.backend = HistoryBackend::none;
+    else error("env SLUICE_HISTORY_BACKEND", 0, "unknown backend " + q(b) + " (expected sqlite, postgres or none)");
+  }
+  if (auto v = getenv("SLUICE_KAFKA_BROKERS")) { c.events.brokers = *v; c.events.enabled = true; }
+  if (auto v = getenv("SLUICE_KAFKA_TOPIC")) c.events.topic = *v;
   if (auto v = getenv("SLUICE_RATE_LIMIT_BACKEND")) {
     const std::string_view b = trim(*v);
     auto& rl = c.rate_limits;
@@ -1221,6 +1315,11 @@ void Loader::apply_env(Config& c) {
 }
 
 void Loader::validate(Config& c, const YAML::Node* models_node) {
+  if (c.history.backend == HistoryBackend::postgres && c.history.url.empty()) {
+    error("history.url", 0, "backend postgres needs a URL (history.url or SLUICE_DATABASE_URL)");
+  }
+  if (c.history.sqlite_path.empty()) c.history.sqlite_path = (fs::path(c.data_dir) / "history.db").string();
+  if (c.events.fallback_file.empty()) c.events.fallback_file = (fs::path(c.data_dir) / "events-fallback.jsonl").string();
   if (c.routes.empty()) {
     error("models", models_node ? line_of(*models_node) : 0, "at least one route is required");
   }
@@ -1308,7 +1407,8 @@ LoadResult Loader::run(const YAML::Node& root) {
     } else {
       fields(root, "",
              {"instance", "listen", "workers", "limits", "timeouts", "access_log", "keys", "keys_file", "models",
-              "params", "options", "redis", "rate_limits", "concurrency", "tokenizer_dir"},
+              "params", "options", "redis", "rate_limits", "concurrency", "tokenizer_dir", "data_dir", "history",
+              "events"},
              f);
     }
   }
@@ -1336,6 +1436,14 @@ LoadResult Loader::run(const YAML::Node& root) {
     }
   }
   if (auto v = get(f, "concurrency")) parse_concurrency(*v, *c);
+  if (auto v = get(f, "data_dir")) {
+    if (get_string(*v, "data_dir", c->data_dir)) {
+      if (c->data_dir.empty()) error("data_dir", line_of(*v), "must not be empty (omit it for the default, ./data)");
+      else c->data_dir = resolve_path(c->data_dir);
+    }
+  }
+  if (auto v = get(f, "history")) parse_history(*v, *c);
+  if (auto v = get(f, "events")) parse_events(*v, *c);
   if (auto v = get(f, "access_log")) {
     if (v->IsNull()) error("access_log", line_of(*v), "expected a string (\"-\" = stdout, \"\" = off, or a path), got nothing (null)");
     else get_string(*v, "access_log", c->access_log);
@@ -1452,6 +1560,15 @@ std::optional<Priority> priority_from_name(std::string_view n) noexcept {
   if (n == "premium") return Priority::premium;
   if (n == "vip") return Priority::vip;
   return std::nullopt;
+}
+
+std::string_view to_string(HistoryBackend b) noexcept {
+  switch (b) {
+    case HistoryBackend::none: return "none";
+    case HistoryBackend::sqlite: return "sqlite";
+    case HistoryBackend::postgres: return "postgres";
+  }
+  return "?";
 }
 
 std::string_view to_string(Provider p) noexcept {

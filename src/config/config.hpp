@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/admission.hpp"
+#include "config/records.hpp"
 
 namespace sluice::config {
 
@@ -113,6 +114,10 @@ struct Config {
   RateLimits rate_limits;
   RedisSettings redis;
   Concurrency concurrency;
+  // Files the gateway writes (history.db, the events fallback file); created if missing.
+  std::string data_dir = "data";
+  HistorySettings history;
+  EventSettings events;
 
   const Route* find_route(std::string_view alias) const noexcept;
   const ApiKey* find_key(std::string_view secret) const noexcept;

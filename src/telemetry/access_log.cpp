@@ -95,7 +95,44 @@ void append_json(std::string& o, const RequestRecord& r) {
   if (!r.priority.empty()) field(o, ",\"priority\":", r.priority);
   if (r.queue_ms >= 0) field_num(o, ",\"queue_ms\":", r.queue_ms);
   if (r.reserved_tokens >= 0) field_int(o, ",\"reserved_tokens\":", r.reserved_tokens);
+  if (r.temperature >= 0) field_num(o, ",\"temperature\":", r.temperature);
+  if (r.top_p >= 0) field_num(o, ",\"top_p\":", r.top_p);
+  if (r.max_tokens >= 0) field_int(o, ",\"max_tokens\":", r.max_tokens);
+  if (r.num_ctx >= 0) field_int(o, ",\"num_ctx\":", r.num_ctx);
+  if (r.num_gpu >= 0) field_int(o, ",\"num_gpu\":", r.num_gpu);
+  if (r.num_batch >= 0) field_int(o, ",\"num_batch\":", r.num_batch);
   o += '}';
+}
+
+std::string_view to_string(EventType t) noexcept {
+  switch (t) {
+    case EventType::completed: return "request.completed";
+    case EventType::rate_limited: return "request.rate_limited";
+    case EventType::auth_failed: return "request.auth_failed";
+    case EventType::error: return "request.error";
+  }
+  return "request.error";
+}
+
+EventType event_type(const RequestRecord& r) noexcept {
+  switch (r.reason) {
+    case Reason::ok:
+    case Reason::client_closed:  // served until the client left
+      return EventType::completed;
+    case Reason::missing_key:
+    case Reason::invalid_key:
+    case Reason::model_not_allowed:
+      return EventType::auth_failed;
+    case Reason::rate_limited:
+    case Reason::token_limit_exceeded:
+    case Reason::quota_exceeded:
+    case Reason::queue_full:
+    case Reason::queue_timeout:
+    case Reason::limiter_unavailable:
+      return EventType::rate_limited;
+    default:
+      return r.status > 0 && r.status < 400 ? EventType::completed : EventType::error;
+  }
 }
 
 std::string to_json(const RequestRecord& r) {

@@ -42,6 +42,27 @@ struct RequestRecord {
   std::string_view priority;       // queue class the request was served in
   double queue_ms = -1;            // time waited in the concurrency gate's queue
   std::int64_t reserved_tokens = -1;
+  // Request options worth grouping by in the history (-1 = not set by the client).
+  double temperature = -1;
+  double top_p = -1;
+  std::int64_t max_tokens = -1;    // max_completion_tokens / max_tokens / options.num_predict
+  std::int64_t num_ctx = -1;       // Ollama-style options
+  std::int64_t num_gpu = -1;
+  std::int64_t num_batch = -1;
+};
+
+// The fields above, by event type: what the event stream sends.
+enum class EventType : std::uint8_t { completed, rate_limited, auth_failed, error };
+std::string_view to_string(EventType) noexcept;  // "request.completed"...
+EventType event_type(const RequestRecord& r) noexcept;
+
+// A consumer of finished requests besides the access log (history, events). consume()
+// runs on the access log's thread, never on a worker; it must not block for long: it
+// queues (or drops and counts) and returns.
+class RecordSink {
+ public:
+  virtual ~RecordSink() = default;
+  virtual void consume(const RequestRecord& r) = 0;
 };
 
 // One JSON object, no trailing newline.
