@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <thread>
@@ -61,7 +62,11 @@ class GatewayImpl final : public Gateway {
     const auto& c = *shared_.cfg;
     access_log_ = std::make_unique<telemetry::AccessLog>(c.access_log);
     shared_.access_log = access_log_.get();
-    for (const auto& k : c.keys) shared_.keys.emplace(k.key, Shared::KeyEntry{&k, mask_key(k.key)});
+    metrics_ = make_metrics(c);
+    shared_.metrics = metrics_.get();
+    for (const auto& k : c.keys) {
+      shared_.keys.emplace(k.key, Shared::KeyEntry{&k, mask_key(k.key), metrics_->tier_index(k.tier)});
+    }
     limiter_ = std::make_unique<limits::Limiter>(shared_.cfg);
     shared_.limiter = limiter_.get();
     gate_ = std::make_unique<limits::Gate>(c);
@@ -101,6 +106,8 @@ class GatewayImpl final : public Gateway {
       up.target.ca_file = up.backend.ca_file;
       if (!up.backend.api_key.empty()) up.authorization = "Bearer " + up.backend.api_key;
       up.label = up.backend.host + ":" + std::to_string(up.backend.port);
+      up.metrics_model = metrics_->model_index(route.alias);
+      up.metrics_backend = metrics_->backend_index(backend_label(route.backend));
       shared_.upstreams.emplace(route.alias, std::move(up));
     }
 
@@ -172,7 +179,28 @@ class GatewayImpl final : public Gateway {
   }
 
  private:
+  // The backend label of the metrics: the configured host:port (for the embedded
+  // simulator, "simulated:<model>", since its port is only known once it runs).
+  static std::string backend_label(const config::Backend& b) {
+    if (b.provider == config::Provider::simulated) return "simulated:" + b.model;
+    return b.host + ":" + std::to_string(b.port);
+  }
+
+  static std::unique_ptr<telemetry::Metrics> make_metrics(const config::Config& c) {
+    std::vector<std::string> models, tiers, backends;
+    auto add = [](std::vector<std::string>& v, std::string s) {
+      if (std::find(v.begin(), v.end(), s) == v.end()) v.push_back(std::move(s));
+    };
+    for (const auto& r : c.routes) {
+      add(models, r.alias);
+      add(backends, backend_label(r.backend));
+    }
+    for (const auto& k : c.keys) add(tiers, k.tier);
+    return std::make_unique<telemetry::Metrics>(std::move(models), std::move(tiers), std::move(backends));
+  }
+
   Shared shared_;
+  std::unique_ptr<telemetry::Metrics> metrics_;
   std::unique_ptr<telemetry::AccessLog> access_log_;
   std::unique_ptr<limits::Limiter> limiter_;
   std::unique_ptr<limits::Gate> gate_;

@@ -43,6 +43,8 @@ struct Context {
   telemetry::RequestRecord rec;
   const config::ApiKey* key = nullptr;
   http::HeaderList headers;  // sent on every reply of this request
+  int metrics_model = -1;    // label indexes (telemetry::Metrics)
+  int metrics_tier = -1;
 };
 
 // The outcome of relaying one upstream answer.
@@ -63,6 +65,7 @@ class WorkerHandler {
   WorkerHandler(Shared& g, net::any_io_executor ex)
       : g_(g), cfg_(*g.cfg), client_(http::Client::create(ex, cfg_.upstream_pool_per_host)) {
     if (g.limiter && g.limiter->active()) limiter_ = g.limiter->make_worker(ex);
+    if (g.metrics) metrics_ = &g.metrics->add_worker();
   }
 
   awaitable<void> handle(http::Exchange& ex) {
@@ -96,6 +99,14 @@ class WorkerHandler {
       co_await ex.reply(std::move(r));
       co_return;
     }
+    // In flight from here until the coroutine ends, however it ends.
+    struct InFlight {
+      telemetry::Metrics::Worker* m;
+      ~InFlight() {
+        if (m) m->request_finished();
+      }
+    } in_flight{metrics_};
+    if (metrics_) metrics_->request_started();
     if (path == "/v1/chat/completions") {
       if (method != "POST") {
         co_await local_reply(ex, ctx, Reason::method_not_allowed, "use POST for /v1/chat/completions");
@@ -158,6 +169,7 @@ class WorkerHandler {
     ctx.rec.key_masked = it->second.masked;
     ctx.rec.tenant = ctx.key->tenant;
     ctx.rec.tier = ctx.key->tier;
+    ctx.metrics_tier = it->second.metrics_tier;
     return std::nullopt;
   }
 
@@ -219,6 +231,8 @@ class WorkerHandler {
       co_return;
     }
     const Upstream& up = it->second;
+    ctx.metrics_model = up.metrics_model;
+    record_options(creq, ctx.rec);
     ctx.rec.model = up.backend.model;
     ctx.rec.provider = config::to_string(up.route->backend.provider);
     ctx.rec.backend = up.label;
@@ -280,6 +294,7 @@ class WorkerHandler {
 
   static void add_ratelimit_headers(http::HeaderList& h, const limits::Admission& a) {
     const limits::HeaderLimit& main = a.requests.set ? a.requests : a.tokens;
+    h.reserve(h.size() + 9);
     if (main.set) {
       h.emplace_back("x-ratelimit-limit", std::to_string(main.limit));
       h.emplace_back("x-ratelimit-remaining", std::to_string(std::max<std::int64_t>(main.remaining, 0)));
@@ -325,8 +340,56 @@ class WorkerHandler {
     }
   }
 
+  // The request options worth grouping by in the history (set by the client only).
+  static void record_options(const llm::ChatRequest& creq, telemetry::RequestRecord& rec) {
+    auto num = [](const boost::json::object& o, std::string_view k, double& out) {
+      if (const auto* v = o.if_contains(k); v && v->is_number()) out = v->to_number<double>();
+    };
+    auto integer = [](const boost::json::object& o, std::string_view k, std::int64_t& out) {
+      if (const auto* v = o.if_contains(k); v && v->is_number()) out = static_cast<std::int64_t>(v->to_number<double>());
+    };
+    num(creq.body, "temperature", rec.temperature);
+    num(creq.body, "top_p", rec.top_p);
+    if (creq.max_tokens) rec.max_tokens = *creq.max_tokens;
+    if (const auto* o = creq.body.if_contains("options"); o && o->is_object()) {
+      const auto& opts = o->get_object();
+      num(opts, "temperature", rec.temperature);
+      num(opts, "top_p", rec.top_p);
+      if (rec.max_tokens < 0) integer(opts, "num_predict", rec.max_tokens);
+      integer(opts, "num_ctx", rec.num_ctx);
+      integer(opts, "num_gpu", rec.num_gpu);
+      integer(opts, "num_batch", rec.num_batch);
+    }
+  }
+
+  // Whether a finished upstream exchange failed (the upstream's fault, not the client's).
+  static bool upstream_failed(const telemetry::RequestRecord& r) {
+    switch (r.reason) {
+      case Reason::upstream_unreachable:
+      case Reason::upstream_bad_response:
+      case Reason::upstream_stream_failed:
+      case Reason::upstream_timeout:
+      case Reason::first_token_timeout:
+      case Reason::upstream_idle_timeout:
+        return true;
+      default:
+        return r.upstream_status >= 500 || (r.reason == Reason::upstream_error && r.upstream_status == 0);
+    }
+  }
+
   // Phases 7..13: the upstream call and the relay.
   awaitable<void> relay(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq, const Upstream& up) {
+    // Per-backend in flight, errors and time, however the exchange ends.
+    struct UpstreamMetrics {
+      telemetry::Metrics::Worker* m;
+      int backend;
+      const telemetry::RequestRecord& rec;
+      Clock::time_point t0 = Clock::now();
+      ~UpstreamMetrics() {
+        if (m) m->upstream_finished(backend, upstream_failed(rec), ms_since(t0) / 1000.0);
+      }
+    } upstream_metrics{metrics_, up.metrics_backend, ctx.rec};
+    if (metrics_) metrics_->upstream_started(up.metrics_backend);
     // Upstream request: the adapter rewrites the body; credentials and trace go in headers.
     auto call = up.wire == config::Provider::ollama ? llm::build_ollama_call(creq, up.backend)
                                                      : llm::build_openai_call(creq, up.backend);
@@ -687,6 +750,7 @@ class WorkerHandler {
 
   void record(Context& ctx) {
     ctx.rec.wall_ms = ms_since(ctx.start);
+    if (metrics_) metrics_->record(ctx.rec, ctx.metrics_model, ctx.metrics_tier);
     if (g_.access_log) g_.access_log->submit(std::move(ctx.rec));
   }
 
@@ -694,6 +758,7 @@ class WorkerHandler {
   const config::Config& cfg_;
   std::unique_ptr<http::Client> client_;
   std::unique_ptr<limits::WorkerLimiter> limiter_;  // null when no limit is configured
+  telemetry::Metrics::Worker* metrics_ = nullptr;
 };
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "limits/gate.hpp"
 #include "limits/limiter.hpp"
 #include "telemetry/access_log.hpp"
+#include "telemetry/metrics.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace sluice::gateway {
@@ -26,6 +27,8 @@ struct Upstream {
   http::Target target;
   std::string authorization;      // "Bearer ..." or empty
   std::string label;              // host:port, for logs
+  int metrics_model = -1;         // label indexes in telemetry::Metrics
+  int metrics_backend = -1;
 };
 
 struct Shared {
@@ -34,6 +37,7 @@ struct Shared {
   struct KeyEntry {
     const config::ApiKey* key;
     std::string masked;  // for logs, computed once
+    int metrics_tier = -1;
   };
   // By secret; looked up with a string_view (no allocation per request).
   struct StringHash {
@@ -43,6 +47,7 @@ struct Shared {
   std::unordered_map<std::string, KeyEntry, StringHash, std::equal_to<>> keys;
   std::string instance;
   telemetry::AccessLog* access_log = nullptr;
+  telemetry::Metrics* metrics = nullptr;
   limits::Limiter* limiter = nullptr;  // rate limits and token quotas
   limits::Gate* gate = nullptr;        // requests in flight, priority queue
   tokenizer::Counter tokens;           // exact BPE where rank files were found, else estimates

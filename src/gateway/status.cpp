@@ -11,27 +11,11 @@ namespace sluice::gateway {
 namespace {
 
 void metric(std::string& o, std::string_view name, std::string_view labels, double v) {
-  o += name;
-  if (!labels.empty()) {
-    o += '{';
-    o += labels;
-    o += '}';
-  }
-  char buf[32];
-  const int n = std::snprintf(buf, sizeof buf, " %.17g\n", v);
-  o.append(buf, static_cast<std::size_t>(n));
+  telemetry::metric_line(o, name, labels, v);
 }
 
 void help(std::string& o, std::string_view name, std::string_view type, std::string_view text) {
-  o += "# HELP ";
-  o += name;
-  o += ' ';
-  o += text;
-  o += "\n# TYPE ";
-  o += name;
-  o += ' ';
-  o += type;
-  o += '\n';
+  telemetry::metric_help(o, name, type, text);
 }
 
 std::string masked_redis_url(const std::string& url) {
@@ -43,7 +27,10 @@ std::string masked_redis_url(const std::string& url) {
 
 std::string render_metrics(const Shared& g) {
   std::string o;
-  o.reserve(8192);
+  o.reserve(16384);
+  if (g.metrics) g.metrics->render(o);
+  telemetry::render_process_metrics(o, SLUICE_VERSION);
+  telemetry::render_gpu_metrics(o);
   if (g.limiter) {
     const auto t = g.limiter->totals();
     const auto st = g.limiter->status();

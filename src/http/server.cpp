@@ -260,7 +260,10 @@ std::string ExchangeImpl::format_head(int status, std::string_view content_type,
   const auto& opts = s_.worker.server.opts;
   if (s_.worker.draining) keep_alive_ = false;
   std::string h;
-  h.reserve(256);
+  std::size_t size = 160 + opts.server_name.size() + content_type.size();
+  for (const auto& [k, v] : opts.extra_headers) size += k.size() + v.size() + 4;
+  for (const auto& [k, v] : headers) size += k.size() + v.size() + 4;
+  h.reserve(size);  // one allocation, however many headers
   h += http10_ ? "HTTP/1.0 " : "HTTP/1.1 ";
   h += std::to_string(status);
   h += ' ';

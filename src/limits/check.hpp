@@ -3,6 +3,7 @@
 // tested against a list of counters, all or nothing.
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/admission.hpp"
@@ -18,7 +19,9 @@ enum class Kind : std::uint8_t {
 
 struct Check {
   Kind kind = Kind::fixed_window;
-  std::string key;             // counter key, without the window or period suffix
+  // Counter key, without the window or period suffix. It points into storage that
+  // outlives the request (the worker's plan cache, or the caller's in tests).
+  std::string_view key;
   std::int64_t limit = 0;
   std::int64_t window_ms = 0;  // quota: period length; 0 = calendar month (UTC)
   std::int64_t cost = 1;       // requests: 1; quota: tokens reserved

@@ -6,6 +6,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <array>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <unordered_map>
@@ -80,14 +82,32 @@ std::string describe_window(std::int64_t ms) {
 }  // namespace
 
 std::string format_reset(std::int64_t ms) {
+  // Formatted in place: it is on every limited request's headers (twice).
+  char buf[48];
+  char* p = buf;
+  char* const end = buf + sizeof buf;
+  auto put = [&](std::int64_t v, char unit) {
+    p = std::to_chars(p, end - 2, v).ptr;  // (a 64-bit value always fits)
+    if (p < end - 1) *p++ = unit;
+  };
   if (ms < 0) ms = 0;
-  if (ms < 1000) return std::to_string(ms) + "ms";
+  if (ms < 1000) {
+    put(ms, 'm');
+    if (p < end) *p++ = 's';
+    return std::string(buf, p);
+  }
   std::int64_t s = (ms + 999) / 1000;
-  std::string out;
-  if (s >= 3600) { out += std::to_string(s / 3600) + "h"; s %= 3600; out += std::to_string(s / 60) + "m"; s %= 60; }
-  else if (s >= 60) { out += std::to_string(s / 60) + "m"; s %= 60; }
-  out += std::to_string(s) + "s";
-  return out;
+  if (s >= 3600) {
+    put(s / 3600, 'h');
+    s %= 3600;
+    put(s / 60, 'm');
+    s %= 60;
+  } else if (s >= 60) {
+    put(s / 60, 'm');
+    s %= 60;
+  }
+  put(s, 's');
+  return std::string(buf, p);
 }
 
 // What this process took from Redis in advance, shared by its workers.
@@ -101,6 +121,13 @@ std::string format_reset(std::int64_t ms) {
 //     settled, what is left is given back (each worker looks every second). If the
 //     process dies, it expires like any reservation.
 class LeaseTable {
+  struct Hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
+  template <class V>
+  using Map = std::unordered_map<std::string, V, Hash, std::equal_to<>>;
+
  public:
   using Clock = std::chrono::steady_clock;
   static constexpr std::chrono::milliseconds kQuotaLeaseLife{2000};
@@ -114,35 +141,44 @@ class LeaseTable {
   // Takes what the request needs from every check's lease, or nothing. Fills the headers
   // from the leases and, for quotas, what the request reserved.
   bool take(const std::vector<Check>& checks, Admission& a) {
+    // What each check draws on, found once (the counter keys are long: hashing them is
+    // most of the cost here).
+    constexpr std::size_t kMaxChecks = 16;
+    if (checks.size() > kMaxChecks) return false;  // (Redis decides those)
+    std::array<Units*, kMaxChecks> units{};
+    std::array<std::pair<const std::string*, QuotaLease*>, kMaxChecks> quotas{};
     const auto now = Clock::now();
     std::lock_guard lock(mu_);
-    for (const auto& c : checks) {
+    for (std::size_t i = 0; i < checks.size(); ++i) {
+      const Check& c = checks[i];
       if (c.kind == Kind::quota) {
         auto it = current_.find(c.key);
         if (it == current_.end()) return false;
-        const QuotaLease& q = quota_.at(it->second);
+        QuotaLease& q = quota_.find(it->second)->second;
         if (q.avail < c.cost || now >= q.valid_until) return false;
+        quotas[i] = {&it->second, &q};
       } else {
         auto it = units_.find(c.key);
         if (it == units_.end() || it->second.units < c.cost || now >= it->second.valid_until) return false;
+        units[i] = &it->second;
       }
     }
-    for (const auto& c : checks) {
+    for (std::size_t i = 0; i < checks.size(); ++i) {
+      const Check& c = checks[i];
       HeaderLimit& h = c.tokens ? a.tokens : a.requests;
       std::int64_t remaining = 0;
       Clock::time_point reset_at;
       if (c.kind == Kind::quota) {
-        const std::string& id = current_.at(c.key);
-        QuotaLease& q = quota_.at(id);
-        q.avail -= c.cost;
-        ++q.inflight;
-        q.remaining = std::max<std::int64_t>(q.remaining - c.cost, 0);
-        remaining = q.remaining;
-        reset_at = q.reset_at;
-        a.reserved.push_back({q.key, c.cost, id, q.size});
+        auto [id, q] = quotas[i];
+        q->avail -= c.cost;
+        ++q->inflight;
+        q->remaining = std::max<std::int64_t>(q->remaining - c.cost, 0);
+        remaining = q->remaining;
+        reset_at = q->reset_at;
+        a.reserved.push_back({q->key, c.cost, *id, q->size});
         a.reserved_tokens = std::max(a.reserved_tokens, c.cost);
       } else {
-        Units& l = units_.at(c.key);
+        Units& l = *units[i];
         l.units -= c.cost;
         l.remaining = std::max<std::int64_t>(l.remaining - c.cost, 0);
         remaining = l.remaining;
@@ -160,14 +196,16 @@ class LeaseTable {
   bool claim(const std::vector<Check>& checks) {
     std::lock_guard lock(mu_);
     for (const auto& c : checks) {
-      if (fetching_.count(c.key)) return false;
+      if (fetching_.find(c.key) != fetching_.end()) return false;
     }
-    for (const auto& c : checks) fetching_.insert(c.key);
+    for (const auto& c : checks) fetching_.emplace(c.key);
     return true;
   }
   void release(const std::vector<Check>& checks) {
     std::lock_guard lock(mu_);
-    for (const auto& c : checks) fetching_.erase(c.key);
+    for (const auto& c : checks) {
+      if (auto it = fetching_.find(c.key); it != fetching_.end()) fetching_.erase(it);
+    }
   }
 
   // A request limit's units granted with an admission.
@@ -188,8 +226,11 @@ class LeaseTable {
       const auto now = Clock::now();
       std::erase_if(units_, [now](const auto& kv) { return kv.second.valid_until <= now; });
     }
-    auto [it, inserted] = units_.try_emplace(c.key, fresh);
-    if (inserted) return;
+    auto it = units_.find(c.key);
+    if (it == units_.end()) {
+      units_.emplace(std::string(c.key), fresh);
+      return;
+    }
     Units& l = it->second;
     if (l.period == fresh.period && Clock::now() < l.valid_until) {
       // The same window: both grants are ours.
@@ -217,8 +258,11 @@ class LeaseTable {
     first.lease = id;
     first.lease_size = q.size;
     std::lock_guard lock(mu_);
-    if (auto old = current_.find(c.key); old != current_.end()) retire(old->second);
-    current_[c.key] = id;
+    if (auto old = current_.find(c.key); old != current_.end()) {
+      retire(old->second);  // (may erase it)
+    }
+    if (auto cur = current_.find(c.key); cur != current_.end()) cur->second = id;
+    else current_.emplace(std::string(c.key), id);
     quota_.emplace(id, std::move(q));
   }
 
@@ -276,7 +320,7 @@ class LeaseTable {
     it->second.retired = true;
     if (it->second.inflight == 0) give_back(it);
   }
-  void give_back(std::unordered_map<std::string, QuotaLease>::iterator it) {
+  void give_back(Map<QuotaLease>::iterator it) {
     releases_.push_back({it->second.key, it->first, it->second.size});
     for (auto c = current_.begin(); c != current_.end(); ++c) {
       if (c->second == it->first) {
@@ -288,10 +332,10 @@ class LeaseTable {
   }
 
   std::mutex mu_;
-  std::unordered_map<std::string, Units> units_;
-  std::unordered_map<std::string, QuotaLease> quota_;    // by lease id
-  std::unordered_map<std::string, std::string> current_;  // quota check key -> lease id handing out
-  std::unordered_set<std::string> fetching_;
+  Map<Units> units_;
+  Map<QuotaLease> quota_;          // by lease id
+  Map<std::string> current_;       // quota check key -> lease id handing out
+  std::unordered_set<std::string, Hash, std::equal_to<>> fetching_;
   std::vector<Release> releases_;
   std::uint64_t adds_ = 0;
 };
@@ -318,10 +362,15 @@ Limiter::Limiter(std::shared_ptr<const config::Config> cfg) : cfg_(std::move(cfg
 
 Limiter::~Limiter() = default;
 
-void Limiter::plan(const config::ApiKey& key, std::string_view model, std::int64_t tokens,
-                   std::vector<Check>& out) const {
+std::int64_t Limiter::quota_lease(const config::TokenLimit& l, std::int64_t tokens) {
+  if (l.lease >= 0) return l.lease;
+  return l.limit >= 1'000'000 ? std::min<std::int64_t>(l.limit / 1000, 1024 * tokens) : 0;
+}
+
+std::unique_ptr<const Limiter::Plan> Limiter::plan(const config::ApiKey& key, std::string_view model) const {
   const auto& rl = cfg_->rate_limits;
   const auto& prefix = cfg_->redis.key_prefix;
+  auto p = std::make_unique<Plan>();
   for (std::size_t i = 0; i < rl.requests.size(); ++i) {
     const auto& l = rl.requests[i];
     if (!matches(l.when, key, model)) continue;
@@ -334,11 +383,12 @@ void Limiter::plan(const config::ApiKey& key, std::string_view model, std::int64
       case config::LimitAlgorithm::sliding_window: c.kind = Kind::sliding_window; break;
       case config::LimitAlgorithm::token_bucket: c.kind = Kind::token_bucket; c.extra = l.burst; break;
     }
-    c.key = counter_key(prefix, l.scope, key, model, rule_names_[i]);
+    p->keys.push_back(counter_key(prefix, l.scope, key, model, rule_names_[i]));
     c.on_redis_down = l.on_redis_down;
     c.lease = l.lease;
     c.id = &l.id;
-    out.push_back(std::move(c));
+    p->checks.push_back(c);
+    p->quotas.push_back(nullptr);
   }
   for (std::size_t i = 0; i < rl.tokens.size(); ++i) {
     const auto& l = rl.tokens[i];
@@ -348,14 +398,40 @@ void Limiter::plan(const config::ApiKey& key, std::string_view model, std::int64
     c.tokens = true;
     c.limit = l.limit;
     c.window_ms = period_ms(l.per);
-    c.cost = std::max<std::int64_t>(tokens, 0);
+    c.cost = 0;
     c.extra = rl.reservation_ttl.count();
-    c.key = counter_key(prefix, l.scope, key, model, rule_names_[rl.requests.size() + i]);
-    c.lease = l.lease >= 0 ? l.lease
-              : l.limit >= 1'000'000 ? std::min<std::int64_t>(l.limit / 1000, 1024 * c.cost) : 0;
+    p->keys.push_back(counter_key(prefix, l.scope, key, model, rule_names_[rl.requests.size() + i]));
     c.on_redis_down = l.on_redis_down;
     c.id = &l.id;
-    out.push_back(std::move(c));
+    p->checks.push_back(c);
+    p->quotas.push_back(&l);
+  }
+  // The keys are complete: the views cannot move any more.
+  for (std::size_t i = 0; i < p->checks.size(); ++i) p->checks[i].key = p->keys[i];
+  return p;
+}
+
+void WorkerLimiter::checks_for(const config::ApiKey& key, std::string_view model, std::int64_t tokens,
+                               std::vector<Check>& out) {
+  auto& list = plans_[&key];
+  const Limiter::Plan* plan = nullptr;
+  for (const auto& c : list) {
+    if (c.model == model) {
+      plan = c.plan.get();
+      break;
+    }
+  }
+  if (!plan) {
+    list.push_back({std::string(model), owner_.plan(key, model)});
+    plan = list.back().plan.get();
+  }
+  out = plan->checks;
+  tokens = std::max<std::int64_t>(tokens, 0);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (const auto* l = plan->quotas[i]) {
+      out[i].cost = tokens;
+      out[i].lease = Limiter::quota_lease(*l, tokens);
+    }
   }
 }
 
@@ -508,7 +584,7 @@ WorkerLimiter::~WorkerLimiter() {
 net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::string_view model, std::int64_t tokens) {
   if (!owner_.active_) co_return Admission{};
   std::vector<Check> checks;
-  owner_.plan(key, model, tokens, checks);
+  checks_for(key, model, tokens, checks);
   if (checks.empty()) co_return Admission{};
   bool any_quota = false;
   for (const auto& c : checks) any_quota |= c.kind == Kind::quota;
@@ -547,7 +623,7 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
     args.reserve(1 + checks.size() * 6);
     args.push_back(res_id);
     for (const auto& c : checks) {
-      keys.push_back(c.key);
+      keys.emplace_back(c.key);
       args.emplace_back(kind_arg(c.kind));
       args.push_back(std::to_string(c.limit));
       args.push_back(std::to_string(c.window_ms));
@@ -617,7 +693,10 @@ Admission WorkerLimiter::finish(const std::vector<Check>& checks, const Verdict&
     Stats::bump(stats_->allowed);
     for (std::size_t i = 0; i < checks.size(); ++i) {
       if (checks[i].kind != Kind::quota) continue;
-      a.reserved.push_back({checks[i].key + ":" + std::to_string(v.results[i].period), checks[i].cost, {}, 0});
+      std::string key(checks[i].key);
+      key += ':';
+      key += std::to_string(v.results[i].period);
+      a.reserved.push_back({std::move(key), checks[i].cost, {}, 0});
       a.reserved_tokens = std::max(a.reserved_tokens, checks[i].cost);
     }
     if (a.reserved_tokens > 0) Stats::bump(stats_->tokens_reserved, static_cast<std::uint64_t>(a.reserved_tokens));

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "common/reason.hpp"
@@ -76,8 +77,17 @@ class Limiter {
   bool wants_redis() const { return wants_redis_; }
   const config::RateLimits& settings() const { return cfg_->rate_limits; }
 
-  // The checks that apply to a request costing `tokens` (prompt estimate + output reserve).
-  void plan(const config::ApiKey& key, std::string_view model, std::int64_t tokens, std::vector<Check>& out) const;
+  // The checks that apply to requests of `key` for `model`: built once per pair (counter
+  // keys included) and kept by each worker. `keys` owns what the checks' keys point to.
+  struct Plan {
+    std::vector<std::string> keys;
+    std::vector<Check> checks;  // quota checks cost 0 here: the request's tokens are set per request
+    std::vector<const config::TokenLimit*> quotas;  // per check: its token limit, or null
+  };
+  std::unique_ptr<const Plan> plan(const config::ApiKey& key, std::string_view model) const;
+  // Lease size of a quota check costing `tokens` (its configured lease, or an automatic one
+  // for large budgets).
+  static std::int64_t quota_lease(const config::TokenLimit& l, std::int64_t tokens);
 
   LocalCounters& local() { return local_; }
 
@@ -137,6 +147,9 @@ class WorkerLimiter {
   Admission finish(const std::vector<Check>& checks, const Verdict& v, Counted where);
   Admission refuse_unavailable(const Check& c);
 
+  // The checks of one request: the cached plan with its token cost filled in.
+  void checks_for(const config::ApiKey& key, std::string_view model, std::int64_t tokens, std::vector<Check>& out);
+
   struct SettleQueue;
   void flush_settlements();
   void queue_releases();
@@ -148,6 +161,13 @@ class WorkerLimiter {
   std::shared_ptr<Stats> stats_ = std::make_shared<Stats>();
   std::shared_ptr<SettleQueue> settles_;
   std::uint64_t admits_ = 0;
+  // Plans by key, then model (a short list: the aliases that key uses). Bounded by the
+  // configuration: only configured keys and routed models reach admission.
+  struct CachedPlan {
+    std::string model;
+    std::unique_ptr<const Limiter::Plan> plan;
+  };
+  std::unordered_map<const config::ApiKey*, std::vector<CachedPlan>> plans_;
 };
 
 // OpenAI's reset format: "20ms", "1s", "6m0s", "1h2m3s".

@@ -11,7 +11,12 @@ namespace {
 
 std::int64_t ceil_div_ms(double v) { return static_cast<std::int64_t>(std::ceil(v)); }
 
-std::string quota_key(const Check& c, std::int64_t period) { return c.key + ":" + std::to_string(period); }
+std::string quota_key(const Check& c, std::int64_t period) {
+  std::string k(c.key);
+  k += ':';
+  k += std::to_string(period);
+  return k;
+}
 
 }  // namespace
 
@@ -29,7 +34,7 @@ Verdict LocalCounters::admit(std::span<const Check> checks, std::string_view res
   std::vector<std::string> keys(checks.size());
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const Check& c = checks[i];
-    keys[i] = c.kind == Kind::quota ? quota_key(c, period_of(c, now).index) : c.key;
+    keys[i] = c.kind == Kind::quota ? quota_key(c, period_of(c, now).index) : std::string(c.key);
     idx.push_back(std::hash<std::string_view>{}(keys[i]) % kShards);
   }
   std::vector<std::size_t> order = idx;

@@ -142,8 +142,12 @@ std::string to_json(const RequestRecord& r) {
   return o;
 }
 
-AccessLog::AccessLog(const std::string& path, std::size_t capacity) : capacity_(capacity) {
-  if (path.empty()) return;
+AccessLog::AccessLog(const std::string& path, std::size_t capacity, std::vector<RecordSink*> sinks)
+    : sinks_(std::move(sinks)), capacity_(capacity) {
+  if (path.empty()) {
+    if (!sinks_.empty()) thread_ = std::thread([this] { run(); });
+    return;
+  }
   if (path == "-") {
     out_ = stdout;
   } else {
@@ -155,7 +159,7 @@ AccessLog::AccessLog(const std::string& path, std::size_t capacity) : capacity_(
 }
 
 AccessLog::~AccessLog() {
-  if (!out_) return;
+  if (!active()) return;
   {
     std::lock_guard lk(mu_);
     stop_ = true;
@@ -166,7 +170,7 @@ AccessLog::~AccessLog() {
 }
 
 void AccessLog::submit(RequestRecord&& r) {
-  if (!out_) return;
+  if (!active()) return;
   bool wake;
   {
     std::lock_guard lk(mu_);
@@ -183,7 +187,7 @@ void AccessLog::submit(RequestRecord&& r) {
 }
 
 void AccessLog::flush() {
-  if (!out_) return;
+  if (!active()) return;
   std::unique_lock lk(mu_);
   ++flush_waiters_;
   cv_.notify_one();
@@ -207,14 +211,19 @@ void AccessLog::run() {
       queue_.clear();
       busy_ = batch.size();
     }
-    text.clear();
-    for (const auto& r : batch) {
-      append_json(text, r);
-      text += '\n';
+    if (out_) {
+      text.clear();
+      for (const auto& r : batch) {
+        append_json(text, r);
+        text += '\n';
+      }
+      std::fwrite(text.data(), 1, text.size(), out_);
+      std::fflush(out_);
+      written_.fetch_add(batch.size(), std::memory_order_relaxed);
     }
-    std::fwrite(text.data(), 1, text.size(), out_);
-    std::fflush(out_);
-    written_.fetch_add(batch.size(), std::memory_order_relaxed);
+    for (auto* sink : sinks_) {
+      for (const auto& r : batch) sink->consume(r);
+    }
     batch.clear();
     {
       std::lock_guard lk(mu_);

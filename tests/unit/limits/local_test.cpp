@@ -20,31 +20,31 @@ namespace {
 // A time aligned to both 1 s and 60 s windows (100 minutes after the epoch).
 constexpr std::int64_t T = 6'000'000;
 
-Check fixed(std::string key, std::int64_t limit, std::int64_t window_ms, std::int64_t cost = 1) {
+Check fixed(std::string_view key, std::int64_t limit, std::int64_t window_ms, std::int64_t cost = 1) {
   Check c;
   c.kind = Kind::fixed_window;
-  c.key = std::move(key);
+  c.key = key;
   c.limit = limit;
   c.window_ms = window_ms;
   c.cost = cost;
   return c;
 }
 
-Check sliding(std::string key, std::int64_t limit, std::int64_t window_ms) {
-  Check c = fixed(std::move(key), limit, window_ms);
+Check sliding(std::string_view key, std::int64_t limit, std::int64_t window_ms) {
+  Check c = fixed(key, limit, window_ms);
   c.kind = Kind::sliding_window;
   return c;
 }
 
-Check bucket(std::string key, std::int64_t limit, std::int64_t window_ms, std::int64_t capacity, std::int64_t cost = 1) {
-  Check c = fixed(std::move(key), limit, window_ms, cost);
+Check bucket(std::string_view key, std::int64_t limit, std::int64_t window_ms, std::int64_t capacity, std::int64_t cost = 1) {
+  Check c = fixed(key, limit, window_ms, cost);
   c.kind = Kind::token_bucket;
   c.extra = capacity;
   return c;
 }
 
-Check quota(std::string key, std::int64_t limit, std::int64_t window_ms, std::int64_t cost, std::int64_t ttl_ms) {
-  Check c = fixed(std::move(key), limit, window_ms, cost);
+Check quota(std::string_view key, std::int64_t limit, std::int64_t window_ms, std::int64_t cost, std::int64_t ttl_ms) {
+  Check c = fixed(key, limit, window_ms, cost);
   c.kind = Kind::quota;
   c.extra = ttl_ms;
   c.tokens = true;
@@ -57,7 +57,7 @@ Verdict admit1(LocalCounters& lc, const Check& c, std::int64_t now, std::string_
 
 // The Reserved entry a request gets for quota check `c` admitted at `v`.
 Reserved reserved_of(const Check& c, const Verdict& v, std::size_t i = 0) {
-  return Reserved{c.key + ":" + std::to_string(v.results[i].period), c.cost, {}, 0};
+  return Reserved{std::string(c.key) + ":" + std::to_string(v.results[i].period), c.cost, {}, 0};
 }
 
 int count_allowed(LocalCounters& lc, const Check& c, std::int64_t now, int attempts) {
@@ -501,7 +501,7 @@ TEST(LocalAdmit, RefusedRequestReservesNoTokens) {
   EXPECT_EQ(v.denied, 1);
   EXPECT_EQ(v.results[0].remaining, 60);
   // "b" took nothing: 60 left, and settling "b" finds no reservation to release.
-  lc.settle(Reserved{q.key + ":" + std::to_string(T / 60'000), 40, {}, 0}, "b", 0, T + 2);
+  lc.settle(Reserved{std::string(q.key) + ":" + std::to_string(T / 60'000), 40, {}, 0}, "b", 0, T + 2);
   EXPECT_FALSE(admit1(lc, quota("q", 100, 60'000, 61, 120'000), T + 3, "c").allowed);
   EXPECT_TRUE(admit1(lc, quota("q", 100, 60'000, 60, 120'000), T + 3, "c").allowed);
 }
@@ -621,14 +621,16 @@ TEST(LocalThreads, ExactlyLimitAdmittedUnderContention) {
 TEST(LocalThreads, SeveralKeysInEitherOrderNoDeadlockAllOrNothing) {
   LocalCounters lc;
   // Many keys so that several shards are locked per request.
+  std::vector<std::string> names;  // what the checks' keys point to
+  for (int i = 0; i < 12; ++i) names.push_back("k" + std::to_string(i));
   std::vector<Check> a;
-  for (int i = 0; i < 12; ++i) a.push_back(fixed("k" + std::to_string(i), 100'000, 60'000));
+  for (const auto& n : names) a.push_back(fixed(n, 100'000, 60'000));
   a.push_back(fixed("narrow", 400, 60'000));
   std::vector<Check> b(a.rbegin(), a.rend());
   EXPECT_EQ(hammer(lc, a, b, 8, 1000), 400);
   // Every wide counter took exactly the 400 admitted requests.
   for (int i = 0; i < 12; ++i) {
-    auto v = admit1(lc, fixed("k" + std::to_string(i), 100'000, 60'000), T + 2);
+    auto v = admit1(lc, fixed(names[static_cast<std::size_t>(i)], 100'000, 60'000), T + 2);
     ASSERT_TRUE(v.allowed);
     EXPECT_EQ(v.results[0].remaining, 100'000 - 400) << i;
   }
