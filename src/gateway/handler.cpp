@@ -87,9 +87,8 @@ class WorkerHandler {
       co_return;  // probes are not logged
     }
     if (path == "/ready") {
-      const bool ready = !g_.draining.load(std::memory_order_relaxed);
-      http::Response r = json_reply(ready ? 200 : 503, ready ? R"({"status":"ready"})" : R"({"status":"draining"})", ctx);
-      co_await ex.reply(std::move(r));
+      auto [ready, body] = render_ready(g_);
+      co_await ex.reply(json_reply(ready ? 200 : 503, std::move(body), ctx));
       co_return;
     }
     if (path == "/metrics" || path == "/infra") {

@@ -63,5 +63,9 @@ http::Handler make_handler(Shared& shared, boost::asio::any_io_executor ex);
 // GET /metrics (Prometheus text format) and GET /infra (JSON): status.cpp.
 std::string render_metrics(const Shared& shared);
 std::string render_infra(const Shared& shared);
+// GET /ready: whether this instance should get traffic (not draining, and not refusing
+// every limited request because Redis is down under on_redis_down: closed), with the
+// state of each part.
+std::pair<bool, std::string> render_ready(const Shared& shared);
 
 }  // namespace sluice::gateway

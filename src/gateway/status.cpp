@@ -120,6 +120,24 @@ std::string render_metrics(const Shared& g) {
   return o;
 }
 
+std::pair<bool, std::string> render_ready(const Shared& g) {
+  const bool draining = g.draining.load(std::memory_order_relaxed);
+  std::string limiter = "none";
+  if (g.limiter && g.limiter->active()) limiter = g.limiter->status().active;
+  // Degraded parts that still serve (limits counted per instance, history or events
+  // queued) keep the instance ready: taking it out would not help its clients.
+  const bool refusing = limiter == "refusing";
+  const bool ready = !draining && !refusing;
+  std::string o = "{\"status\":";
+  o += ready ? "\"ready\"" : draining ? "\"draining\"" : "\"not_ready\"";
+  o += ",\"checks\":{\"draining\":";
+  o += draining ? "true" : "false";
+  o += ",\"rate_limiter\":";
+  append_json_string(o, limiter);
+  o += "}}";
+  return {ready, std::move(o)};
+}
+
 std::string render_infra(const Shared& g) {
   std::string o = "{\"instance\":";
   append_json_string(o, g.instance);

@@ -72,7 +72,7 @@ describe('probes', () => {
   test('/ready answers 200 ready', async () => {
     const r = await request(`${gw.url}/ready`);
     assert.equal(r.status, 200);
-    assert.deepEqual(r.json, { status: 'ready' });
+    assert.deepEqual(r.json, { status: 'ready', checks: { draining: false, rate_limiter: 'none' } });
     assert.equal(r.headers.get('x-sluice-instance'), 'it-basics');
   });
 });

@@ -227,6 +227,10 @@ describe('Redis goes away and comes back', () => {
       assert.equal(i.rate_limiter.active, 'refusing');
       assert.equal(i.rate_limiter.on_redis_down, 'closed');
       assert.ok(i.rate_limiter.counts.refused_redis_down >= 1);
+      // Every limited request would be refused: the instance says it is not ready.
+      const ready = await rawRequest({ port: gw.port, path: '/ready' });
+      assert.equal(ready.status, 503);
+      assert.deepEqual(JSON.parse(ready.body), { status: 'not_ready', checks: { draining: false, rate_limiter: 'refusing' } });
       const line = await gw.logFor(r.headers.get('x-request-id'));
       assert.equal(line.status, 503);
       assert.equal(line.reason, 'rate_limiter_unavailable');
@@ -236,6 +240,7 @@ describe('Redis goes away and comes back', () => {
         interval: 100,
         what: 'requests to pass again once Redis is back',
       });
+      assert.equal((await rawRequest({ port: gw.port, path: '/ready' })).status, 200);
     } finally {
       await gw.stop();
     }
