@@ -4,7 +4,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 CONFIG     ?= config/sluice.example.yaml
 
-.PHONY: build run test unit-test asan-test integration-test bench bench-limits clean
+.PHONY: build run test unit-test asan-test integration-test bench bench-limits bench-records clean
 
 build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -38,6 +38,12 @@ bench: build
 
 bench-limits: build
 	bench/limits.sh
+
+# Needs the test tools too (build/kafka-mock): configured like unit-test.
+bench-records:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_REQUIRE_TESTS=ON >/dev/null
+	cmake --build $(BUILD) -j $(JOBS) --target sluice kafka-mock
+	bench/records.sh
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -10,8 +10,9 @@
 # bench_setup then checks the tools, creates the temp dir TMP and the raw results file RAW,
 # installs the traps, copies the binary (BIN) and raises `ulimit -n` (NOFILE, NGINX_NOFILE).
 #
-# The sourcing script defines target_url TARGET (-> URL) and proxy_pids TARGET (-> pids
-# whose CPU is the proxy's), used by check_targets, run_wrk and measure_nonstream.
+# target_url TARGET (-> URL) and proxy_pids TARGET (-> pids whose CPU is the proxy's),
+# used by check_targets, run_wrk and measure_nonstream, are defined here for nginx and
+# sluice variants in the arrays PID and PORT; a script may define its own after sourcing.
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BENCH="$ROOT/bench"
@@ -316,6 +317,22 @@ measure_nonstream() {
     "$(kv "$line" max_us)" "$errs" $((p1 - p0)) $((s1 - s0)) "$light_req" "$light_p50" "$light_p99" \
     "$wrk_ms" $((b1 - b0)) "$extra" >>"$RAW"
   log "round $r $t: $req requests in $((dur / 1000)) ms, p50 $(kv "$line" p50_us) us, p99 $(kv "$line" p99_us) us, errors $errs; cpu ticks: proxy $((p1 - p0)), sim $((s1 - s0)), ${xname:+$xname $((x1 - x0)), }wrk $((wrk_ms * CLK_TCK / 1000)), machine $((b1 - b0))"
+}
+
+# For scripts comparing nginx with sluice variants: each variant's pid and port in the
+# associative arrays PID and PORT (a script may define its own target_url/proxy_pids).
+declare -A PID PORT
+target_url() {
+  case $1 in
+    nginx) echo "http://127.0.0.1:$NGINX_PORT$CHAT_PATH" ;;
+    *) echo "http://127.0.0.1:${PORT[$1]}$CHAT_PATH" ;;
+  esac
+}
+proxy_pids() {
+  case $1 in
+    nginx) echo "$NGINX_WORKER_PIDS" ;;
+    *) echo "${PID[$1]}" ;;
+  esac
 }
 
 # access_log_json FILE [EXTRA_JSON_FIELDS]: the "access_log" JSON line (line count, non-200

@@ -44,22 +44,9 @@ start_redis() {  # -> REDIS_PID, REDIS_PORT
 
 rcli() { timeout 10 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"; }
 
-declare -A PID PORT
 TARGETS=(nginx off redis redis1 memory)
 
-target_url() {
-  case $1 in
-    nginx) echo "http://127.0.0.1:$NGINX_PORT$CHAT_PATH" ;;
-    *) echo "http://127.0.0.1:${PORT[$1]}$CHAT_PATH" ;;
-  esac
-}
-
-proxy_pids() {
-  case $1 in
-    nginx) echo "$NGINX_WORKER_PIDS" ;;
-    *) echo "${PID[$1]}" ;;
-  esac
-}
+# nginx, and sluice variants named in PID/PORT: lib.sh's target_url and proxy_pids.
 
 metric() {  # metric TARGET NAME_AND_LABELS: a value from the target's /metrics
   curl -s -m 10 "http://127.0.0.1:${PORT[$1]}/metrics" | awk -v m="$2" '$1 == m { v = $2 } END { print v }'

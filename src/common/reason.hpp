@@ -16,6 +16,7 @@ namespace sluice {
   X(missing_key, 401, "authentication_error", "missing_api_key")                 \
   X(invalid_key, 401, "authentication_error", "invalid_api_key")                 \
   X(model_not_allowed, 403, "permission_error", "model_not_allowed")             \
+  X(forbidden, 403, "permission_error", "forbidden")                             \
   X(not_found, 404, "invalid_request_error", "not_found")                        \
   X(model_not_found, 404, "invalid_request_error", "model_not_found")            \
   X(method_not_allowed, 405, "invalid_request_error", "method_not_allowed")      \
@@ -33,6 +34,7 @@ namespace sluice {
   X(shutting_down, 503, "service_unavailable", "shutting_down")                  \
   X(queue_timeout, 503, "service_unavailable", "queue_timeout")                  \
   X(limiter_unavailable, 503, "service_unavailable", "rate_limiter_unavailable") \
+  X(history_unavailable, 503, "service_unavailable", "history_unavailable")     \
   X(upstream_timeout, 504, "timeout_error", "upstream_timeout")                  \
   X(first_token_timeout, 504, "timeout_error", "first_token_timeout")            \
   X(upstream_idle_timeout, 504, "timeout_error", "upstream_idle_timeout")        \

@@ -1318,6 +1318,9 @@ void Loader::validate(Config& c, const YAML::Node* models_node) {
   if (c.history.backend == HistoryBackend::postgres && c.history.url.empty()) {
     error("history.url", 0, "backend postgres needs a URL (history.url or SLUICE_DATABASE_URL)");
   }
+  if (c.events.enabled && c.events.delivery_timeout <= c.events.linger) {
+    error("events.delivery_timeout", 0, "must be longer than events.linger (Kafka's message.timeout.ms > linger.ms)");
+  }
   if (c.history.sqlite_path.empty()) c.history.sqlite_path = (fs::path(c.data_dir) / "history.db").string();
   if (c.events.fallback_file.empty()) c.events.fallback_file = (fs::path(c.data_dir) / "events-fallback.jsonl").string();
   if (c.routes.empty()) {

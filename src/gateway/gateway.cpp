@@ -8,7 +8,11 @@
 #include <thread>
 #include <iostream>
 
+#include <boost/asio/thread_pool.hpp>
+
 #include "common/reason.hpp"
+#include "events/events.hpp"
+#include "history/history.hpp"
 #include "common/text.hpp"
 #include "gateway/state.hpp"
 #include "http/server.hpp"
@@ -60,7 +64,19 @@ class GatewayImpl final : public Gateway {
   explicit GatewayImpl(std::shared_ptr<const config::Config> cfg) {
     shared_.cfg = std::move(cfg);
     const auto& c = *shared_.cfg;
-    access_log_ = std::make_unique<telemetry::AccessLog>(c.access_log);
+    // The sinks first: the access log's thread hands them every record.
+    std::vector<telemetry::RecordSink*> sinks;
+    std::string err;
+    history_ = history::History::create(c.history, &err);
+    if (!history_ && !err.empty()) throw std::runtime_error("history: " + err);
+    if (history_) sinks.push_back(history_.get());
+    shared_.history = history_.get();
+    events_ = events::EventSink::create(c.events, instance_name(c), hostname(), &err);
+    if (!events_ && !err.empty()) throw std::runtime_error("events: " + err);
+    if (events_) sinks.push_back(events_.get());
+    shared_.events = events_.get();
+    shared_.query_executor = queries_.get_executor();
+    access_log_ = std::make_unique<telemetry::AccessLog>(c.access_log, 65536, std::move(sinks));
     shared_.access_log = access_log_.get();
     metrics_ = make_metrics(c);
     shared_.metrics = metrics_.get();
@@ -128,9 +144,7 @@ class GatewayImpl final : public Gateway {
       r.body = error_body(reason, message);
       return r;
     };
-    shared_.instance = !c.instance.empty()  ? c.instance
-                       : c.listen_port != 0 ? hostname() + ":" + std::to_string(c.listen_port)
-                                            : hostname() + ":pid" + std::to_string(::getpid());
+    shared_.instance = instance_name(c);
     so.extra_headers.emplace_back("x-sluice-instance", shared_.instance);
     server_ = http::Server::start(so, [this](int, boost::asio::any_io_executor ex) {
       return make_handler(shared_, std::move(ex));
@@ -159,6 +173,25 @@ class GatewayImpl final : public Gateway {
     return s;
   }
 
+  // For the banner: where requests are recorded.
+  std::string records_banner() const {
+    std::string s = "history: ";
+    if (history_) {
+      const auto h = history_->status();
+      s += h.backend + " " + h.target + (h.up ? "" : " (down: " + h.last_error + "; rows queue until it is back)");
+    } else {
+      s += "off";
+    }
+    s += "\nevents: ";
+    if (events_) {
+      const auto e = events_->status();
+      s += "kafka " + e.brokers + " topic " + e.topic + ", fallback file " + e.fallback_file;
+    } else {
+      s += "off (no events.brokers)";
+    }
+    return s + "\n";
+  }
+
   void shutdown() override {
     const auto grace = shared_.cfg->timeouts.shutdown_grace;
     const auto margin = std::min<std::chrono::milliseconds>(grace / 2, std::chrono::milliseconds(1000));
@@ -176,9 +209,16 @@ class GatewayImpl final : public Gateway {
       s->join();
     }
     access_log_->flush();
+    queries_.join();
   }
 
  private:
+  static std::string instance_name(const config::Config& c) {
+    return !c.instance.empty()  ? c.instance
+           : c.listen_port != 0 ? hostname() + ":" + std::to_string(c.listen_port)
+                                : hostname() + ":pid" + std::to_string(::getpid());
+  }
+
   // The backend label of the metrics: the configured host:port (for the embedded
   // simulator, "simulated:<model>", since its port is only known once it runs).
   static std::string backend_label(const config::Backend& b) {
@@ -201,6 +241,10 @@ class GatewayImpl final : public Gateway {
 
   Shared shared_;
   std::unique_ptr<telemetry::Metrics> metrics_;
+  // Destroyed after the access log (which feeds them) and after the query thread.
+  std::unique_ptr<history::History> history_;
+  std::unique_ptr<events::EventSink> events_;
+  boost::asio::thread_pool queries_{1};
   std::unique_ptr<telemetry::AccessLog> access_log_;
   std::unique_ptr<limits::Limiter> limiter_;
   std::unique_ptr<limits::Gate> gate_;
@@ -252,7 +296,7 @@ int run_serve(const std::string& path) {
   }
   auto* impl = static_cast<GatewayImpl*>(gw.get());
   std::cerr << "sluice " << "serving as " << impl->instance() << "\n" << config::describe(*res.config)
-            << impl->limiter_banner();
+            << impl->limiter_banner() << impl->records_banner();
   std::cerr << "sluice listening on " << res.config->listen_host << ":" << gw->port() << std::endl;
 
   int sig = 0;

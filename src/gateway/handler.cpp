@@ -1,12 +1,14 @@
 // The request path: identify, authenticate, parse and validate, route, call the upstream,
 // relay (streaming or not), record. See docs/phases.md.
 #include <boost/asio/experimental/channel.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <chrono>
 
 #include "common/ids.hpp"
 #include "common/reason.hpp"
 #include "common/text.hpp"
 #include "gateway/state.hpp"
+#include "history/history.hpp"
 #include "http/beast.hpp"
 #include "llm/chat.hpp"
 
@@ -114,6 +116,14 @@ class WorkerHandler {
       } else {
         co_await chat(ex, ctx);
       }
+    } else if (path == "/history" || path == "/history/stats") {
+      if (method != "GET") {
+        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for " + std::string(path));
+      } else if (auto denied = authenticate(ex, ctx)) {
+        co_await auth_failure(ex, ctx, *denied);
+      } else {
+        co_await history_query(ex, ctx, path == "/history/stats");
+      }
     } else if (path == "/v1/models") {
       if (method != "GET") {
         co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for /v1/models");
@@ -186,6 +196,46 @@ class WorkerHandler {
       if (m == "*" || m == alias) return true;
     }
     return false;
+  }
+
+  // GET /history and /history/stats. A key sees its own requests only; an admin key sees
+  // everyone's. The query runs on the query thread: a database read never blocks a worker.
+  awaitable<void> history_query(http::Exchange& ex, Context& ctx, bool stats) {
+    if (!g_.history) {
+      co_await local_reply(ex, ctx, Reason::not_found, "the request history is off (history.backend: none)");
+      co_return;
+    }
+    const auto target = ex.request().target();
+    const auto q = target.find('?');
+    const std::string_view qs = q == std::string_view::npos ? std::string_view{} : target.substr(q + 1);
+    std::string error;
+    std::optional<history::ListQuery> list;
+    std::optional<history::StatsQuery> agg;
+    if (stats) agg = history::parse_stats_query(qs, error);
+    else list = history::parse_list_query(qs, error);
+    if (!list && !agg) {
+      co_await local_reply(ex, ctx, Reason::invalid_request, std::move(error));
+      co_return;
+    }
+    std::string& key = stats ? agg->key : list->key;
+    if (!ctx.key->admin) {
+      if (!key.empty() && key != ctx.key->name) {
+        co_await local_reply(ex, ctx, Reason::forbidden, "only an admin key may read other keys' history", "key");
+        co_return;
+      }
+      key = ctx.key->name;
+    }
+    // On the query thread; the answer comes back to this worker. (A named lambda: GCC 12
+    // mishandles capturing lambda temporaries inside co_await expressions.)
+    auto run = [&]() -> awaitable<history::Result> { co_return stats ? g_.history->stats(*agg) : g_.history->list(*list); };
+    history::Result res = co_await net::co_spawn(g_.query_executor, run, net::use_awaitable);
+    if (!res.ok()) {
+      co_await local_reply(ex, ctx, res.unavailable ? Reason::history_unavailable : Reason::invalid_request,
+                           std::move(res.error));
+      co_return;
+    }
+    ctx.rec.status = 200;
+    co_await ex.reply(json_reply(200, std::move(res.body), ctx));
   }
 
   awaitable<void> models(http::Exchange& ex, Context& ctx) {

@@ -1,6 +1,7 @@
 #pragma once
 // State shared read-only by every worker (plus a few atomics), and the per-worker handler.
 #include <atomic>
+#include <boost/asio/any_io_executor.hpp>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -16,6 +17,13 @@
 #include "telemetry/access_log.hpp"
 #include "telemetry/metrics.hpp"
 #include "tokenizer/tokenizer.hpp"
+
+namespace sluice::history {
+class History;
+}
+namespace sluice::events {
+class EventSink;
+}
 
 namespace sluice::gateway {
 
@@ -48,6 +56,10 @@ struct Shared {
   std::string instance;
   telemetry::AccessLog* access_log = nullptr;
   telemetry::Metrics* metrics = nullptr;
+  history::History* history = nullptr;  // null when history.backend is none
+  events::EventSink* events = nullptr;   // null when no Kafka brokers are configured
+  // Runs the history's blocking queries off the workers.
+  boost::asio::any_io_executor query_executor;
   limits::Limiter* limiter = nullptr;  // rate limits and token quotas
   limits::Gate* gate = nullptr;        // requests in flight, priority queue
   tokenizer::Counter tokens;           // exact BPE where rank files were found, else estimates

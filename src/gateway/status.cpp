@@ -4,6 +4,8 @@
 
 #include "common/text.hpp"
 #include "gateway/state.hpp"
+#include "events/events.hpp"
+#include "history/history.hpp"
 #include "store/redis.hpp"
 
 namespace sluice::gateway {
@@ -31,6 +33,40 @@ std::string render_metrics(const Shared& g) {
   if (g.metrics) g.metrics->render(o);
   telemetry::render_process_metrics(o, SLUICE_VERSION);
   telemetry::render_gpu_metrics(o);
+  if (g.history) {
+    const auto h = g.history->status();
+    help(o, "sluice_history_backend_up", "gauge", "1 when the history database took the last connect or write.");
+    metric(o, "sluice_history_backend_up", "backend=\"" + h.backend + "\"", h.up ? 1 : 0);
+    help(o, "sluice_history_queue_rows", "gauge", "History rows waiting to be written (the batch in flight included).");
+    metric(o, "sluice_history_queue_rows", "", static_cast<double>(h.queued));
+    help(o, "sluice_history_rows_written_total", "counter", "History rows written.");
+    metric(o, "sluice_history_rows_written_total", "", static_cast<double>(h.written));
+    help(o, "sluice_history_rows_dropped_total", "counter", "History rows dropped: the queue was full, or a batch failed on every retry.");
+    metric(o, "sluice_history_rows_dropped_total", "", static_cast<double>(h.dropped));
+    help(o, "sluice_history_write_errors_total", "counter", "Failed history writes (the batch is retried).");
+    metric(o, "sluice_history_write_errors_total", "", static_cast<double>(h.write_errors));
+    help(o, "sluice_history_batches_total", "counter", "History batches written.");
+    metric(o, "sluice_history_batches_total", "", static_cast<double>(h.batches));
+    help(o, "sluice_history_reconnects_total", "counter", "History database connections opened after the first.");
+    metric(o, "sluice_history_reconnects_total", "", static_cast<double>(h.reconnects));
+  }
+  if (g.events) {
+    const auto e = g.events->status();
+    help(o, "sluice_events_up", "gauge", "1 when a Kafka broker is reachable.");
+    metric(o, "sluice_events_up", "", e.up ? 1 : 0);
+    help(o, "sluice_events_queue", "gauge", "Events produced, not yet delivered or reported failed.");
+    metric(o, "sluice_events_queue", "", static_cast<double>(e.queued));
+    help(o, "sluice_events_produced_total", "counter", "Events handed to the Kafka producer.");
+    metric(o, "sluice_events_produced_total", "", static_cast<double>(e.produced));
+    help(o, "sluice_events_delivered_total", "counter", "Events acknowledged by the Kafka cluster.");
+    metric(o, "sluice_events_delivered_total", "", static_cast<double>(e.delivered));
+    help(o, "sluice_events_failed_total", "counter", "Events not delivered: refused at once or failed delivery (then in the fallback file).");
+    metric(o, "sluice_events_failed_total", "", static_cast<double>(e.failed + e.rejected));
+    help(o, "sluice_events_fallback_total", "counter", "Events written to the local fallback file.");
+    metric(o, "sluice_events_fallback_total", "", static_cast<double>(e.fallback_written));
+    help(o, "sluice_events_dropped_total", "counter", "Events lost: not delivered and the fallback file could not take them.");
+    metric(o, "sluice_events_dropped_total", "", static_cast<double>(e.dropped));
+  }
   if (g.limiter) {
     const auto t = g.limiter->totals();
     const auto st = g.limiter->status();
@@ -176,6 +212,42 @@ std::string render_infra(const Shared& g) {
          ",\"counted_local\":" + std::to_string(t.by_local) +
          ",\"redis_errors\":" + std::to_string(t.redis_errors) + ",\"settle_errors\":" + std::to_string(t.settle_errors) +
          "}}";
+  }
+  o += ",\"history\":";
+  if (g.history) {
+    history::append_json(o, g.history->status());
+  } else {
+    o += "{\"configured\":\"none\"}";
+  }
+  o += ",\"events\":";
+  if (g.events) {
+    const auto e = g.events->status();
+    o += "{\"configured\":\"kafka\",\"active\":";
+    o += e.up ? "\"kafka\"" : "\"fallback_file\"";
+    o += ",\"up\":";
+    o += e.up ? "true" : "false";
+    o += ",\"brokers\":";
+    append_json_string(o, e.brokers);
+    o += ",\"topic\":";
+    append_json_string(o, e.topic);
+    o += ",\"queued\":" + std::to_string(e.queued);
+    o += ",\"counts\":{\"produced\":" + std::to_string(e.produced) + ",\"delivered\":" + std::to_string(e.delivered) +
+         ",\"failed\":" + std::to_string(e.failed) + ",\"rejected\":" + std::to_string(e.rejected) +
+         ",\"fallback_written\":" + std::to_string(e.fallback_written) + ",\"dropped\":" + std::to_string(e.dropped) +
+         ",\"restarts\":" + std::to_string(e.restarts) + "}";
+    o += ",\"fallback_file\":";
+    append_json_string(o, e.fallback_file);
+    o += ",\"last_error\":";
+    append_json_string(o, e.last_error);
+    o += '}';
+  } else {
+    o += "{\"configured\":\"none\"}";
+  }
+  if (g.access_log) {
+    o += ",\"access_log\":{\"enabled\":";
+    o += g.access_log->enabled() ? "true" : "false";
+    o += ",\"written\":" + std::to_string(g.access_log->written()) +
+         ",\"dropped\":" + std::to_string(g.access_log->dropped()) + "}";
   }
   if (g.gate) {
     const auto s = g.gate->snapshot();

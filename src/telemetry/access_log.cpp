@@ -122,6 +122,7 @@ EventType event_type(const RequestRecord& r) noexcept {
     case Reason::missing_key:
     case Reason::invalid_key:
     case Reason::model_not_allowed:
+    case Reason::forbidden:
       return EventType::auth_failed;
     case Reason::rate_limited:
     case Reason::token_limit_exceeded:

@@ -115,7 +115,17 @@ export function toYaml(obj) {
 // ---- processes -------------------------------------------------------------------------
 
 const live = new Set();
+// Servers that are not our children (PostgreSQL's postmaster runs under runuser): a kill
+// by their pid, for the same last resort.
+const stopAtExit = [];
 process.on('exit', () => {
+  for (const stop of stopAtExit) {
+    try {
+      stop();
+    } catch {
+      /* already gone */
+    }
+  }
   // Last resort if a test crashed before its after(): each child by its own pid.
   for (const child of live) {
     try {
@@ -268,6 +278,7 @@ export async function startGateway(config, { env } = {}) {
     listen: '127.0.0.1:0',
     workers: 2,
     access_log: logPath,
+    data_dir: dir, // history.db (SQLite, on by default) and the events fallback file
     ...config,
   };
   cfg.timeouts = { shutdown_grace: '2s', ...(config.timeouts ?? {}) };
@@ -643,5 +654,167 @@ export async function startRecorder(custom) {
         server.closeAllConnections?.();
         server.close(() => r());
       }),
+  };
+}
+
+// ---- PostgreSQL ----------------------------------------------------------------------
+
+const PG_BIN = '/usr/lib/postgresql/15/bin';
+const isRoot = process.getuid?.() === 0;
+
+function run(cmd, args, { timeout = 30000 } = {}) {
+  return new Promise((resolve, reject) =>
+    execFile(cmd, args, { timeout }, (err, stdout, stderr) =>
+      err ? reject(new Error(`${cmd} ${args.join(' ')}: ${err.message}\n${stderr}`)) : resolve(stdout),
+    ),
+  );
+}
+
+// As the postgres user when running as root (PostgreSQL refuses to run as root).
+function asPostgres(cmd, args, opts) {
+  return isRoot ? run('runuser', ['-u', 'postgres', '--', cmd, ...args], opts) : run(cmd, args, opts);
+}
+
+function pidAlive(pid) {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  // An exited child of runuser can linger as a zombie: that is stopped.
+  try {
+    return !/^\S+ \(.*\) Z/.test(fs.readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  } catch {
+    return false;
+  }
+}
+
+// A PostgreSQL server of its own: initdb into a temp dir, listening on 127.0.0.1 (a free
+// port) with fsync off, database `sluice`. stop() ends it by its postmaster pid (fast
+// shutdown, then SIGKILL); start() brings it back on the same port and data.
+export async function startPostgres() {
+  const dir = tempDir('sluice-pg-');
+  if (isRoot) await run('chown', ['-R', 'postgres:postgres', dir]);
+  const data = path.join(dir, 'data');
+  await asPostgres(`${PG_BIN}/initdb`, ['-D', data, '-A', 'trust', '-U', 'postgres', '--no-sync', '-E', 'UTF8'], {
+    timeout: 60000,
+  });
+  const port = await closedPort();
+  const pg = {
+    port,
+    url: `postgresql://postgres@127.0.0.1:${port}/sluice`,
+    pid: 0,
+    async start() {
+      const child = spawn(
+        isRoot ? 'runuser' : `${PG_BIN}/postgres`,
+        [
+          ...(isRoot ? ['-u', 'postgres', '--', `${PG_BIN}/postgres`] : []),
+          '-D', data, '-k', dir, '-p', String(port),
+          '-c', 'listen_addresses=127.0.0.1', '-c', 'fsync=off', '-c', 'synchronous_commit=off',
+          '-c', 'full_page_writes=off',
+        ],
+        { stdio: ['ignore', 'ignore', 'pipe'] },
+      );
+      live.add(child);
+      child.on('exit', () => live.delete(child));
+      let err = '';
+      child.stderr.on('data', (d) => (err += d));
+      await waitFor(
+        async () => {
+          try {
+            await run(`${PG_BIN}/pg_isready`, ['-h', '127.0.0.1', '-p', String(port), '-t', '1'], { timeout: 3000 });
+            return true;
+          } catch {
+            return false;
+          }
+        },
+        { timeout: 20000, interval: 100, what: `PostgreSQL on port ${port} to accept connections (${err})` },
+      );
+      this.pid = Number(fs.readFileSync(path.join(data, 'postmaster.pid'), 'utf8').split('\n')[0]);
+      this.child = child;
+      return this;
+    },
+    async stop() {
+      if (!this.pid) return;
+      const pid = this.pid;
+      this.pid = 0;
+      try {
+        process.kill(pid, 'SIGINT'); // fast shutdown
+      } catch {
+        return;
+      }
+      try {
+        await waitFor(() => !pidAlive(pid), { timeout: 10000, what: `PostgreSQL (pid ${pid}) to stop` });
+      } catch {
+        process.kill(pid, 'SIGKILL');
+        await waitFor(() => !pidAlive(pid), { timeout: 5000, what: `PostgreSQL (pid ${pid}) to die` });
+      }
+    },
+    // psql -At: one line per row, fields separated by '|'.
+    query(sql, db = 'sluice') {
+      return run('psql', ['-h', '127.0.0.1', '-p', String(port), '-U', 'postgres', '-d', db, '-At', '-c', sql]);
+    },
+  };
+  await pg.start();
+  stopAtExit.push(() => pg.pid && process.kill(pg.pid, 'SIGKILL'));
+  await pg.query('CREATE DATABASE sluice', 'postgres');
+  return pg;
+}
+
+// ---- Kafka (librdkafka's mock cluster) -------------------------------------------------
+
+export const KAFKA_MOCK = process.env.SLUICE_KAFKA_MOCK || path.join(path.dirname(BIN), 'kafka-mock');
+
+// The Kafka mock cluster (tests/tools/kafka_mock.cpp): real Kafka protocol on loopback.
+// down()/up() take every broker down or back.
+export async function startKafka({ topic = 'sluice.requests', partitions = 1 } = {}) {
+  if (!fs.existsSync(KAFKA_MOCK)) throw new Error(`${KAFKA_MOCK} does not exist: build it (make build with tests)`);
+  const dir = tempDir('sluice-kafka-');
+  const file = path.join(dir, 'bootstrap');
+  const child = spawn(KAFKA_MOCK, ['--bootstrap-file', file, '--topic', topic, '--partitions', String(partitions)], {
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  live.add(child);
+  const exited = new Promise((resolve) => child.on('exit', (code, signal) => (live.delete(child), resolve({ code, signal }))));
+  child.stderr.resume();
+  const replies = [];
+  let buf = '';
+  child.stdout.on('data', (d) => {
+    buf += d;
+    let i;
+    while ((i = buf.indexOf('\n')) >= 0) {
+      replies.push(buf.slice(0, i));
+      buf = buf.slice(i + 1);
+    }
+  });
+  const bootstrap = await waitFor(() => fs.existsSync(file) && fs.readFileSync(file, 'utf8').trim(), {
+    timeout: 10000,
+    what: 'the Kafka mock cluster to write its bootstrap address',
+  });
+  const command = async (line) => {
+    const n = replies.length;
+    child.stdin.write(line + '\n');
+    const reply = await waitFor(() => replies.length > n && replies[n], { timeout: 5000, what: `kafka-mock: ${line}` });
+    if (reply !== 'ok') throw new Error(`kafka-mock ${line}: ${reply}`);
+  };
+  return {
+    bootstrap,
+    topic,
+    proc: { child, pid: child.pid, exited, name: 'kafka-mock' },
+    down: () => command('down all'),
+    up: () => command('up all'),
+    stop() {
+      return stopProcess(this.proc, 3000);
+    },
+    // Every message on the topic from the beginning, parsed (kcat, a real Kafka client).
+    async messages() {
+      const out = await run('kcat', ['-C', '-b', bootstrap, '-t', topic, '-o', 'beginning', '-e', '-q', '-f', '%s\\n'], {
+        timeout: 30000,
+      });
+      return out
+        .split('\n')
+        .filter((l) => l.trim().length > 0)
+        .map((l) => JSON.parse(l));
+    },
   };
 }

@@ -1,0 +1,405 @@
+#include "events/events.hpp"
+
+#include <librdkafka/rdkafka.h>
+
+#include <atomic>
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <mutex>
+#include <shared_mutex>
+#include <string_view>
+#include <syslog.h>
+#include <thread>
+
+#include "common/ids.hpp"
+#include "common/text.hpp"
+#include "events/testing.hpp"
+
+namespace sluice::events {
+namespace {
+
+using namespace std::chrono_literals;
+using SteadyClock = std::chrono::steady_clock;
+
+constexpr auto kFlushWhileUp = 5s;        // destructor: brokers reachable, worth waiting
+constexpr auto kFlushWhileDown = 500ms;   // destructor: they go to the fallback file anyway
+constexpr auto kPurgeWait = 2s;           // serving the purged messages' reports
+constexpr auto kRecreateBackoff = 1s;     // between failed attempts to recreate the producer
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// 2024-05-01T12:34:56.789Z
+void append_iso8601(std::string& out, std::int64_t unix_ms) {
+  const std::time_t secs = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[80];  // sized for any int values, which keeps -Wformat-truncation quiet
+  const int n = std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                              tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                              static_cast<int>(unix_ms % 1000));
+  out.append(buf, static_cast<std::size_t>(n));
+}
+
+std::string describe(rd_kafka_resp_err_t err) {
+  return std::string(rd_kafka_err2name(err)) + ": " + rd_kafka_err2str(err);
+}
+
+bool is_purge(rd_kafka_resp_err_t err) {
+  return err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT;
+}
+
+}  // namespace
+
+struct EventSink::Impl {
+  config::EventSettings settings;
+  std::string ident;  // `,"instance":"..","host":".."`, escaped once
+  std::string client_id;
+
+  // Only the poll thread replaces rk (after a fatal error); producers and status() readers
+  // hold it shared, which never waits except during that swap.
+  mutable std::shared_mutex rk_mu;
+  rd_kafka_t* rk = nullptr;
+
+  std::thread poller;
+  std::atomic<bool> stop{false};
+  std::atomic<bool> fatal{false};
+  std::string purge_reason;  // set while draining a producer; read by the report callback
+  std::string fatal_reason;  // poll thread only, like purge_reason
+  SteadyClock::time_point next_recreate{};
+
+  std::atomic<bool> up{false};
+  std::atomic<std::uint64_t> produced{0}, delivered{0}, failed{0}, rejected{0}, fallback_written{0}, dropped{0},
+      skipped{0}, restarts{0};
+
+  mutable std::mutex err_mu;
+  std::string last_error;
+
+  std::mutex file_mu;
+  std::FILE* file = nullptr;
+
+  std::mutex flush_mu;
+  std::condition_variable settled_cv;
+  std::atomic<int> flush_waiters{0};
+
+  ~Impl() {
+    if (file) std::fclose(file);
+  }
+
+  bool settled() const { return delivered.load() + failed.load() >= produced.load(); }
+
+  void note_error(std::string msg) {
+    std::lock_guard lk(err_mu);
+    last_error = std::move(msg);
+  }
+
+  void wake_flushers() {
+    if (flush_waiters.load() == 0) return;
+    std::lock_guard lk(flush_mu);
+    settled_cv.notify_all();
+  }
+
+  // One JSONL line: {"reason":..,"failed_at":..,"event":{envelope}}. Flushed per line: this
+  // is the failure path and the file is what an operator replays.
+  void fallback(std::string_view reason, std::string_view event) {
+    std::string line;
+    line.reserve(event.size() + reason.size() + 64);
+    line += R"({"reason":)";
+    append_json_string(line, reason);
+    line += R"(,"failed_at":")";
+    append_iso8601(line, now_ms());
+    line += R"(","event":)";
+    line += event;
+    line += "}\n";
+
+    std::lock_guard lk(file_mu);
+    if (!file) {
+      const std::filesystem::path path(settings.fallback_file);
+      std::error_code ec;
+      if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+      file = std::fopen(path.c_str(), "a");
+    }
+    if (file && std::fwrite(line.data(), 1, line.size(), file) == line.size() && std::fflush(file) == 0) {
+      fallback_written.fetch_add(1);
+      return;
+    }
+    const int e = errno;
+    if (file) {
+      std::fclose(file);  // reopened on the next event (the disk may come back)
+      file = nullptr;
+    }
+    dropped.fetch_add(1);
+    note_error("fallback file " + settings.fallback_file + ": " + std::strerror(e));
+  }
+
+  rd_kafka_t* make_producer(std::string* error) {
+    char err[512];
+    rd_kafka_conf_t* conf = rd_kafka_conf_new();
+    const std::pair<const char*, std::string> props[] = {
+        {"bootstrap.servers", settings.brokers},
+        {"client.id", client_id},
+        // Idempotence: retries after a lost ack never duplicate and keep per-partition order.
+        {"enable.idempotence", "true"},
+        {"acks", "all"},
+        {"linger.ms", std::to_string(settings.linger.count())},
+        {"queue.buffering.max.messages", std::to_string(settings.queue_messages)},
+        {"message.timeout.ms", std::to_string(settings.delivery_timeout.count())},
+        // Reconnect fast after an outage (the default backoff grows to 10 s).
+        {"reconnect.backoff.ms", "100"},
+        {"reconnect.backoff.max.ms", "1000"},
+        {"retry.backoff.ms", "100"},
+        {"socket.connection.setup.timeout.ms", "10000"},
+        {"compression.type", "lz4"},  // JSON compresses well; lz4 costs little CPU
+        // Broker states for `up`; only parsed while the cluster is considered down.
+        {"statistics.interval.ms", "1000"},
+    };
+    for (const auto& [key, value] : props) {
+      if (rd_kafka_conf_set(conf, key, value.c_str(), err, sizeof err) != RD_KAFKA_CONF_OK) {
+        rd_kafka_conf_destroy(conf);
+        if (error) *error = std::string("events: ") + key + ": " + err;
+        return nullptr;
+      }
+    }
+    rd_kafka_conf_set_opaque(conf, this);
+    rd_kafka_conf_set_dr_msg_cb(conf, &Impl::on_delivery);
+    rd_kafka_conf_set_error_cb(conf, &Impl::on_error);
+    rd_kafka_conf_set_stats_cb(conf, &Impl::on_stats);
+    rd_kafka_conf_set_log_cb(conf, &Impl::on_log);
+    rd_kafka_t* handle = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+    if (!handle) {
+      rd_kafka_conf_destroy(conf);  // only owned by rd_kafka_new on success
+      if (error) *error = std::string("events: ") + err;
+    }
+    return handle;
+  }
+
+  // Callbacks run on whichever thread calls rd_kafka_poll: the poll thread, or the
+  // destructor after the poll thread has stopped; never two at once.
+  static void on_delivery(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
+    auto* self = static_cast<Impl*>(opaque);
+    if (!m->err) {
+      self->delivered.fetch_add(1);
+      self->up.store(true);
+    } else {
+      std::string reason =
+          is_purge(m->err) && !self->purge_reason.empty() ? self->purge_reason : describe(m->err);
+      self->fallback(reason, {static_cast<const char*>(m->payload), m->len});
+      self->failed.fetch_add(1);  // after the line is written: settled means "on disk"
+      self->note_error(std::move(reason));
+    }
+    self->wake_flushers();
+  }
+
+  static void on_error(rd_kafka_t* rk, int code, const char* reason, void* opaque) {
+    auto* self = static_cast<Impl*>(opaque);
+    const auto err = static_cast<rd_kafka_resp_err_t>(code);
+    if (err == RD_KAFKA_RESP_ERR__FATAL) {
+      char buf[512];
+      const auto fe = rd_kafka_fatal_error(rk, buf, sizeof buf);
+      std::string msg = std::string("fatal: ") + rd_kafka_err2name(fe) + ": " + buf;
+      if (rk == self->rk && !self->fatal.load()) {
+        self->fatal_reason = msg;
+        self->fatal.store(true);
+      }
+      self->note_error(std::move(msg));
+      return;
+    }
+    self->note_error(std::string(rd_kafka_err2name(err)) + ": " + reason);
+    if (rk != self->rk) return;  // a producer being replaced
+    if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN || err == RD_KAFKA_RESP_ERR__TRANSPORT ||
+        err == RD_KAFKA_RESP_ERR__RESOLVE)
+      self->up.store(false);
+  }
+
+  // Up again once any real broker connection is UP (deliveries also set it).
+  static int on_stats(rd_kafka_t* rk, char* json, std::size_t len, void* opaque) {
+    auto* self = static_cast<Impl*>(opaque);
+    if (self->up.load() || rk != self->rk) return 0;
+    boost::system::error_code ec;
+    const auto doc = boost::json::parse(std::string_view(json, len), ec);
+    const auto* brokers = ec || !doc.is_object() ? nullptr : doc.as_object().if_contains("brokers");
+    if (!brokers || !brokers->is_object()) return 0;
+    for (const auto& [name, b] : brokers->as_object()) {
+      const auto* obj = b.if_object();
+      const auto* state = obj ? obj->if_contains("state") : nullptr;
+      const auto* source = obj ? obj->if_contains("source") : nullptr;
+      if (!state || !source || !state->is_string() || !source->is_string()) continue;
+      if (state->as_string() == "UP" && source->as_string() != "internal" && source->as_string() != "logical") {
+        self->up.store(true);
+        break;
+      }
+    }
+    return 0;  // librdkafka frees json
+  }
+
+  static void on_log(const rd_kafka_t*, int level, const char* fac, const char* buf) {
+    if (level <= LOG_WARNING) std::fprintf(stderr, "sluice events: kafka %s: %s\n", fac, buf);
+  }
+
+  // Fails everything `handle` still holds into the fallback file with `reason`.
+  void drain(rd_kafka_t* handle, std::string reason) {
+    purge_reason = std::move(reason);
+    rd_kafka_purge(handle, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    const auto deadline = SteadyClock::now() + kPurgeWait;
+    while (rd_kafka_outq_len(handle) > 0 && SteadyClock::now() < deadline) rd_kafka_poll(handle, 50);
+    purge_reason.clear();
+  }
+
+  // An idempotent producer that raised a fatal error refuses everything from then on.
+  void recreate() {
+    if (SteadyClock::now() < next_recreate) return;
+    std::string err;
+    rd_kafka_t* fresh = make_producer(&err);
+    if (!fresh) {
+      note_error("recreating the producer after a fatal error: " + err);
+      next_recreate = SteadyClock::now() + kRecreateBackoff;
+      return;
+    }
+    rd_kafka_t* old = nullptr;
+    {
+      std::unique_lock lk(rk_mu);
+      old = rk;
+      rk = fresh;
+    }
+    fatal.store(false);
+    restarts.fetch_add(1);
+    drain(old, fatal_reason);
+    rd_kafka_destroy(old);
+  }
+
+  void run() {
+    while (!stop.load()) {
+      rd_kafka_poll(rk, 100);
+      if (fatal.load()) recreate();
+    }
+  }
+};
+
+std::unique_ptr<EventSink> EventSink::create(const config::EventSettings& settings, std::string instance,
+                                             std::string host, std::string* error) {
+  if (!settings.enabled) return nullptr;
+  auto impl = std::make_unique<Impl>();
+  impl->settings = settings;
+  if (impl->settings.fallback_file.empty()) impl->settings.fallback_file = "events-fallback.jsonl";
+  impl->ident = R"(,"instance":)";
+  append_json_string(impl->ident, instance);
+  impl->ident += R"(,"host":)";
+  append_json_string(impl->ident, host);
+  impl->client_id = "sluice" + (instance.empty() ? std::string() : "-" + instance);
+  impl->rk = impl->make_producer(error);
+  if (!impl->rk) return nullptr;
+  impl->poller = std::thread([p = impl.get()] { p->run(); });
+  return std::unique_ptr<EventSink>(new EventSink(std::move(impl)));
+}
+
+EventSink::EventSink(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+EventSink::~EventSink() {
+  auto& s = *impl_;
+  flush(s.up.load() ? std::chrono::milliseconds(kFlushWhileUp) : std::chrono::milliseconds(kFlushWhileDown));
+  s.stop.store(true);
+  s.poller.join();
+  s.drain(s.rk, "shutdown");
+  // Reports that never came carry payloads we no longer have: count them, at least.
+  const auto done = s.delivered.load() + s.failed.load();
+  if (s.produced.load() > done) s.dropped.fetch_add(s.produced.load() - done);
+  rd_kafka_destroy(s.rk);
+}
+
+void EventSink::consume(const telemetry::RequestRecord& r) {
+  auto& s = *impl_;
+  const auto type = telemetry::event_type(r);
+  if (type == telemetry::EventType::completed && !s.settings.include_completed) {
+    s.skipped.fetch_add(1);
+    return;
+  }
+  const std::string_view name = telemetry::to_string(type);
+  const std::int64_t now = now_ms();
+  std::string ev;
+  ev.reserve(1024);
+  ev += R"({"event":")";
+  ev += name;
+  ev += R"(","id":")";
+  ev += new_request_id();
+  ev += R"(","time":")";
+  append_iso8601(ev, now);
+  ev += R"(","unix_ms":)";
+  ev += std::to_string(now);
+  ev += s.ident;
+  ev += R"(,"data":)";
+  telemetry::append_json(ev, r);
+  ev += '}';
+
+  s.produced.fetch_add(1);  // before producev: its report may arrive before we return
+  rd_kafka_resp_err_t err;
+  {
+    std::shared_lock lk(s.rk_mu);
+    // No RD_KAFKA_MSG_F_BLOCK: a full queue fails at once instead of stalling the caller.
+    err = rd_kafka_producev(
+        s.rk, RD_KAFKA_V_TOPIC(s.settings.topic.c_str()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        // Keyed by request id: all events of one request land on one partition, in order.
+        RD_KAFKA_V_KEY(r.request_id.empty() ? nullptr : r.request_id.data(), r.request_id.size()),
+        RD_KAFKA_V_VALUE(ev.data(), ev.size()),
+        RD_KAFKA_V_HEADER("event", name.data(), static_cast<ssize_t>(name.size())), RD_KAFKA_V_END);
+  }
+  if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return;
+  s.produced.fetch_sub(1);
+  s.rejected.fetch_add(1);
+  std::string reason = describe(err);
+  s.fallback(reason, ev);
+  s.note_error(std::move(reason));
+}
+
+bool EventSink::flush(std::chrono::milliseconds timeout) {
+  auto& s = *impl_;
+  const auto deadline = SteadyClock::now() + timeout;
+  s.flush_waiters.fetch_add(1);
+  std::unique_lock lk(s.flush_mu);
+  const bool ok = s.settled_cv.wait_until(lk, deadline, [&] { return s.settled(); });
+  s.flush_waiters.fetch_sub(1);
+  return ok;
+}
+
+Status EventSink::status() const {
+  const auto& s = *impl_;
+  Status st;
+  st.configured = true;
+  st.brokers = s.settings.brokers;
+  st.topic = s.settings.topic;
+  st.up = s.up.load();
+  {
+    std::shared_lock lk(s.rk_mu);
+    st.queued = rd_kafka_outq_len(s.rk);
+  }
+  st.produced = s.produced.load();
+  st.delivered = s.delivered.load();
+  st.failed = s.failed.load();
+  st.rejected = s.rejected.load();
+  st.fallback_written = s.fallback_written.load();
+  st.dropped = s.dropped.load();
+  st.skipped = s.skipped.load();
+  st.restarts = s.restarts.load();
+  {
+    std::lock_guard lk(s.err_mu);
+    st.last_error = s.last_error;
+  }
+  st.fallback_file = s.settings.fallback_file;
+  return st;
+}
+
+bool TestAccess::raise_fatal(EventSink& sink) {
+  auto& s = *sink.impl_;
+  std::shared_lock lk(s.rk_mu);
+  return rd_kafka_test_fatal_error(s.rk, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER, "drill") ==
+         RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+}  // namespace sluice::events

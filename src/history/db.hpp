@@ -1,0 +1,87 @@
+#pragma once
+// Internal to the history library: the row, its columns, and one connection interface
+// with a SQLite and a PostgreSQL implementation, so batching, migrations and the queries
+// are written once.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace sluice::history {
+
+// One request as stored. Negative numbers and empty strings of nullable columns are NULL.
+struct Row {
+  std::int64_t unix_ms = 0;
+  std::string request_id, method, path, key_name, tenant, tier, alias, model, provider, backend;
+  std::int64_t status = 0;
+  std::string reason, error;
+  std::int64_t upstream_status = -1;
+  bool stream = false, client_cancelled = false;
+  double wall_ms = 0, ttft_ms = -1, tokens_per_s = -1;
+  std::int64_t prompt_tokens = -1, completion_tokens = -1;
+  std::string instance, limiter, priority;
+  double queue_ms = -1;
+  std::int64_t reserved_tokens = -1;
+  double temperature = -1, top_p = -1;
+  std::int64_t max_tokens = -1, num_ctx = -1, num_gpu = -1, num_batch = -1;
+};
+
+using Member = std::variant<std::int64_t Row::*, double Row::*, std::string Row::*, bool Row::*>;
+struct Column {
+  std::string_view name;
+  Member member;
+  bool nullable;
+};
+// In table order after `id`; the INSERT and the list output follow it.
+std::span<const Column> columns();
+
+// A value read from or bound to a statement. Booleans travel as 0/1.
+using Value = std::variant<std::monostate, std::int64_t, double, std::string>;
+Value value_of(const Row& row, const Column& c);
+
+enum class Dialect { sqlite, postgres };
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  virtual Dialect dialect() const noexcept = 0;
+  // One statement with parameters; on_row (may be empty) sees each result row. Returns
+  // "" or the error.
+  using RowFn = std::function<void(std::vector<Value>& row)>;
+  virtual std::string query(const std::string& sql, const std::vector<Value>& params, const RowFn& on_row) = 0;
+  // Statements without parameters, separated by ';'.
+  virtual std::string exec(const std::string& sql) = 0;
+  // All rows in one transaction: all are written or none.
+  virtual std::string insert(std::span<const Row> rows) = 0;
+};
+
+// The n-th (1-based) parameter placeholder of the dialect: "?1" or "$1".
+std::string placeholder(Dialect d, int n);
+
+std::unique_ptr<Connection> open_sqlite(const std::string& path, bool read_only, std::string& error);
+// statement_timeout bounds each statement on the server and, plus a margin, on the client
+// (a server that stops answering cannot stall the caller forever).
+std::unique_ptr<Connection> open_postgres(const std::string& url, std::chrono::milliseconds connect_timeout,
+                                          std::chrono::milliseconds statement_timeout, std::string& error);
+// %XX escapes decoded ('+' as a space too in query strings); false on a broken escape.
+bool percent_decode(std::string_view s, std::string& out, bool plus_is_space);
+// The URL with the password (userinfo or ?password=) replaced by ***; "" if unparsable.
+std::string mask_postgres_url(std::string_view url);
+// Replaces every occurrence of the URL's password in `text` (libpq errors can echo
+// connection details).
+std::string scrub_password(std::string text, std::string_view url);
+
+// Applies the migrations not yet recorded in schema_migrations (idempotent, safe when
+// several instances start at once). Sets `version` to the schema version afterwards.
+std::string migrate(Connection& c, int& version);
+inline constexpr int kSchemaVersion = 1;
+
+// The column a stats group_by name reads ("key" -> "key_name"); "" if unknown.
+std::string_view group_column(std::string_view group_by);
+
+}  // namespace sluice::history

@@ -1,0 +1,585 @@
+#include "history/history.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <condition_variable>
+#include <ctime>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "common/reason.hpp"
+#include "common/text.hpp"
+#include "history/db.hpp"
+
+namespace sluice::history {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr auto kWriteStatementTimeout = std::chrono::seconds(10);
+constexpr auto kReadStatementTimeout = std::chrono::seconds(30);
+constexpr auto kRetentionEvery = std::chrono::hours(1);
+constexpr auto kFinalFlush = std::chrono::seconds(2);
+// A batch that fails this often on fresh connections is refused for its content, not
+// for an outage: it is dropped (and counted) so it cannot block the history forever.
+constexpr int kMaxBatchFailures = 5;
+
+// Invalid UTF-8 and NUL bytes (possible in a client's path) would make PostgreSQL refuse
+// the whole batch and make the JSON answers invalid: each bad byte becomes U+FFFD.
+std::string clean_text(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    bool ok = n > 0 && c != 0 && i + n <= s.size() && !(n == 2 && c < 0xC2);
+    for (std::size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+    if (ok && n == 3) {  // no overlong forms, no surrogates
+      const auto c1 = static_cast<unsigned char>(s[i + 1]);
+      ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);
+    }
+    if (ok && n == 4) {
+      const auto c1 = static_cast<unsigned char>(s[i + 1]);
+      ok = c <= 0xF4 && !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);
+    }
+    if (ok) {
+      out.append(s.substr(i, n));
+      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
+double finite_or_null(double v) { return std::isfinite(v) ? v : -1; }
+
+Row to_row(const telemetry::RequestRecord& r) {
+  Row row;
+  row.unix_ms = r.unix_ms;
+  row.request_id = clean_text(r.request_id);
+  row.method = clean_text(r.method);
+  row.path = clean_text(r.path);
+  row.key_name = clean_text(r.key_name);
+  row.tenant = clean_text(r.tenant);
+  row.tier = clean_text(r.tier);
+  row.alias = clean_text(r.alias);
+  row.model = clean_text(r.model);
+  row.provider = clean_text(r.provider);
+  row.backend = clean_text(r.backend);
+  row.status = r.status;
+  row.reason = reason_code(r.reason);
+  row.error = clean_text(r.error);
+  row.upstream_status = r.upstream_status > 0 ? r.upstream_status : -1;
+  row.stream = r.stream;
+  row.client_cancelled = r.client_cancelled;
+  row.wall_ms = std::max(0.0, finite_or_null(r.wall_ms));
+  row.ttft_ms = finite_or_null(r.ttft_ms);
+  row.tokens_per_s = finite_or_null(r.tokens_per_s);
+  row.prompt_tokens = r.prompt_tokens;
+  row.completion_tokens = r.completion_tokens;
+  row.instance = clean_text(r.instance);
+  row.limiter = clean_text(r.limiter);
+  row.priority = clean_text(r.priority);
+  row.queue_ms = finite_or_null(r.queue_ms);
+  row.reserved_tokens = r.reserved_tokens;
+  row.temperature = finite_or_null(r.temperature);
+  row.top_p = finite_or_null(r.top_p);
+  row.max_tokens = r.max_tokens;
+  row.num_ctx = r.num_ctx;
+  row.num_gpu = r.num_gpu;
+  row.num_batch = r.num_batch;
+  return row;
+}
+
+void append_number(std::string& out, double v) {
+  if (!std::isfinite(v)) {
+    out += "null";
+    return;
+  }
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+void append_int(std::string& out, std::int64_t v) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+// A value as JSON; booleans are stored as 0/1 and shown as false/true.
+void append_value(std::string& out, const Value& v, bool boolean) {
+  if (auto* n = std::get_if<std::int64_t>(&v)) {
+    if (boolean) out += *n ? "true" : "false";
+    else append_int(out, *n);
+  } else if (auto* d = std::get_if<double>(&v)) {
+    append_number(out, *d);
+  } else if (auto* s = std::get_if<std::string>(&v)) {
+    append_json_string(out, *s);
+  } else {
+    out += "null";
+  }
+}
+
+bool is_bool_column(std::string_view name) {
+  for (const auto& c : columns()) {
+    if (c.name == name) return std::holds_alternative<bool Row::*>(c.member);
+  }
+  return false;
+}
+
+void append_iso8601(std::string& out, std::int64_t unix_ms) {
+  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[40];
+  const auto n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  out += '"';
+  out.append(buf, n);
+  char frac[8];
+  std::snprintf(frac, sizeof frac, ".%03dZ", static_cast<int>(unix_ms % 1000));
+  out += frac;
+  out += '"';
+}
+
+// WHERE clauses with their parameters, numbered in order for either dialect.
+struct Where {
+  Dialect dialect;
+  std::string sql;
+  std::vector<Value> params;
+  void add(std::string_view column, std::string_view op, Value v) {
+    params.push_back(std::move(v));
+    sql += sql.empty() ? " WHERE " : " AND ";
+    sql += std::string(column) + " " + std::string(op) + " " + placeholder(dialect, static_cast<int>(params.size()));
+  }
+  void add_filters(const std::string& model, const std::string& key, const std::string& tenant) {
+    if (!model.empty()) add("model", "=", model);
+    if (!key.empty()) add("key_name", "=", key);
+    if (!tenant.empty()) add("tenant", "=", tenant);
+  }
+  // A number we computed, not client text: written inline.
+  static std::string limit(std::int64_t n) { return " LIMIT " + std::to_string(n); }
+};
+
+double as_double(const Value& v, double null_value = -1) {
+  if (auto* d = std::get_if<double>(&v)) return *d;
+  if (auto* n = std::get_if<std::int64_t>(&v)) return static_cast<double>(*n);
+  return null_value;
+}
+
+// Nearest rank: the smallest value with at least p% of the values at or below it.
+double percentile(const std::vector<double>& sorted, int p) {
+  const std::size_t rank = (static_cast<std::size_t>(p) * sorted.size() + 99) / 100;
+  return sorted[std::max<std::size_t>(rank, 1) - 1];
+}
+
+void append_distribution(std::string& out, std::string_view name, std::vector<double>& values) {
+  out += ",\"";
+  out += name;
+  out += "\":";
+  if (values.empty()) {
+    out += "null";
+    return;
+  }
+  std::sort(values.begin(), values.end());
+  double sum = 0;
+  for (double v : values) sum += v;
+  out += "{\"mean\":";
+  append_number(out, std::round(sum / static_cast<double>(values.size()) * 1000) / 1000);
+  out += ",\"p50\":";
+  append_number(out, percentile(values, 50));
+  out += ",\"p95\":";
+  append_number(out, percentile(values, 95));
+  out += '}';
+}
+
+}  // namespace
+
+struct History::Impl {
+  config::HistorySettings settings;
+
+  mutable std::mutex mu;
+  std::condition_variable wake;      // the writer: rows, flush requests, stop
+  std::condition_variable progress;  // flush(): rows done
+  struct Queued {
+    Row row;
+    Clock::time_point at;
+  };
+  std::deque<Queued> queue;
+  std::size_t in_flight = 0;  // rows of the batch being written
+  std::uint64_t accepted = 0, done = 0;  // rows ever queued / written or given up
+  int flush_waiters = 0;
+  bool stopping = false;
+  Status counters;  // queued is computed in status()
+  std::thread writer;
+
+  mutable std::mutex read_mu;  // one query at a time on the read connection
+  mutable std::unique_ptr<Connection> reader;
+
+  bool postgres() const { return settings.backend == config::HistoryBackend::postgres; }
+
+  std::unique_ptr<Connection> open(bool read_only, std::string& error) const {
+    if (!postgres()) return open_sqlite(settings.sqlite_path, read_only, error);
+    return open_postgres(settings.url, settings.connect_timeout, read_only ? kReadStatementTimeout : kWriteStatementTimeout,
+                         error);
+  }
+
+  void failed(std::string error) {
+    std::lock_guard lk(mu);
+    counters.up = false;
+    counters.last_error = std::move(error);
+  }
+
+  void run();
+  Result read(const std::function<std::string(Connection&, std::string&)>& fn) const;
+};
+
+void History::Impl::run() {
+  std::unique_ptr<Connection> conn;
+  std::vector<Row> batch;
+  int batch_failures = 0;
+  bool connected_before = false;
+  Clock::time_point next_connect{}, next_retention{};
+  for (;;) {
+    {
+      std::unique_lock lk(mu);
+      for (;;) {
+        if (stopping) return;
+        const auto now = Clock::now();
+        if (batch.empty() && !queue.empty() &&
+            (queue.size() >= settings.batch_rows || flush_waiters > 0 || queue.front().at + settings.flush_interval <= now)) {
+          const std::size_t n = std::min(queue.size(), settings.batch_rows);
+          for (std::size_t i = 0; i < n; ++i) {
+            batch.push_back(std::move(queue.front().row));
+            queue.pop_front();
+          }
+          in_flight = n;
+        }
+        const bool retention_due = settings.retention_days > 0 && now >= next_retention;
+        if (!conn ? now >= next_connect : !batch.empty() || retention_due) break;
+        auto until = Clock::time_point::max();
+        if (!conn) until = next_connect;
+        else if (settings.retention_days > 0) until = next_retention;
+        if (batch.empty() && !queue.empty()) until = std::min(until, queue.front().at + settings.flush_interval);
+        if (until == Clock::time_point::max()) wake.wait(lk);
+        else wake.wait_until(lk, until);
+      }
+    }
+    if (!conn) {  // (re)connect; migrations run on every connect, they are idempotent
+      std::string error;
+      int version = 0;
+      conn = open(false, error);
+      if (conn) error = migrate(*conn, version);
+      if (!error.empty()) {
+        conn.reset();
+        next_connect = Clock::now() + settings.retry_interval;
+        failed(std::move(error));
+        continue;
+      }
+      std::lock_guard lk(mu);
+      counters.up = true;
+      counters.schema_version = version;
+      if (connected_before) ++counters.reconnects;
+      connected_before = true;
+      continue;
+    }
+    if (!batch.empty()) {
+      if (auto error = conn->insert(batch); !error.empty()) {
+        conn.reset();  // a failed connection is replaced, the same batch retried
+        next_connect = Clock::now() + settings.retry_interval;
+        std::lock_guard lk(mu);
+        ++counters.write_errors;
+        counters.up = false;
+        counters.last_error = std::move(error);
+        if (++batch_failures >= kMaxBatchFailures) {
+          counters.last_error = "dropped a batch of " + std::to_string(batch.size()) + " rows after " +
+                                std::to_string(batch_failures) + " failed writes: " + counters.last_error;
+          counters.dropped += batch.size();
+          done += batch.size();
+          in_flight = 0;
+          batch.clear();
+          batch_failures = 0;
+          progress.notify_all();
+        }
+        continue;
+      }
+      std::lock_guard lk(mu);
+      counters.up = true;
+      counters.written += batch.size();
+      ++counters.batches;
+      done += batch.size();
+      in_flight = 0;
+      batch.clear();
+      batch_failures = 0;
+      progress.notify_all();
+    }
+    if (settings.retention_days > 0 && Clock::now() >= next_retention) {
+      next_retention = Clock::now() + kRetentionEvery;
+      const std::int64_t cutoff =
+          std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count() -
+          std::int64_t{settings.retention_days} * 86'400'000;
+      if (auto error = conn->query("DELETE FROM requests WHERE unix_ms < " + placeholder(conn->dialect(), 1), {cutoff}, {});
+          !error.empty()) {
+        conn.reset();
+        next_connect = Clock::now() + settings.retry_interval;
+        failed("retention: " + error);
+      }
+    }
+  }
+}
+
+Result History::Impl::read(const std::function<std::string(Connection&, std::string&)>& fn) const {
+  Result result;
+  std::lock_guard lk(read_mu);
+  const bool reused = reader != nullptr;
+  if (!reader) reader = open(true, result.error);
+  if (reader) result.error = fn(*reader, result.body);
+  if (!result.error.empty() && reused) {  // it may have died since (a database restart): once more
+    result.error.clear();
+    result.body.clear();
+    reader = open(true, result.error);
+    if (reader) result.error = fn(*reader, result.body);
+  }
+  if (!result.error.empty()) {
+    reader.reset();  // the next query opens a fresh one
+    result.body.clear();
+    result.unavailable = true;
+    result.error = "history database unavailable: " + result.error;
+  }
+  return result;
+}
+
+std::unique_ptr<History> History::create(const config::HistorySettings& settings, std::string* error) {
+  auto fail = [&](std::string e) -> std::unique_ptr<History> {
+    if (error) *error = std::move(e);
+    return nullptr;
+  };
+  if (settings.backend == config::HistoryBackend::none) return nullptr;
+  if (settings.batch_rows == 0 || settings.queue_size == 0) return fail("history: batch_rows and queue_size must be > 0");
+  auto impl = std::make_unique<Impl>();
+  impl->settings = settings;
+  impl->settings.retry_interval = std::max(settings.retry_interval, milliseconds(1));
+  auto& target = impl->counters.target;
+  if (settings.backend == config::HistoryBackend::postgres) {
+    target = mask_postgres_url(settings.url);
+    if (!settings.url.starts_with("postgres://") && !settings.url.starts_with("postgresql://")) {
+      return fail("history: expected a postgres:// or postgresql:// URL");
+    }
+  } else {
+    if (settings.sqlite_path.empty()) return fail("history: the SQLite path is empty");
+    target = settings.sqlite_path;
+  }
+  impl->counters.backend = std::string(config::to_string(settings.backend));
+  std::unique_ptr<History> h(new History(std::move(impl)));
+  h->impl_->writer = std::thread([i = h->impl_.get()] { i->run(); });
+  return h;
+}
+
+History::History(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+History::~History() {
+  flush(kFinalFlush);
+  {
+    std::lock_guard lk(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->wake.notify_all();
+  impl_->writer.join();
+}
+
+void History::consume(const telemetry::RequestRecord& r) {
+  Row row = to_row(r);  // copied outside the lock
+  auto& i = *impl_;
+  std::unique_lock lk(i.mu);
+  if (i.queue.size() + i.in_flight >= i.settings.queue_size) {
+    ++i.counters.dropped;
+    return;
+  }
+  i.queue.push_back({std::move(row), Clock::now()});
+  ++i.accepted;
+  // The writer needs to hear of the first row (its interval starts) and of a full batch.
+  const bool wake = i.queue.size() == 1 || i.queue.size() == i.settings.batch_rows;
+  lk.unlock();
+  if (wake) i.wake.notify_one();
+}
+
+bool History::flush(milliseconds max_wait) {
+  auto& i = *impl_;
+  std::unique_lock lk(i.mu);
+  const std::uint64_t target = i.accepted;
+  if (i.done >= target) return true;
+  ++i.flush_waiters;
+  i.wake.notify_one();
+  const bool ok = i.progress.wait_for(lk, max_wait, [&] { return i.done >= target; });
+  --i.flush_waiters;
+  return ok;
+}
+
+Status History::status() const {
+  std::lock_guard lk(impl_->mu);
+  Status s = impl_->counters;
+  s.queued = impl_->queue.size() + impl_->in_flight;
+  return s;
+}
+
+void append_json(std::string& out, const Status& s) {
+  out += "{\"backend\":";
+  append_json_string(out, s.backend);
+  out += ",\"target\":";
+  append_json_string(out, s.target);
+  out += s.up ? ",\"up\":true" : ",\"up\":false";
+  const std::pair<std::string_view, std::uint64_t> counts[] = {
+      {"queued", s.queued},   {"written", s.written},     {"dropped", s.dropped},
+      {"write_errors", s.write_errors}, {"batches", s.batches}, {"reconnects", s.reconnects}};
+  for (const auto& [name, n] : counts) {
+    out += ",\"";
+    out += name;
+    out += "\":";
+    append_int(out, static_cast<std::int64_t>(n));
+  }
+  out += ",\"last_error\":";
+  append_json_string(out, s.last_error);
+  out += ",\"schema_version\":";
+  append_int(out, s.schema_version);
+  out += '}';
+}
+
+Result History::list(const ListQuery& q) const {
+  if (q.limit < 1 || q.limit > 1000) return {"", "limit: expected an integer from 1 to 1000", false};
+  return impl_->read([&](Connection& c, std::string& body) {
+    Where w{c.dialect(), {}, {}};
+    w.add_filters(q.model, q.key, q.tenant);
+    if (q.status) w.add("status", "=", std::int64_t{q.status});
+    if (q.status_class) {
+      w.add("status", ">=", std::int64_t{q.status_class * 100});
+      w.add("status", "<", std::int64_t{q.status_class * 100 + 100});
+    }
+    if (q.since_ms) w.add("unix_ms", ">=", q.since_ms);
+    if (q.until_ms) w.add("unix_ms", "<", q.until_ms);
+    if (q.before_id) w.add("id", "<", q.before_id);
+    std::string sql = "SELECT id";
+    for (const auto& col : columns()) sql += ", " + std::string(col.name);
+    sql += " FROM requests" + w.sql + " ORDER BY id DESC" + w.limit(q.limit + 1);
+
+    body = "{\"object\":\"list\",\"data\":[";
+    int rows = 0;
+    std::int64_t last_id = 0;
+    const auto cols = columns();
+    auto error = c.query(sql, w.params, [&](std::vector<Value>& row) {
+      if (++rows > q.limit) return;  // the extra row only says there is more
+      if (rows > 1) body += ',';
+      last_id = std::get_if<std::int64_t>(&row[0]) ? std::get<std::int64_t>(row[0]) : 0;
+      body += "{\"id\":";
+      append_value(body, row[0], false);
+      if (auto* ms = std::get_if<std::int64_t>(&row[1])) {
+        body += ",\"time\":";
+        append_iso8601(body, *ms);
+      }
+      for (std::size_t k = 0; k < cols.size(); ++k) {
+        body += ",\"";
+        body += cols[k].name;
+        body += "\":";
+        append_value(body, row[k + 1], std::holds_alternative<bool Row::*>(cols[k].member));
+      }
+      body += '}';
+    });
+    body += "],\"has_more\":";
+    if (rows > q.limit) {
+      body += "true,\"next_before_id\":";
+      append_int(body, last_id);
+    } else {
+      body += "false,\"next_before_id\":null";
+    }
+    body += '}';
+    return error;
+  });
+}
+
+Result History::stats(const StatsQuery& q) const {
+  const std::string_view group = q.group_by.empty() ? std::string_view{} : group_column(q.group_by);
+  if (!q.group_by.empty() && group.empty()) {
+    return {"", "group_by: expected one of " + std::string(group_by_names()), false};
+  }
+  if (q.since_ms >= q.until_ms) return {"", "since: must be before until", false};
+  return impl_->read([&](Connection& c, std::string& body) {
+    Where w{c.dialect(), {}, {}};
+    w.add("unix_ms", ">=", q.since_ms);
+    w.add("unix_ms", "<", q.until_ms);
+    w.add_filters(q.model, q.key, q.tenant);
+    // Percentiles need every value: rows are read (newest first, at most max_rows) and
+    // aggregated here, the same way for both databases.
+    const std::string sql = "SELECT " + (group.empty() ? std::string("NULL") : std::string(group)) +
+                            ", status, wall_ms, ttft_ms, tokens_per_s, prompt_tokens, completion_tokens FROM requests" +
+                            w.sql + " ORDER BY unix_ms DESC" + w.limit(static_cast<std::int64_t>(q.max_rows) + 1);
+    struct Group {
+      std::uint64_t count = 0, errors = 0, tps_count = 0;
+      std::int64_t prompt_tokens = 0, completion_tokens = 0;
+      double tps_sum = 0;
+      std::vector<double> wall, ttft;
+    };
+    std::map<Value, Group> groups;
+    std::size_t rows = 0;
+    auto error = c.query(sql, w.params, [&](std::vector<Value>& row) {
+      if (++rows > q.max_rows) return;
+      auto& g = groups[std::move(row[0])];
+      ++g.count;
+      if (as_double(row[1]) >= 400) ++g.errors;
+      g.wall.push_back(as_double(row[2], 0));
+      if (const double ttft = as_double(row[3]); ttft >= 0) g.ttft.push_back(ttft);
+      if (const double tps = as_double(row[4]); tps >= 0) g.tps_sum += tps, ++g.tps_count;
+      if (auto* n = std::get_if<std::int64_t>(&row[5])) g.prompt_tokens += *n;
+      if (auto* n = std::get_if<std::int64_t>(&row[6])) g.completion_tokens += *n;
+    });
+    if (!error.empty()) return error;
+    std::vector<std::pair<const Value*, Group*>> order;
+    for (auto& [key, g] : groups) order.emplace_back(&key, &g);
+    std::stable_sort(order.begin(), order.end(), [](auto& a, auto& b) { return a.second->count > b.second->count; });
+
+    body = "{\"window\":{\"since_ms\":";
+    append_int(body, q.since_ms);
+    body += ",\"until_ms\":";
+    append_int(body, q.until_ms);
+    body += "},\"group_by\":";
+    if (q.group_by.empty()) body += "null";
+    else append_json_string(body, q.group_by);
+    body += ",\"rows\":";
+    append_int(body, static_cast<std::int64_t>(std::min(rows, q.max_rows)));
+    body += rows > q.max_rows ? ",\"truncated\":true" : ",\"truncated\":false";
+    body += ",\"groups\":[";
+    const bool boolean = is_bool_column(group);
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      auto& [key, g] = order[k];
+      body += k ? ",{\"key\":" : "{\"key\":";
+      append_value(body, *key, boolean);
+      body += ",\"count\":";
+      append_int(body, static_cast<std::int64_t>(g->count));
+      body += ",\"errors\":";
+      append_int(body, static_cast<std::int64_t>(g->errors));
+      append_distribution(body, "wall_ms", g->wall);
+      append_distribution(body, "ttft_ms", g->ttft);
+      body += ",\"tokens_per_s\":";
+      if (g->tps_count == 0) {
+        body += "null";
+      } else {
+        body += "{\"mean\":";
+        append_number(body, std::round(g->tps_sum / static_cast<double>(g->tps_count) * 1000) / 1000);
+        body += '}';
+      }
+      body += ",\"prompt_tokens\":";
+      append_int(body, g->prompt_tokens);
+      body += ",\"completion_tokens\":";
+      append_int(body, g->completion_tokens);
+      body += '}';
+    }
+    body += "]}";
+    return std::string();
+  });
+}
+
+}  // namespace sluice::history

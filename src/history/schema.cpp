@@ -1,0 +1,232 @@
+// The table, its migrations, and what both backends share (columns, URL masking).
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <type_traits>
+
+#include "history/db.hpp"
+
+namespace sluice::history {
+
+std::span<const Column> columns() {
+  static const std::array<Column, 33> kColumns{{
+      {"unix_ms", &Row::unix_ms, false},
+      {"request_id", &Row::request_id, false},
+      {"method", &Row::method, false},
+      {"path", &Row::path, false},
+      {"key_name", &Row::key_name, true},
+      {"tenant", &Row::tenant, true},
+      {"tier", &Row::tier, true},
+      {"alias", &Row::alias, true},
+      {"model", &Row::model, true},
+      {"provider", &Row::provider, true},
+      {"backend", &Row::backend, true},
+      {"status", &Row::status, false},
+      {"reason", &Row::reason, false},
+      {"error", &Row::error, true},
+      {"upstream_status", &Row::upstream_status, true},
+      {"stream", &Row::stream, false},
+      {"client_cancelled", &Row::client_cancelled, false},
+      {"wall_ms", &Row::wall_ms, false},
+      {"ttft_ms", &Row::ttft_ms, true},
+      {"tokens_per_s", &Row::tokens_per_s, true},
+      {"prompt_tokens", &Row::prompt_tokens, true},
+      {"completion_tokens", &Row::completion_tokens, true},
+      {"instance", &Row::instance, true},
+      {"limiter", &Row::limiter, true},
+      {"priority", &Row::priority, true},
+      {"queue_ms", &Row::queue_ms, true},
+      {"reserved_tokens", &Row::reserved_tokens, true},
+      {"temperature", &Row::temperature, true},
+      {"top_p", &Row::top_p, true},
+      {"max_tokens", &Row::max_tokens, true},
+      {"num_ctx", &Row::num_ctx, true},
+      {"num_gpu", &Row::num_gpu, true},
+      {"num_batch", &Row::num_batch, true},
+  }};
+  return kColumns;
+}
+
+Value value_of(const Row& row, const Column& c) {
+  return std::visit(
+      [&](auto member) -> Value {
+        const auto& v = row.*member;
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          return std::int64_t{v ? 1 : 0};
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          if (c.nullable && v.empty()) return std::monostate{};
+          return v;
+        } else {
+          if (c.nullable && v < 0) return std::monostate{};
+          return v;
+        }
+      },
+      c.member);
+}
+
+std::string placeholder(Dialect d, int n) { return (d == Dialect::sqlite ? "?" : "$") + std::to_string(n); }
+
+namespace {
+
+// Migrations are frozen text: a later change is a new migration, never an edit. The
+// types are spelled so that SQLite and PostgreSQL read them alike (SQLite maps BIGINT to
+// INTEGER, DOUBLE PRECISION to REAL and keeps BOOLEAN as 0/1); only the id differs.
+constexpr std::string_view kMigration1 = R"(
+CREATE TABLE requests (
+  id {id},
+  unix_ms BIGINT NOT NULL,
+  request_id TEXT NOT NULL,
+  method TEXT NOT NULL,
+  path TEXT NOT NULL,
+  key_name TEXT,
+  tenant TEXT,
+  tier TEXT,
+  alias TEXT,
+  model TEXT,
+  provider TEXT,
+  backend TEXT,
+  status INTEGER NOT NULL,
+  reason TEXT NOT NULL,
+  error TEXT,
+  upstream_status INTEGER,
+  stream BOOLEAN NOT NULL,
+  client_cancelled BOOLEAN NOT NULL,
+  wall_ms DOUBLE PRECISION NOT NULL,
+  ttft_ms DOUBLE PRECISION,
+  tokens_per_s DOUBLE PRECISION,
+  prompt_tokens BIGINT,
+  completion_tokens BIGINT,
+  instance TEXT,
+  limiter TEXT,
+  priority TEXT,
+  queue_ms DOUBLE PRECISION,
+  reserved_tokens BIGINT,
+  temperature DOUBLE PRECISION,
+  top_p DOUBLE PRECISION,
+  max_tokens BIGINT,
+  num_ctx BIGINT,
+  num_gpu BIGINT,
+  num_batch BIGINT
+);
+CREATE INDEX requests_unix_ms ON requests (unix_ms);
+CREATE INDEX requests_key_name_unix_ms ON requests (key_name, unix_ms);
+CREATE INDEX requests_model_unix_ms ON requests (model, unix_ms);
+)";
+
+std::string migration_sql(Dialect d, int version) {
+  if (version != 1) return "";
+  std::string sql(kMigration1);
+  const std::string_view id = d == Dialect::sqlite ? "INTEGER PRIMARY KEY AUTOINCREMENT"
+                                                   : "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY";
+  sql.replace(sql.find("{id}"), 4, id);
+  return sql;
+}
+
+std::string migrate_locked(Connection& c, int& version) {
+  if (auto e = c.exec("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_ms BIGINT NOT NULL)");
+      !e.empty()) {
+    return e;
+  }
+  std::int64_t current = 0;
+  auto e = c.query("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", {}, [&](std::vector<Value>& row) {
+    if (auto* v = std::get_if<std::int64_t>(&row[0])) current = *v;
+  });
+  if (!e.empty()) return e;
+  const std::int64_t now_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  for (int v = static_cast<int>(current) + 1; v <= kSchemaVersion; ++v) {
+    if (e = c.exec(migration_sql(c.dialect(), v)); !e.empty()) return "migration " + std::to_string(v) + ": " + e;
+    const std::string insert = "INSERT INTO schema_migrations (version, applied_ms) VALUES (" +
+                               placeholder(c.dialect(), 1) + ", " + placeholder(c.dialect(), 2) + ")";
+    if (e = c.query(insert, {std::int64_t{v}, now_ms}, {}); !e.empty()) return e;
+    current = v;
+  }
+  version = static_cast<int>(current);  // may be newer than ours: a newer sluice migrated
+  return "";
+}
+
+}  // namespace
+
+std::string migrate(Connection& c, int& version) {
+  // One migrator at a time: SQLite takes the write lock at BEGIN IMMEDIATE; PostgreSQL
+  // instances starting together serialize on an advisory lock held until COMMIT.
+  const bool pg = c.dialect() == Dialect::postgres;
+  auto e = c.exec(pg ? "BEGIN; SELECT pg_advisory_xact_lock(7372610001)" : "BEGIN IMMEDIATE");
+  if (e.empty()) e = migrate_locked(c, version);
+  if (e.empty()) e = c.exec("COMMIT");
+  if (!e.empty()) c.exec("ROLLBACK");
+  return e;
+}
+
+namespace {
+
+// Where the passwords are in a postgres URL: [begin, end) ranges of the raw text.
+std::vector<std::pair<std::size_t, std::size_t>> password_ranges(std::string_view url) {
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  const auto scheme = url.find("://");
+  if (scheme == std::string_view::npos) return out;
+  const std::size_t auth = scheme + 3;
+  const std::size_t auth_end = std::min(url.find_first_of("/?#", auth), url.size());
+  const auto at = url.substr(0, auth_end).rfind('@');
+  if (at != std::string_view::npos && at >= auth) {
+    const auto colon = url.substr(0, at).find(':', auth);
+    if (colon != std::string_view::npos) out.emplace_back(colon + 1, at);
+  }
+  const auto q = url.find('?');
+  if (q != std::string_view::npos) {
+    for (std::size_t pos = q + 1; pos < url.size();) {
+      const std::size_t end = std::min(url.find('&', pos), url.size());
+      const std::string_view param = url.substr(pos, end - pos);
+      if (param.starts_with("password=")) out.emplace_back(pos + 9, end);
+      pos = end + 1;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+bool percent_decode(std::string_view s, std::string& out, bool plus_is_space) {
+  auto hex = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  };
+  out.clear();
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%') {
+      if (i + 2 >= s.size() || hex(s[i + 1]) < 0 || hex(s[i + 2]) < 0) return false;
+      out.push_back(static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2])));
+      i += 2;
+    } else {
+      out.push_back(plus_is_space && s[i] == '+' ? ' ' : s[i]);
+    }
+  }
+  return true;
+}
+
+std::string mask_postgres_url(std::string_view url) {
+  if (url.find("://") == std::string_view::npos) return "";
+  std::string out(url);
+  const auto ranges = password_ranges(url);
+  for (auto it = ranges.rbegin(); it != ranges.rend(); ++it) out.replace(it->first, it->second - it->first, "***");
+  return out;
+}
+
+std::string scrub_password(std::string text, std::string_view url) {
+  for (const auto& [begin, end] : password_ranges(url)) {
+    const std::string_view raw = url.substr(begin, end - begin);
+    std::string decoded;
+    percent_decode(raw, decoded, false);
+    for (const std::string& secret : {std::string(raw), decoded}) {
+      if (secret.empty()) continue;
+      for (auto p = text.find(secret); p != std::string::npos; p = text.find(secret, p + 3)) {
+        text.replace(p, secret.size(), "***");
+      }
+    }
+  }
+  return text;
+}
+
+}  // namespace sluice::history

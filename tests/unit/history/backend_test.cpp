@@ -1,0 +1,431 @@
+// The same checks against both databases: a SQLite file in a temp dir, and a PostgreSQL
+// server each test starts for itself. Rows are counted with an independent client (the
+// sqlite3 C API, psql), not only through the code under test.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "helpers.hpp"
+#include "pg_server.hpp"
+
+namespace sluice::history {
+namespace {
+
+using namespace std::chrono_literals;
+using test::list_json;
+using test::record;
+using test::stats_json;
+using test::wait_until;
+namespace json = boost::json;
+
+enum class Db { sqlite, postgres };
+void PrintTo(Db db, std::ostream* os) { *os << (db == Db::sqlite ? "sqlite" : "postgres"); }
+
+class HistoryTest : public ::testing::TestWithParam<Db> {
+ protected:
+  void SetUp() override {
+    settings_.flush_interval = 20ms;
+    settings_.retry_interval = 100ms;
+    if (GetParam() == Db::sqlite) {
+      settings_.backend = config::HistoryBackend::sqlite;
+      settings_.sqlite_path = dir_.path() + "/not/yet/there/history.db";  // parents are created
+    } else {
+      pg_ = std::make_unique<test::PgServer>();
+      const auto error = pg_->start();
+      ASSERT_EQ(error, "");
+      ASSERT_EQ(pg_->create_database("history"), "");
+      settings_.backend = config::HistoryBackend::postgres;
+      settings_.url = pg_->url("history");
+    }
+  }
+
+  std::unique_ptr<History> make() {
+    std::string error;
+    auto h = History::create(settings_, &error);
+    EXPECT_TRUE(h) << error;
+    EXPECT_EQ(error, "");
+    return h;
+  }
+
+  // SELECT count(*) ... through a client of its own; -1 on failure.
+  std::int64_t raw_count(const std::string& sql) {
+    if (GetParam() == Db::postgres) {
+      auto out = pg_->psql("history", sql);
+      EXPECT_TRUE(out) << sql << ": " << pg_->last_error();
+      return out ? std::stoll(*out) : -1;
+    }
+    sqlite3* db = nullptr;
+    sqlite3_stmt* stmt = nullptr;
+    std::int64_t n = -1;
+    if (sqlite3_open_v2(settings_.sqlite_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK &&
+        sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW) {
+      n = sqlite3_column_int64(stmt, 0);
+    }
+    EXPECT_GE(n, 0) << sql << ": " << sqlite3_errmsg(db);
+    sqlite3_finalize(stmt);
+    sqlite3_close_v2(db);
+    return n;
+  }
+
+  test::TempDir dir_;
+  std::unique_ptr<test::PgServer> pg_;
+  config::HistorySettings settings_;
+};
+
+TEST_P(HistoryTest, RowsLandAfterFlushWithEveryField) {
+  auto h = make();
+  ASSERT_TRUE(h);
+  auto full = record(1'764'446'400'123, "llama3", "team-a", 429, 12.5, 3.25);
+  full.path = "/v1/chat/completions?q=\xff\xfe";  // not UTF-8: stored with U+FFFD instead
+  full.reason = Reason::rate_limited;
+  full.error = "too many requests";
+  full.stream = true;
+  full.tokens_per_s = 41.5;
+  full.prompt_tokens = 12;
+  full.completion_tokens = 34;
+  full.limiter = "redis";
+  full.priority = "high";
+  full.queue_ms = 1.5;
+  full.reserved_tokens = 512;
+  full.temperature = 0.7;
+  full.max_tokens = 256;
+  full.num_ctx = 8192;
+  full.num_gpu = 1;
+  full.num_batch = 64;
+  full.upstream_status = 200;
+  h->consume(full);
+  telemetry::RequestRecord bare;  // everything optional left unset
+  bare.unix_ms = 1'764'446'400'124;
+  bare.request_id = "bare";
+  bare.method = "GET";
+  bare.path = "/v1/models";
+  bare.status = 401;
+  bare.reason = Reason::missing_key;
+  h->consume(bare);
+
+  ASSERT_TRUE(h->flush(20s));
+  const auto st = h->status();
+  EXPECT_TRUE(st.up) << st.last_error;
+  EXPECT_EQ(st.written, 2u);
+  EXPECT_EQ(st.queued, 0u);
+  EXPECT_EQ(st.dropped, 0u);
+  EXPECT_EQ(st.schema_version, 1);
+  EXPECT_EQ(raw_count("SELECT count(*) FROM requests"), 2);
+
+  const auto body = list_json(*h, "");
+  ASSERT_TRUE(body.is_object());
+  const auto& data = body.at("data").as_array();
+  ASSERT_EQ(data.size(), 2u);
+  const auto& b = data[0].as_object();  // newest id first
+  EXPECT_EQ(b.at("request_id"), "bare");
+  EXPECT_EQ(b.at("reason"), "missing_api_key");
+  for (const char* null_field : {"key_name", "tenant", "model", "error", "upstream_status", "ttft_ms", "tokens_per_s",
+                                 "prompt_tokens", "limiter", "queue_ms", "temperature", "top_p", "max_tokens", "num_ctx"}) {
+    EXPECT_TRUE(b.at(null_field).is_null()) << null_field;
+  }
+  EXPECT_EQ(b.at("stream"), false);
+
+  const auto& f = data[1].as_object();
+  EXPECT_EQ(f.at("unix_ms"), 1'764'446'400'123);
+  EXPECT_EQ(f.at("time"), "2025-11-29T20:00:00.123Z");
+  EXPECT_EQ(f.at("request_id"), "req-1764446400123");
+  EXPECT_EQ(f.at("method"), "POST");
+  EXPECT_EQ(f.at("path"), "/v1/chat/completions?q=\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(f.at("key_name"), "team-a");
+  EXPECT_EQ(f.at("tenant"), "alpha");
+  EXPECT_EQ(f.at("tier"), "standard");
+  EXPECT_EQ(f.at("alias"), "llama3");
+  EXPECT_EQ(f.at("model"), "llama3");
+  EXPECT_EQ(f.at("provider"), "ollama");
+  EXPECT_EQ(f.at("backend"), "127.0.0.1:11434");
+  EXPECT_EQ(f.at("status"), 429);
+  EXPECT_EQ(f.at("reason"), "rate_limit_exceeded");
+  EXPECT_EQ(f.at("error"), "too many requests");
+  EXPECT_EQ(f.at("upstream_status"), 200);
+  EXPECT_EQ(f.at("stream"), true);
+  EXPECT_EQ(f.at("client_cancelled"), false);
+  EXPECT_EQ(f.at("wall_ms").to_number<double>(), 12.5);
+  EXPECT_EQ(f.at("ttft_ms").to_number<double>(), 3.25);
+  EXPECT_EQ(f.at("tokens_per_s").to_number<double>(), 41.5);
+  EXPECT_EQ(f.at("prompt_tokens"), 12);
+  EXPECT_EQ(f.at("completion_tokens"), 34);
+  EXPECT_EQ(f.at("instance"), "test");
+  EXPECT_EQ(f.at("limiter"), "redis");
+  EXPECT_EQ(f.at("priority"), "high");
+  EXPECT_EQ(f.at("queue_ms").to_number<double>(), 1.5);
+  EXPECT_EQ(f.at("reserved_tokens"), 512);
+  EXPECT_EQ(f.at("temperature").to_number<double>(), 0.7);
+  EXPECT_TRUE(f.at("top_p").is_null());
+  EXPECT_EQ(f.at("max_tokens"), 256);
+  EXPECT_EQ(f.at("num_ctx"), 8192);
+  EXPECT_EQ(f.at("num_gpu"), 1);
+  EXPECT_EQ(f.at("num_batch"), 64);
+  EXPECT_EQ(body.at("has_more"), false);
+  EXPECT_TRUE(body.at("next_before_id").is_null());
+}
+
+TEST_P(HistoryTest, BatchesWhenBatchRowsAreQueued) {
+  settings_.batch_rows = 10;
+  settings_.flush_interval = std::chrono::hours(1);  // only the count can start a batch
+  auto h = make();
+  ASSERT_TRUE(h);
+  for (int i = 0; i < 25; ++i) h->consume(record(1000 + i, "m", "k", 200, 1));
+  ASSERT_TRUE(wait_until([&] { return h->status().written == 20; })) << h->status().last_error;
+  auto st = h->status();
+  EXPECT_EQ(st.batches, 2u);
+  EXPECT_EQ(st.queued, 5u);  // fewer than batch_rows: they wait for the interval (or a flush)
+  ASSERT_TRUE(h->flush(20s));
+  st = h->status();
+  EXPECT_EQ(st.written, 25u);
+  EXPECT_EQ(st.batches, 3u);
+  EXPECT_EQ(raw_count("SELECT count(*) FROM requests"), 25);
+}
+
+TEST_P(HistoryTest, BatchesWhenTheFlushIntervalPasses) {
+  settings_.batch_rows = 1000;
+  settings_.flush_interval = 100ms;
+  auto h = make();
+  ASSERT_TRUE(h);
+  for (int i = 0; i < 3; ++i) h->consume(record(1000 + i, "m", "k", 200, 1));
+  // No flush() call: only the interval can write these.
+  ASSERT_TRUE(wait_until([&] { return h->status().written == 3; })) << h->status().last_error;
+  EXPECT_EQ(h->status().batches, 1u);
+  EXPECT_EQ(raw_count("SELECT count(*) FROM requests"), 3);
+}
+
+TEST_P(HistoryTest, AFullQueueDropsAndCounts) {
+  settings_.queue_size = 5;
+  settings_.batch_rows = 1000;
+  settings_.flush_interval = std::chrono::hours(1);  // nothing leaves the queue until flush()
+  auto h = make();
+  ASSERT_TRUE(h);
+  for (int i = 0; i < 8; ++i) h->consume(record(1000 + i, "m", "k", 200, 1));
+  auto st = h->status();
+  EXPECT_EQ(st.queued, 5u);
+  EXPECT_EQ(st.dropped, 3u);
+  ASSERT_TRUE(h->flush(20s));
+  st = h->status();
+  EXPECT_EQ(st.written, 5u);
+  EXPECT_EQ(st.dropped, 3u);
+  EXPECT_EQ(raw_count("SELECT count(*) FROM requests"), 5);
+}
+
+TEST_P(HistoryTest, MigrationsAreAppliedOnce) {
+  {
+    auto h = make();
+    ASSERT_TRUE(h);
+    h->consume(record(1000, "m", "k", 200, 1));
+    ASSERT_TRUE(h->flush(20s));
+  }
+  auto h = make();  // a second start on the same database
+  ASSERT_TRUE(h);
+  ASSERT_TRUE(wait_until([&] { return h->status().up; })) << h->status().last_error;
+  EXPECT_EQ(h->status().schema_version, 1);
+  EXPECT_EQ(raw_count("SELECT count(*) FROM schema_migrations"), 1);
+  EXPECT_EQ(raw_count("SELECT count(*) FROM schema_migrations WHERE version = 1"), 1);
+  h->consume(record(2000, "m", "k", 200, 1));
+  ASSERT_TRUE(h->flush(20s));
+  EXPECT_EQ(raw_count("SELECT count(*) FROM requests"), 2);
+}
+
+TEST_P(HistoryTest, ListFiltersPagesAndTimeRanges) {
+  auto h = make();
+  ASSERT_TRUE(h);
+  const std::int64_t base = 1'764'446'400'000;
+  struct Input {
+    std::int64_t unix_ms;
+    std::string model, key;
+    int status;
+  };
+  std::vector<Input> inputs;
+  for (int i = 0; i < 30; ++i) {
+    inputs.push_back({base + i * 1000, i % 3 == 0 ? "m-a" : "m-b", i % 2 ? "team-a" : "team-b",
+                      i % 5 == 0 ? 500 : i % 7 == 0 ? 429 : 200});
+    h->consume(record(inputs.back().unix_ms, inputs.back().model == "m-a" ? "m-a" : "m-b",
+                      inputs.back().key == "team-a" ? "team-a" : "team-b", inputs.back().status, 1));
+  }
+  ASSERT_TRUE(h->flush(20s));
+
+  // The unix_ms of every row a query answers (following the pages), newest first.
+  auto fetch_all = [&](const std::string& qs, int* pages = nullptr) {
+    std::vector<std::int64_t> out;
+    std::string cursor;
+    for (int page = 1; page <= 100; ++page) {
+      const auto body = list_json(*h, qs + cursor);
+      if (!body.is_object()) break;
+      for (const auto& row : body.at("data").as_array()) out.push_back(row.at("unix_ms").to_number<std::int64_t>());
+      if (pages) *pages = page;
+      if (!body.at("has_more").as_bool()) {
+        EXPECT_TRUE(body.at("next_before_id").is_null());
+        break;
+      }
+      cursor = "&before_id=" + std::to_string(body.at("next_before_id").to_number<std::int64_t>());
+    }
+    return out;
+  };
+  auto expected = [&](const std::function<bool(const Input&)>& keep) {
+    std::vector<std::int64_t> out;
+    for (auto it = inputs.rbegin(); it != inputs.rend(); ++it) {
+      if (keep(*it)) out.push_back(it->unix_ms);
+    }
+    return out;
+  };
+
+  EXPECT_EQ(fetch_all("limit=1000"), expected([](auto&) { return true; }));
+  EXPECT_EQ(fetch_all("model=m-a"), expected([](auto& r) { return r.model == "m-a"; }));
+  EXPECT_EQ(fetch_all("key=team-a"), expected([](auto& r) { return r.key == "team-a"; }));
+  EXPECT_EQ(fetch_all("tenant=beta"), expected([](auto& r) { return r.key == "team-b"; }));
+  EXPECT_EQ(fetch_all("status=429"), expected([](auto& r) { return r.status == 429; }));
+  EXPECT_EQ(fetch_all("status=5xx"), expected([](auto& r) { return r.status >= 500; }));
+  EXPECT_EQ(fetch_all("status=2xx&model=m-b&key=team-a"),
+            expected([](auto& r) { return r.status == 200 && r.model == "m-b" && r.key == "team-a"; }));
+  EXPECT_EQ(fetch_all("since=" + std::to_string(base + 10'000) + "&until=" + std::to_string(base + 20'000)),
+            expected([&](auto& r) { return r.unix_ms >= base + 10'000 && r.unix_ms < base + 20'000; }));
+  // The same range in ISO-8601: base is 2025-11-29T20:00:00Z.
+  EXPECT_EQ(fetch_all("since=2025-11-29T20:00:10Z&until=2025-11-29T20:00:20.000Z"),
+            expected([&](auto& r) { return r.unix_ms >= base + 10'000 && r.unix_ms < base + 20'000; }));
+
+  int pages = 0;
+  const auto paged = fetch_all("limit=7&model=m-b", &pages);
+  const auto want = expected([](auto& r) { return r.model == "m-b"; });
+  EXPECT_EQ(paged, want);
+  EXPECT_EQ(pages, static_cast<int>((want.size() + 6) / 7));
+  EXPECT_EQ(std::set<std::int64_t>(paged.begin(), paged.end()).size(), paged.size());
+}
+
+// Nearest rank, written independently of the library: the ceil(p/100 * n)-th smallest.
+double nearest_rank(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  const auto rank = static_cast<std::size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
+  return v[std::max<std::size_t>(rank, 1) - 1];
+}
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return s / static_cast<double>(v.size());
+}
+
+TEST_P(HistoryTest, StatsPercentilesMatchTheInputs) {
+  auto h = make();
+  ASSERT_TRUE(h);
+  const std::int64_t base = test::now_ms() - 600'000;
+  struct Expected {
+    std::vector<double> wall, ttft, tps;
+    int count = 0, errors = 0;
+    std::int64_t prompt = 0, completion = 0;
+  };
+  std::map<std::string, Expected> want;
+  // m-a: 23 rows, wall 7, 14, ... in a scrambled order; m-b: 6 rows; ttft and tokens on some.
+  for (int i = 0; i < 29; ++i) {
+    const bool a = i < 23;
+    const std::string model = a ? "m-a" : "m-b";
+    const double wall = a ? ((i * 11) % 23 + 1) * 7.0 : std::vector<double>{5, 1, 300, 2, 4, 100}[i - 23];
+    const double ttft = i % 3 == 0 ? -1 : wall / 4;
+    const int status = i % 4 == 0 ? 502 : i % 9 == 0 ? 429 : 200;
+    auto r = record(base + i * 1000, a ? "m-a" : "m-b", "team-a", status, wall, ttft);
+    r.stream = i % 2 == 0;
+    if (i % 5 != 0) {
+      r.tokens_per_s = 10.0 + i;
+      r.prompt_tokens = i;
+      r.completion_tokens = 2 * i;
+    }
+    h->consume(r);
+    auto& e = want[model];
+    ++e.count;
+    e.errors += status >= 400;
+    e.wall.push_back(wall);
+    if (ttft >= 0) e.ttft.push_back(ttft);
+    if (i % 5 != 0) {
+      e.tps.push_back(10.0 + i);
+      e.prompt += i;
+      e.completion += 2 * i;
+    }
+  }
+  h->consume(record(base - 7'200'000, "m-a", "team-a", 200, 99999));  // outside the window
+  ASSERT_TRUE(h->flush(20s));
+
+  StatsQuery q;
+  q.since_ms = base - 1;
+  q.until_ms = base + 3'600'000;
+  q.group_by = "model";
+  const auto body = stats_json(*h, q);
+  ASSERT_TRUE(body.is_object());
+  EXPECT_EQ(body.at("group_by"), "model");
+  EXPECT_EQ(body.at("truncated"), false);
+  EXPECT_EQ(body.at("rows"), 29);
+  const auto& groups = body.at("groups").as_array();
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].at("key"), "m-a");  // the bigger group first
+  for (const auto& g : groups) {
+    const auto& e = want[std::string(g.at("key").as_string())];
+    SCOPED_TRACE(std::string(g.at("key").as_string()));
+    EXPECT_EQ(g.at("count"), e.count);
+    EXPECT_EQ(g.at("errors"), e.errors);
+    EXPECT_NEAR(g.at("wall_ms").at("mean").to_number<double>(), mean(e.wall), 0.001);
+    EXPECT_EQ(g.at("wall_ms").at("p50").to_number<double>(), nearest_rank(e.wall, 50));
+    EXPECT_EQ(g.at("wall_ms").at("p95").to_number<double>(), nearest_rank(e.wall, 95));
+    EXPECT_NEAR(g.at("ttft_ms").at("mean").to_number<double>(), mean(e.ttft), 0.001);
+    EXPECT_EQ(g.at("ttft_ms").at("p50").to_number<double>(), nearest_rank(e.ttft, 50));
+    EXPECT_EQ(g.at("ttft_ms").at("p95").to_number<double>(), nearest_rank(e.ttft, 95));
+    EXPECT_NEAR(g.at("tokens_per_s").at("mean").to_number<double>(), mean(e.tps), 0.001);
+    EXPECT_EQ(g.at("prompt_tokens"), e.prompt);
+    EXPECT_EQ(g.at("completion_tokens"), e.completion);
+  }
+  // Sanity of the oracle itself on the m-b values {1, 2, 4, 5, 100, 300}: p50 is the 3rd.
+  EXPECT_EQ(nearest_rank(want["m-b"].wall, 50), 4);
+  EXPECT_EQ(nearest_rank(want["m-b"].wall, 95), 300);
+
+  q.group_by = "stream";
+  const auto by_stream = stats_json(*h, q);
+  ASSERT_TRUE(by_stream.is_object());
+  ASSERT_EQ(by_stream.at("groups").as_array().size(), 2u);
+  for (const auto& g : by_stream.at("groups").as_array()) {
+    ASSERT_TRUE(g.at("key").is_bool());
+    EXPECT_EQ(g.at("count"), g.at("key").as_bool() ? 15 : 14);
+  }
+
+  q.group_by = "";
+  q.model = "m-b";
+  const auto filtered = stats_json(*h, q);
+  ASSERT_TRUE(filtered.is_object());
+  ASSERT_EQ(filtered.at("groups").as_array().size(), 1u);
+  EXPECT_TRUE(filtered.at("groups").at(0).at("key").is_null());
+  EXPECT_EQ(filtered.at("groups").at(0).at("count"), 6);
+
+  q.model.clear();
+  q.max_rows = 5;
+  const auto truncated = stats_json(*h, q);
+  ASSERT_TRUE(truncated.is_object());
+  EXPECT_EQ(truncated.at("truncated"), true);
+  EXPECT_EQ(truncated.at("rows"), 5);
+  EXPECT_EQ(truncated.at("groups").at(0).at("count"), 5);
+}
+
+TEST_P(HistoryTest, RetentionDeletesOldRows) {
+  const std::int64_t now = test::now_ms();
+  {
+    auto h = make();
+    ASSERT_TRUE(h);
+    h->consume(record(now - 3 * 86'400'000LL, "m", "k", 200, 1));  // 3 days old
+    h->consume(record(now - 2 * 86'400'000LL, "m", "k", 200, 1));
+    h->consume(record(now - 60'000, "m", "k", 200, 1));
+    ASSERT_TRUE(h->flush(20s));
+  }
+  settings_.retention_days = 1;
+  auto h = make();  // retention runs once connected, then hourly
+  ASSERT_TRUE(h);
+  ASSERT_TRUE(wait_until([&] { return raw_count("SELECT count(*) FROM requests") == 1; }))
+      << raw_count("SELECT count(*) FROM requests") << " rows; " << h->status().last_error;
+  EXPECT_EQ(raw_count("SELECT count(*) FROM requests WHERE unix_ms = " + std::to_string(now - 60'000)), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, HistoryTest, ::testing::Values(Db::sqlite, Db::postgres),
+                         [](const auto& info) { return info.param == Db::sqlite ? "SQLite" : "PostgreSQL"; });
+
+}  // namespace
+}  // namespace sluice::history
