@@ -22,7 +22,7 @@ unit-test:
 # with ASan and UBSan (a sanitizer report ends the process, which fails the tests).
 asan-test:
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=ON -DSLUICE_REQUIRE_TESTS=ON >/dev/null
-	cmake --build $(ASAN_BUILD) -j $(JOBS) --target unit_tests sluice
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target unit_tests sluice kafka-mock
 	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) --no-tests=error
 	cd tests/integration && SLUICE_BIN=$(abspath $(ASAN_BUILD))/sluice ASAN_OPTIONS=detect_leaks=0 \
 		node --test --test-concurrency=1 *.test.mjs

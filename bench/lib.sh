@@ -198,7 +198,8 @@ EOF
 
 # sluice_config NAME [EXTRA_YAML] -> writes $TMP/NAME.yaml: WORKERS workers, auth on (KEY),
 # access log on ($TMP/NAME.access.log), one openai route sluice-sim to the simulator,
-# shutdown_grace 1s, then EXTRA_YAML (more top-level keys).
+# shutdown_grace 1s, then EXTRA_YAML (more top-level keys), and no request history unless
+# EXTRA_YAML has a history key.
 sluice_config() {
   local name=$1 extra=${2:-} port
   port=$(free_port)
@@ -217,6 +218,9 @@ models:
     base_url: http://127.0.0.1:$SIM_PORT/v1
 EOF
   [[ -z "$extra" ]] || printf '%s\n' "$extra" >>"$TMP/$name.yaml"
+  # The request history is on by default (SQLite); these benchmarks measure the data path
+  # and admission, so it is off unless EXTRA_YAML configures it (bench/records.sh does).
+  [[ "$extra" == *"history:"* ]] || printf 'history: {backend: none}\n' >>"$TMP/$name.yaml"
 }
 
 # start_sluice [NAME] -> SLUICE_PID, SLUICE_PORT: serves $TMP/NAME.yaml (written by

@@ -4,12 +4,13 @@
 #
 # One simulator (zero delays, 8 output tokens), nginx (plain reverse proxy, the reference),
 # and sluice processes on the same simulator, same WORKERS:
-#   off      access log off, history off (backend none), no events
-#   sqlite   access log to a file, history in SQLite (WAL, a file in the run's temp dir),
+#   off      history off (backend none), no events
+#   sqlite   history in SQLite (WAL, a file in the run's temp dir),
 #            events to Kafka (librdkafka's mock cluster, built with the tests: build/kafka-mock)
 #   postgres the same with the history in PostgreSQL (a server started for the run)
-# Metrics are collected in every variant (they cannot be turned off); in the recording
-# variants /metrics is also scraped every second during the runs, as Prometheus would.
+# Every variant writes the access log (as in the other benchmarks) and collects metrics
+# (they cannot be turned off); in the recording variants /metrics is also scraped every
+# second during the runs, as Prometheus would.
 # wrk measures each target ROUNDS times, interleaved in a rotating order. CPU per request
 # counts the gateway alone and with its dependencies (the Kafka mock, the PostgreSQL
 # server's processes). The run fails unless every recording variant really wrote its
@@ -45,7 +46,10 @@ start_postgres() {  # -> PG_PID, PG_PORT (run as the postgres user when root)
   local as=()
   [[ $(id -u) -ne 0 ]] || as=(runuser -u postgres --)
   mkdir -p "$TMP/pg"
-  [[ $(id -u) -ne 0 ]] || chown -R postgres:postgres "$TMP/pg"
+  if [[ $(id -u) -eq 0 ]]; then
+    chmod 711 "$TMP"  # the postgres user must reach its directory inside
+    chown -R postgres:postgres "$TMP/pg"
+  fi
   "${as[@]}" "$PG_BIN/initdb" -D "$TMP/pg/data" -A trust -U postgres --no-sync >"$TMP/pg.init" 2>&1 ||
     die "initdb failed: $(cat "$TMP/pg.init")"
   PG_PORT=$(free_port)
@@ -77,7 +81,6 @@ start_kafka
 start_postgres
 EVENTS="events: {brokers: \"$KAFKA_BOOTSTRAP\", topic: sluice.requests}"
 sluice_config off "history: {backend: none}"
-sed -i 's|^access_log: .*|access_log: ""|' "$TMP/off.yaml"
 sluice_config sqlite "history: {backend: sqlite, path: $TMP/history.db}
 $EVENTS"
 sluice_config postgres "history: {url: \"postgresql://postgres@127.0.0.1:$PG_PORT/sluice\"}

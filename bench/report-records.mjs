@@ -40,8 +40,8 @@ if (!ns.length) {
   process.exit(0);
 }
 out.push(`PostgreSQL ${meta.postgres} (fsync off) and librdkafka ${meta.librdkafka}'s mock cluster, started for the run. ` +
-  'The recording variants write the access log, one history row and one Kafka event per request; /metrics is scraped ' +
-  'every second. Metrics are collected in every variant.', '');
+  'The recording variants write one history row and one Kafka event per request; /metrics is scraped every second. ' +
+  'Every variant writes the access log and collects metrics.', '');
 out.push(`## Non-streaming: wrk -t${meta.wrk_threads} -c${meta.wrk_conns} -d${meta.wrk_duration}s, median of ${rounds.length} rounds`, '');
 const R = perTarget(rps);
 const row = (label, f) => [label, ...TARGETS.map(f)];

@@ -31,6 +31,10 @@ constexpr int kMaxBatchFailures = 5;
 // Invalid UTF-8 and NUL bytes (possible in a client's path) would make PostgreSQL refuse
 // the whole batch and make the JSON answers invalid: each bad byte becomes U+FFFD.
 std::string clean_text(std::string_view s) {
+  // Nearly always plain ASCII: then a copy.
+  bool ascii = true;
+  for (const char ch : s) ascii &= static_cast<unsigned char>(ch) - 1u < 0x7Fu;
+  if (ascii) return std::string(s);
   std::string out;
   out.reserve(s.size());
   for (std::size_t i = 0; i < s.size();) {

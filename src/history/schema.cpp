@@ -111,13 +111,12 @@ CREATE TABLE requests (
 );
 CREATE INDEX requests_unix_ms ON requests (unix_ms);
 CREATE INDEX requests_key_name_unix_ms ON requests (key_name, unix_ms);
-CREATE INDEX requests_model_unix_ms ON requests (model, unix_ms);
 )";
 
 std::string migration_sql(Dialect d, int version) {
   if (version != 1) return "";
   std::string sql(kMigration1);
-  const std::string_view id = d == Dialect::sqlite ? "INTEGER PRIMARY KEY AUTOINCREMENT"
+  const std::string_view id = d == Dialect::sqlite ? "INTEGER PRIMARY KEY"
                                                    : "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY";
   sql.replace(sql.find("{id}"), 4, id);
   return sql;
