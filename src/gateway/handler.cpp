@@ -10,6 +10,7 @@
 #include "gateway/state.hpp"
 #include "history/history.hpp"
 #include "http/beast.hpp"
+#include "llm/anthropic.hpp"
 #include "llm/chat.hpp"
 
 namespace sluice::gateway {
@@ -47,6 +48,7 @@ struct Context {
   http::HeaderList headers;  // sent on every reply of this request
   int metrics_model = -1;    // label indexes (telemetry::Metrics)
   int metrics_tier = -1;
+  bool anthropic = false;    // POST /v1/messages: Anthropic's request, answer and error shapes
 };
 
 // The outcome of relaying one upstream answer.
@@ -116,6 +118,15 @@ class WorkerHandler {
       } else {
         co_await chat(ex, ctx);
       }
+    } else if (path == "/v1/messages") {
+      ctx.anthropic = true;
+      if (method != "POST") {
+        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use POST for /v1/messages");
+      } else if (auto denied = authenticate(ex, ctx)) {
+        co_await auth_failure(ex, ctx, *denied);
+      } else {
+        co_await chat(ex, ctx);
+      }
     } else if (path == "/history" || path == "/history/stats") {
       if (method != "GET") {
         co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for " + std::string(path));
@@ -153,7 +164,8 @@ class WorkerHandler {
     ctx.rec.reason = reason;
     ctx.rec.error = message;
     if (reason == Reason::client_closed) co_return;  // nobody to answer
-    co_await ex.reply(json_reply(http_status(reason), error_body(reason, message, param), ctx));
+    std::string body = ctx.anthropic ? llm::anthropic_error_body(reason, message) : error_body(reason, message, param);
+    co_await ex.reply(json_reply(http_status(reason), std::move(body), ctx));
   }
 
   // Phase: authenticate. Deny by default. Returns the reason of a failure.
@@ -259,7 +271,17 @@ class WorkerHandler {
   // Phases 4..13 for /v1/chat/completions.
   awaitable<void> chat(http::Exchange& ex, Context& ctx) {
     // Parse and validate.
-    auto parsed = llm::parse_chat_request(ex.request().body(), cfg_);
+    // An Anthropic Messages request becomes the equivalent chat request first.
+    std::string converted;
+    if (ctx.anthropic) {
+      auto conv = llm::anthropic_to_chat(ex.request().body());
+      if (auto* err = std::get_if<llm::RequestError>(&conv)) {
+        co_await local_reply(ex, ctx, err->reason, err->message, err->param);
+        co_return;
+      }
+      converted = std::move(std::get<std::string>(conv));
+    }
+    auto parsed = llm::parse_chat_request(ctx.anthropic ? std::string_view(converted) : ex.request().body(), cfg_);
     if (auto* err = std::get_if<llm::RequestError>(&parsed)) {
       co_await local_reply(ex, ctx, err->reason, err->message, err->param);
       co_return;
@@ -547,7 +569,8 @@ class WorkerHandler {
       ctx.rec.status = st;
       ctx.rec.reason = Reason::upstream_error;
       ctx.rec.error = "upstream answered " + std::to_string(st);
-      http::Response r = json_reply(st, std::move(a.body), ctx);
+      std::string body = ctx.anthropic ? llm::anthropic_error_from_chat(st, a.body) : std::move(a.body);
+      http::Response r = json_reply(st, std::move(body), ctx);
       if (!a.retry_after.empty()) r.headers.emplace_back("Retry-After", a.retry_after);
       co_await ex.reply(std::move(r));
       co_return;
@@ -574,7 +597,8 @@ class WorkerHandler {
       ctx.rec.tokens_per_s = done->usage.completion_tokens * 1000.0 / gen_ms;
     }
     ctx.rec.status = 200;
-    http::Response r = json_reply(200, std::move(done->body), ctx);
+    std::string body = ctx.anthropic ? llm::chat_to_anthropic(*done, creq.model, ctx.request_id) : std::move(done->body);
+    http::Response r = json_reply(200, std::move(body), ctx);
     if (!co_await ex.reply(std::move(r))) ctx.rec.client_cancelled = true;
   }
 
@@ -587,6 +611,10 @@ class WorkerHandler {
     const auto& to = cfg_.timeouts;
     auto translator = up.wire == config::Provider::ollama ? llm::make_ollama_stream(creq, ctx.request_id)
                                                           : llm::make_openai_stream(creq);
+    if (ctx.anthropic) {
+      translator = llm::make_anthropic_output(std::move(translator), creq.model, ctx.request_id,
+                                              creq.prompt_tokens_estimate);
+    }
     FrameChannel ch{ex.executor(), cfg_.max_stream_buffer_events};
     Relay relay;
     std::unique_ptr<http::ClientResponse> resp;
@@ -733,7 +761,8 @@ class WorkerHandler {
     ctx.rec.reason = relay.reason;
     ctx.rec.error = relay.error;
     if (!relay.error_frame_sent) {
-      std::string frame = llm::error_frame(relay.reason, relay.error);
+      std::string frame = ctx.anthropic ? llm::anthropic_error_event(relay.reason, relay.error)
+                                        : llm::error_frame(relay.reason, relay.error);
       co_await ex.write_chunk(frame);
     }
     co_await ex.end_stream();

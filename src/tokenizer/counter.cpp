@@ -1,6 +1,8 @@
 // Encoding names and model mapping, the Counter (exact where loaded, estimate otherwise)
 // and the chat prompt formula.
+#include <cstdint>
 #include <filesystem>
+#include <functional>
 
 #include "tokenizer/tokenizer.hpp"
 
@@ -52,9 +54,37 @@ void Counter::set(Encoding encoding, std::shared_ptr<const Bpe> bpe) {
   bpes_[static_cast<std::size_t>(encoding)] = std::move(bpe);
 }
 
+namespace {
+
+// Counts this thread computed, by text: a chat client sends the whole conversation with
+// every turn (and a system prompt with every request), so most texts were counted before.
+// Direct-mapped, no allocation: a slot keeps the latest text that hashed to it. A hit needs
+// the same 64-bit hash, length and encoding.
+struct CountCache {
+  static constexpr std::size_t kSlots = 4096;
+  struct Slot {
+    std::uint64_t hash = 0;
+    std::uint32_t size = 0;
+    std::uint32_t count = 0;
+    std::uint8_t encoding = 0xff;  // no entry
+  };
+  Slot slots[kSlots];
+};
+
+}  // namespace
+
 std::size_t Counter::count(std::string_view text, Encoding encoding) const {
-  if (const Bpe* b = bpe(encoding)) return b->count(text);
-  return estimate(text, encoding);
+  const Bpe* b = bpe(encoding);
+  if (!b) return estimate(text, encoding);
+  if (text.size() > UINT32_MAX) return b->count(text);
+  thread_local CountCache cache;
+  const std::uint64_t h = std::hash<std::string_view>{}(text);
+  auto& slot = cache.slots[(h ^ (h >> 29)) % CountCache::kSlots];
+  const auto enc = static_cast<std::uint8_t>(encoding);
+  if (slot.encoding == enc && slot.hash == h && slot.size == text.size()) return slot.count;
+  const std::size_t n = b->count(text);
+  if (n <= UINT32_MAX) slot = {h, static_cast<std::uint32_t>(text.size()), static_cast<std::uint32_t>(n), enc};
+  return n;
 }
 
 std::size_t count_chat(const Counter& counter, Encoding encoding,

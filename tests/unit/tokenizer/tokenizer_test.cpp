@@ -401,6 +401,24 @@ TEST(Counter, LoadDirFallsBackPerEncoding) {
   EXPECT_EQ(real.count("hello world", Encoding::cl100k_base), 2u);
 }
 
+TEST(Counter, RepeatedTextsGiveTheBpesCountsForEachEncoding) {
+  Counter counter;
+  for (const Encoding e : kEncodings) counter.set(e, ranks(e));
+  // More distinct texts than the per-thread cache has slots, each counted three times in
+  // both encodings: every answer (first, cached, or after its slot was taken) is the BPE's.
+  std::vector<std::string> texts;
+  for (int i = 0; i < 6000; ++i) texts.push_back("message " + std::to_string(i * 7919) + std::string(i % 13, '!'));
+  texts.push_back("");
+  texts.push_back(std::string(3000, 'x') + " \u4e2d\u6587 ok");
+  for (int round = 0; round < 3; ++round) {
+    for (const auto& t : texts) {
+      for (const Encoding e : kEncodings) {
+        ASSERT_EQ(counter.count(t, e), ranks(e)->count(t)) << ename(e) << " round " << round << ": " << t;
+      }
+    }
+  }
+}
+
 TEST(Chat, CookbookFormulaMatchesTiktoken) {
   Counter counter;
   for (const Encoding e : kEncodings) counter.set(e, ranks(e));

@@ -1,0 +1,336 @@
+// The Anthropic Messages API on the client side: request and answer translation to and
+// from chat completions (docs/translation.md, "Anthropic clients").
+#include "llm/anthropic.hpp"
+
+#include <boost/json.hpp>
+
+#include "common/text.hpp"
+
+namespace sluice::llm {
+
+namespace json = boost::json;
+
+namespace {
+
+RequestError bad(Reason r, std::string message, std::string param) {
+  return RequestError{r, std::move(message), std::move(param)};
+}
+
+// Text of a content or system value: a string, or an array of text blocks (joined).
+std::variant<std::string, RequestError> text_of(const json::value& v, const std::string& path) {
+  if (v.is_string()) return std::string(v.get_string());
+  if (!v.is_array()) return bad(Reason::invalid_request, path + " must be a string or an array of content blocks", path);
+  std::string out;
+  const auto& blocks = v.get_array();
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const std::string bp = path + "[" + std::to_string(i) + "]";
+    const auto* o = blocks[i].if_object();
+    const auto* type = o ? o->if_contains("type") : nullptr;
+    if (!type || !type->is_string()) return bad(Reason::invalid_request, bp + " must be an object with a string type", bp);
+    if (type->get_string() != "text") {
+      return bad(Reason::invalid_request,
+                 bp + ": content blocks of type '" + std::string(type->get_string()) +
+                     "' are not supported (text only)",
+                 bp + ".type");
+    }
+    const auto* text = o->if_contains("text");
+    if (!text || !text->is_string()) return bad(Reason::invalid_request, bp + ".text must be a string", bp + ".text");
+    if (!out.empty()) out += '\n';
+    out += text->get_string();
+  }
+  return out;
+}
+
+std::string_view stop_reason(std::string_view finish) {
+  if (finish == "length") return "max_tokens";
+  if (finish == "tool_calls") return "tool_use";
+  return "end_turn";
+}
+
+std::string_view error_type_for(int status) {
+  switch (status) {
+    case 400: case 405: case 422: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: case 431: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503: return "overloaded_error";
+    default: return status >= 500 ? "api_error" : "invalid_request_error";
+  }
+}
+
+std::string error_json(int status, std::string_view message) {
+  std::string o = R"({"type":"error","error":{"type":")";
+  o += error_type_for(status);
+  o += R"(","message":)";
+  append_json_string(o, message);
+  o += "}}";
+  return o;
+}
+
+void event(std::string& out, std::string_view type, std::string_view data) {
+  out += "event: ";
+  out += type;
+  out += "\ndata: ";
+  out += data;
+  out += "\n\n";
+}
+
+}  // namespace
+
+AnthropicConversion anthropic_to_chat(std::string_view body) {
+  boost::system::error_code ec;
+  json::parse_options po;
+  po.max_depth = 64;
+  json::value v = json::parse(body, ec, {}, po);
+  if (ec || !v.is_object()) return bad(Reason::bad_json, "the body is not a JSON object", "");
+  const auto& in = v.get_object();
+  static constexpr std::string_view kKnown[] = {"model", "max_tokens", "messages", "system", "stream", "temperature",
+                                                "top_p", "top_k", "stop_sequences", "metadata"};
+  for (const auto& kv : in) {
+    bool known = false;
+    for (auto k : kKnown) known |= kv.key() == k;
+    if (!known) {
+      return bad(Reason::option_not_allowed,
+                 "field '" + std::string(kv.key()) + "' is not supported on /v1/messages", std::string(kv.key()));
+    }
+  }
+  json::object out;
+  const auto* model = in.if_contains("model");
+  if (!model || !model->is_string() || model->get_string().empty()) {
+    return bad(Reason::invalid_request, "model must be a non-empty string", "model");
+  }
+  out["model"] = *model;
+  const auto* max_tokens = in.if_contains("max_tokens");
+  const bool max_ok = max_tokens && ((max_tokens->is_int64() && max_tokens->get_int64() >= 1) || max_tokens->is_uint64());
+  if (!max_ok) return bad(Reason::invalid_request, "max_tokens is required: an integer >= 1", "max_tokens");
+  json::array messages;
+  if (const auto* sys = in.if_contains("system"); sys && !sys->is_null()) {
+    auto text = text_of(*sys, "system");
+    if (auto* e = std::get_if<RequestError>(&text)) return std::move(*e);
+    messages.push_back(json::object{{"role", "system"}, {"content", std::get<std::string>(std::move(text))}});
+  }
+  const auto* msgs = in.if_contains("messages");
+  if (!msgs || !msgs->is_array() || msgs->get_array().empty()) {
+    return bad(Reason::invalid_request, "messages must be a non-empty array", "messages");
+  }
+  const auto& arr = msgs->get_array();
+  for (std::size_t i = 0; i < arr.size(); ++i) {
+    const std::string p = "messages[" + std::to_string(i) + "]";
+    const auto* m = arr[i].if_object();
+    if (!m) return bad(Reason::invalid_request, p + " must be an object", p);
+    const auto* role = m->if_contains("role");
+    if (!role || !role->is_string() || (role->get_string() != "user" && role->get_string() != "assistant")) {
+      return bad(Reason::invalid_request, p + ".role must be 'user' or 'assistant'", p + ".role");
+    }
+    const auto* content = m->if_contains("content");
+    if (!content) return bad(Reason::invalid_request, p + ".content is required", p + ".content");
+    auto text = text_of(*content, p + ".content");
+    if (auto* e = std::get_if<RequestError>(&text)) return std::move(*e);
+    messages.push_back(json::object{{"role", *role}, {"content", std::get<std::string>(std::move(text))}});
+  }
+  out["messages"] = std::move(messages);
+  out["max_tokens"] = *max_tokens;
+  bool stream = false;
+  if (const auto* s = in.if_contains("stream"); s && !s->is_null()) {
+    if (!s->is_bool()) return bad(Reason::invalid_request, "stream must be a boolean", "stream");
+    stream = s->get_bool();
+  }
+  out["stream"] = stream;
+  if (stream) out["stream_options"] = json::object{{"include_usage", true}};  // for message_delta's usage
+  for (const char* k : {"temperature", "top_p"}) {
+    if (const auto* x = in.if_contains(k); x && !x->is_null()) {
+      if (!x->is_number()) return bad(Reason::invalid_request, std::string(k) + " must be a number", k);
+      out[k] = *x;
+    }
+  }
+  if (const auto* k = in.if_contains("top_k"); k && !k->is_null()) {
+    if (!k->is_int64()) return bad(Reason::invalid_request, "top_k must be an integer", "top_k");
+    out["options"] = json::object{{"top_k", *k}};  // Ollama-style; validated by the options allow-list
+  }
+  if (const auto* st = in.if_contains("stop_sequences"); st && !st->is_null()) {
+    bool ok = st->is_array();
+    if (ok) {
+      for (const auto& x : st->get_array()) ok &= x.is_string();
+    }
+    if (!ok) return bad(Reason::invalid_request, "stop_sequences must be an array of strings", "stop_sequences");
+    if (!st->get_array().empty()) out["stop"] = *st;
+  }
+  if (const auto* md = in.if_contains("metadata"); md && !md->is_null()) {
+    if (!md->is_object()) return bad(Reason::invalid_request, "metadata must be an object", "metadata");
+    if (const auto* u = md->get_object().if_contains("user_id"); u && u->is_string()) out["user"] = *u;
+  }
+  return json::serialize(out);
+}
+
+std::string chat_to_anthropic(const Completion& done, std::string_view model, std::string_view id) {
+  std::string text;
+  boost::system::error_code ec;
+  json::value v = json::parse(done.body, ec);
+  if (!ec && v.is_object()) {
+    if (const auto* ch = v.get_object().if_contains("choices"); ch && ch->is_array() && !ch->get_array().empty()) {
+      if (const auto* c0 = ch->get_array()[0].if_object()) {
+        if (const auto* msg = c0->if_contains("message"); msg && msg->is_object()) {
+          if (const auto* c = msg->get_object().if_contains("content"); c && c->is_string()) text = c->get_string();
+        }
+      }
+    }
+  }
+  std::string o = R"({"id":)";
+  append_json_string(o, "msg_" + std::string(id));
+  o += R"(,"type":"message","role":"assistant","model":)";
+  append_json_string(o, model);
+  o += R"(,"content":[{"type":"text","text":)";
+  append_json_string(o, text);
+  o += R"(}],"stop_reason":")";
+  o += stop_reason(done.finish_reason);
+  o += R"(","stop_sequence":null,"usage":{"input_tokens":)";
+  o += std::to_string(std::max<std::int64_t>(done.usage.prompt_tokens, 0));
+  o += R"(,"output_tokens":)";
+  o += std::to_string(std::max<std::int64_t>(done.usage.completion_tokens, 0));
+  o += "}}";
+  return o;
+}
+
+std::string anthropic_error_body(Reason reason, std::string_view message) {
+  return error_json(http_status(reason), message);
+}
+
+std::string anthropic_error_body(int status, std::string_view message) { return error_json(status, message); }
+
+std::string anthropic_error_from_chat(int status, std::string_view chat_error_body) {
+  std::string message = "upstream answered HTTP " + std::to_string(status);
+  boost::system::error_code ec;
+  json::value v = json::parse(chat_error_body, ec);
+  if (!ec && v.is_object()) {
+    if (const auto* e = v.get_object().if_contains("error"); e && e->is_object()) {
+      if (const auto* m = e->get_object().if_contains("message"); m && m->is_string()) message = m->get_string();
+    }
+  }
+  return error_json(status, message);
+}
+
+std::string anthropic_error_event(Reason reason, std::string_view message) {
+  std::string out;
+  event(out, "error", anthropic_error_body(reason, message));
+  return out;
+}
+
+namespace {
+
+class AnthropicOutput final : public StreamTranslator {
+ public:
+  AnthropicOutput(std::unique_ptr<StreamTranslator> inner, std::string model, std::string id, std::int64_t input)
+      : inner_(std::move(inner)), model_(std::move(model)), id_(std::move(id)), input_(input) {}
+
+  bool feed(std::string_view bytes, std::string& out) override {
+    frames_.clear();
+    const bool ok = inner_->feed(bytes, frames_);
+    convert(out);
+    sync();
+    return ok;
+  }
+
+  bool finish(std::string& out) override {
+    frames_.clear();
+    const bool ok = inner_->finish(frames_);
+    convert(out);
+    sync();
+    return ok;
+  }
+
+ private:
+  void sync() {
+    content_chunks_ = inner_->content_chunks();
+    usage_ = inner_->usage();
+    finish_reason_ = inner_->finish_reason();
+    done_ = inner_->done();
+    error_ = inner_->error();
+  }
+
+  void start(std::string& out) {
+    if (started_) return;
+    started_ = true;
+    std::string m = R"({"type":"message_start","message":{"id":)";
+    append_json_string(m, "msg_" + id_);
+    m += R"(,"type":"message","role":"assistant","model":)";
+    append_json_string(m, model_);
+    m += R"(,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":)";
+    m += std::to_string(std::max<std::int64_t>(input_, 0));
+    m += R"(,"output_tokens":0}}})";
+    event(out, "message_start", m);
+    event(out, "content_block_start", R"({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})");
+  }
+
+  void end(std::string& out) {
+    if (ended_) return;
+    start(out);
+    ended_ = true;
+    event(out, "content_block_stop", R"({"type":"content_block_stop","index":0})");
+    std::string d = R"({"type":"message_delta","delta":{"stop_reason":")";
+    d += stop_reason(inner_->finish_reason());
+    d += R"(","stop_sequence":null},"usage":{"output_tokens":)";
+    const auto& u = inner_->usage();
+    d += std::to_string(u.completion_tokens >= 0 ? u.completion_tokens : inner_->content_chunks());
+    d += "}}";
+    event(out, "message_delta", d);
+    event(out, "message_stop", R"({"type":"message_stop"})");
+  }
+
+  // The inner translator's output: whole "data: ...\n\n" frames.
+  void convert(std::string& out) {
+    std::string_view rest = frames_;
+    while (!rest.empty()) {
+      const auto endf = rest.find("\n\n");
+      std::string_view frame = rest.substr(0, endf);
+      rest = endf == std::string_view::npos ? std::string_view{} : rest.substr(endf + 2);
+      if (!frame.starts_with("data: ") || ended_) continue;
+      frame.remove_prefix(6);
+      if (frame == "[DONE]") {
+        end(out);
+        continue;
+      }
+      boost::system::error_code ec;
+      json::value v = json::parse(frame, ec);
+      if (ec || !v.is_object()) continue;
+      const auto& o = v.get_object();
+      if (const auto* e = o.if_contains("error")) {
+        std::string message = "upstream failed";
+        if (const auto* m = e->is_object() ? e->get_object().if_contains("message") : nullptr; m && m->is_string()) {
+          message = m->get_string();
+        }
+        event(out, "error", error_json(502, message));
+        ended_ = true;
+        continue;
+      }
+      const auto* ch = o.if_contains("choices");
+      if (!ch || !ch->is_array() || ch->get_array().empty()) continue;  // the usage chunk
+      const auto* c0 = ch->get_array()[0].if_object();
+      const auto* delta = c0 ? c0->if_contains("delta") : nullptr;
+      const auto* text = delta && delta->is_object() ? delta->get_object().if_contains("content") : nullptr;
+      if (text && text->is_string() && !text->get_string().empty()) {
+        start(out);
+        std::string d = R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":)";
+        append_json_string(d, text->get_string());
+        d += "}}";
+        event(out, "content_block_delta", d);
+      }
+    }
+  }
+
+  std::unique_ptr<StreamTranslator> inner_;
+  std::string model_, id_;
+  std::int64_t input_;
+  std::string frames_;
+  bool started_ = false, ended_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<StreamTranslator> make_anthropic_output(std::unique_ptr<StreamTranslator> inner, std::string model,
+                                                        std::string id, std::int64_t input_tokens) {
+  return std::make_unique<AnthropicOutput>(std::move(inner), std::move(model), std::move(id), input_tokens);
+}
+
+}  // namespace sluice::llm

@@ -1,0 +1,158 @@
+// The official `@anthropic-ai/sdk` npm package against POST /v1/messages: Anthropic clients
+// (and tools such as Claude Code) reach any upstream through sluice, streamed and not, with
+// the same keys, errors and accounting as the OpenAI API.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import Anthropic from '@anthropic-ai/sdk';
+import { BAD_KEY, KEY, request, simText, startGateway, startSim } from './lib.mjs';
+
+let gw;
+let sim;
+let ollama;
+
+before(async () => {
+  [sim, ollama] = await Promise.all([startSim({ ttft: '10ms', 'inter-token': '2ms' }), startSim({ ttft: '5ms' })]);
+  gw = await startGateway({
+    instance: 'it-anthropic',
+    keys: [
+      { name: 'test-app', key: KEY, tenant: 'acme', tier: 'gold', models: ['*'] },
+      { name: 'demo-only', key: 'sk-demo-only-000011112222', models: ['demo'] },
+    ],
+    models: [
+      { alias: 'demo', provider: 'openai', base_url: `${sim.url}/v1`, model: 'sluice-sim' },
+      { alias: 'local', provider: 'ollama', base_url: ollama.url, model: 'sluice-sim' },
+    ],
+  });
+});
+
+after(async () => {
+  await Promise.all([gw?.stop(), sim?.stop(), ollama?.stop()]);
+});
+
+const client = (apiKey = KEY) => new Anthropic({ apiKey, baseURL: gw.url, maxRetries: 0, timeout: 15000 });
+
+describe('anthropic SDK: messages', () => {
+  test('messages.create: a Messages answer with text, stop_reason and usage', async () => {
+    const m = await client().messages.create({
+      model: 'demo',
+      max_tokens: 5,
+      system: 'Be brief.',
+      messages: [{ role: 'user', content: 'Say five words.' }],
+    });
+    assert.equal(m.type, 'message');
+    assert.equal(m.role, 'assistant');
+    assert.equal(m.model, 'demo');
+    assert.match(m.id, /^msg_/);
+    assert.equal(m.content.length, 1);
+    assert.equal(m.content[0].type, 'text');
+    assert.equal(m.content[0].text, simText(5));
+    assert.equal(m.stop_reason, 'max_tokens');
+    assert.equal(m.usage.output_tokens, 5);
+    assert.ok(m.usage.input_tokens > 0);
+  });
+
+  test('messages.stream: text deltas, then message_delta and message_stop; the final message is whole', async () => {
+    const types = [];
+    let text = '';
+    const stream = client().messages.stream({
+      model: 'demo',
+      max_tokens: 8,
+      messages: [
+        { role: 'user', content: [{ type: 'text', text: 'Count.' }] },
+        { role: 'assistant', content: 'One.' },
+        { role: 'user', content: 'Go on.' },
+      ],
+    });
+    stream.on('streamEvent', (e) => types.push(e.type));
+    stream.on('text', (t) => (text += t));
+    const final = await stream.finalMessage();
+    assert.equal(text, simText(8));
+    assert.equal(final.content[0].text, simText(8));
+    assert.equal(final.stop_reason, 'max_tokens');
+    assert.equal(final.usage.output_tokens, 8);
+    assert.equal(types[0], 'message_start');
+    assert.equal(types[1], 'content_block_start');
+    assert.equal(types.filter((t) => t === 'content_block_delta').length, 8);
+    assert.deepEqual(types.slice(-3), ['content_block_stop', 'message_delta', 'message_stop']);
+  });
+
+  test('an Ollama upstream serves Anthropic clients too (streamed)', async () => {
+    let text = '';
+    const stream = client().messages.stream({ model: 'local', max_tokens: 4, messages: [{ role: 'user', content: 'hi' }] });
+    stream.on('text', (t) => (text += t));
+    const final = await stream.finalMessage();
+    assert.equal(text, simText(4));
+    assert.equal(final.usage.output_tokens, 4);
+  });
+
+  test('the access log records the request like any other, with usage', async () => {
+    const r = await request(`${gw.url}/v1/messages`, {
+      method: 'POST',
+      headers: { 'x-api-key': KEY, 'anthropic-version': '2023-06-01', 'x-request-id': 'anthropic-log-1' },
+      body: { model: 'demo', max_tokens: 3, messages: [{ role: 'user', content: 'hi' }] },
+    });
+    assert.equal(r.status, 200);
+    const line = await gw.logFor('anthropic-log-1');
+    assert.equal(line.path, '/v1/messages');
+    assert.equal(line.status, 200);
+    assert.equal(line.key_name, 'test-app');
+    assert.equal(line.completion_tokens, 3);
+    assert.equal(line.max_tokens, 3);
+  });
+});
+
+describe('anthropic SDK: errors in the Messages shape', () => {
+  test('a wrong key is an AuthenticationError (401)', async () => {
+    await assert.rejects(
+      client(BAD_KEY).messages.create({ model: 'demo', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] }),
+      (e) => e instanceof Anthropic.AuthenticationError && e.status === 401 && e.error?.error?.type === 'authentication_error',
+    );
+  });
+
+  test('a model the key may not use is a PermissionDeniedError (403); an unknown one NotFoundError (404)', async () => {
+    await assert.rejects(
+      client('sk-demo-only-000011112222').messages.create({ model: 'local', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] }),
+      (e) => e instanceof Anthropic.PermissionDeniedError && e.status === 403,
+    );
+    await assert.rejects(
+      client().messages.create({ model: 'nope', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] }),
+      (e) => e instanceof Anthropic.NotFoundError && /nope/.test(e.message),
+    );
+  });
+
+  test('bad requests are 400 invalid_request_error naming the field', async () => {
+    const post = (body) =>
+      request(`${gw.url}/v1/messages`, { method: 'POST', headers: { 'x-api-key': KEY }, body });
+    const noMax = await post({ model: 'demo', messages: [{ role: 'user', content: 'hi' }] });
+    assert.equal(noMax.status, 400);
+    assert.deepEqual(noMax.json.type, 'error');
+    assert.equal(noMax.json.error.type, 'invalid_request_error');
+    assert.match(noMax.json.error.message, /max_tokens/);
+    const image = await post({
+      model: 'demo',
+      max_tokens: 5,
+      messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AA==' } }] }],
+    });
+    assert.equal(image.status, 400);
+    assert.match(image.json.error.message, /messages\[0\]\.content\[0\].*image.*not supported/);
+    const tools = await post({ model: 'demo', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }], tools: [] });
+    assert.equal(tools.status, 400);
+    assert.match(tools.json.error.message, /'tools' is not supported/);
+    const role = await post({ model: 'demo', max_tokens: 5, messages: [{ role: 'system', content: 'hi' }] });
+    assert.equal(role.status, 400);
+    assert.match(role.json.error.message, /role must be 'user' or 'assistant'/);
+    const notJson = await request(`${gw.url}/v1/messages`, { method: 'POST', headers: { 'x-api-key': KEY }, body: '{"model":' });
+    assert.equal(notJson.status, 400);
+    assert.equal(notJson.json.error.type, 'invalid_request_error');
+  });
+
+  test('a mid-stream upstream failure ends the stream with an error event', async () => {
+    await sim.configure({ abort_rate: 1 });
+    try {
+      const stream = client().messages.stream({ model: 'demo', max_tokens: 40, messages: [{ role: 'user', content: 'hi' }] });
+      await assert.rejects(stream.finalMessage(), (e) => /upstream/i.test(String(e.message)));
+    } finally {
+      await sim.configure({ abort_rate: 0 });
+    }
+  });
+});

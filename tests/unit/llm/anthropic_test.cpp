@@ -1,0 +1,165 @@
+// The Anthropic Messages API on the client side: request conversion, answers, events.
+#include <gtest/gtest.h>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <string>
+#include <vector>
+
+#include "llm/anthropic.hpp"
+
+using namespace sluice;
+using namespace sluice::llm;
+namespace json = boost::json;
+
+namespace {
+
+json::object converted(std::string_view body) {
+  auto r = anthropic_to_chat(body);
+  if (auto* e = std::get_if<RequestError>(&r)) {
+    ADD_FAILURE() << e->message;
+    return {};
+  }
+  return json::parse(std::get<std::string>(r)).as_object();
+}
+
+RequestError refused(std::string_view body) {
+  auto r = anthropic_to_chat(body);
+  EXPECT_TRUE(std::holds_alternative<RequestError>(r)) << body;
+  return std::holds_alternative<RequestError>(r) ? std::get<RequestError>(r) : RequestError{};
+}
+
+// "event: T\ndata: D\n\n" -> (T, D) pairs; fails on anything else.
+std::vector<std::pair<std::string, json::object>> events(std::string_view out) {
+  std::vector<std::pair<std::string, json::object>> v;
+  while (!out.empty()) {
+    const auto nl = out.find('\n');
+    const auto end = out.find("\n\n");
+    if (!out.starts_with("event: ") || nl == std::string_view::npos || end == std::string_view::npos ||
+        !out.substr(nl + 1).starts_with("data: ")) {
+      ADD_FAILURE() << "not an SSE event: " << out;
+      break;
+    }
+    v.emplace_back(std::string(out.substr(7, nl - 7)), json::parse(out.substr(nl + 7, end - nl - 7)).as_object());
+    out.remove_prefix(end + 2);
+  }
+  return v;
+}
+
+std::string chunk(std::string_view delta, std::string_view finish = "null") {
+  return "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":" + std::string(delta) +
+         ",\"finish_reason\":" + std::string(finish) + "}]}\n\n";
+}
+
+}  // namespace
+
+TEST(AnthropicRequest, BecomesTheEquivalentChatRequest) {
+  auto o = converted(R"({"model":"claude","max_tokens":64,"system":[{"type":"text","text":"Be brief."}],
+    "messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],
+    "stream":true,"temperature":0.5,"top_p":0.9,"top_k":40,"stop_sequences":["END"],"metadata":{"user_id":"u-1"}})");
+  EXPECT_EQ(json::serialize(o["messages"]),
+            R"([{"role":"system","content":"Be brief."},{"role":"user","content":"hi"},{"role":"assistant","content":"a\nb"}])");
+  EXPECT_EQ(o["model"], "claude");
+  EXPECT_EQ(o["max_tokens"], 64);
+  EXPECT_EQ(o["stream"], true);
+  EXPECT_EQ(json::serialize(o["stream_options"]), R"({"include_usage":true})");
+  EXPECT_EQ(o["temperature"], 0.5);
+  EXPECT_EQ(json::serialize(o["options"]), R"({"top_k":40})");
+  EXPECT_EQ(json::serialize(o["stop"]), R"(["END"])");
+  EXPECT_EQ(o["user"], "u-1");
+  // Not streamed: no stream_options.
+  EXPECT_FALSE(converted(R"({"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}]})").contains("stream_options"));
+}
+
+TEST(AnthropicRequest, RefusesWhatItCannotCarryNamingTheField) {
+  EXPECT_EQ(refused("{").reason, Reason::bad_json);
+  EXPECT_EQ(refused(R"({"model":"m","messages":[{"role":"user","content":"x"}]})").param, "max_tokens");
+  EXPECT_EQ(refused(R"({"model":"m","max_tokens":0,"messages":[{"role":"user","content":"x"}]})").param, "max_tokens");
+  EXPECT_EQ(refused(R"({"model":"m","max_tokens":5,"messages":[]})").param, "messages");
+  EXPECT_EQ(refused(R"({"model":"m","max_tokens":5,"messages":[{"role":"tool","content":"x"}]})").param, "messages[0].role");
+  auto img = refused(R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image"}]}]})");
+  EXPECT_EQ(img.param, "messages[0].content[0].type");
+  EXPECT_NE(img.message.find("'image' are not supported"), std::string::npos) << img.message;
+  auto tools = refused(R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}],"tools":[]})");
+  EXPECT_EQ(tools.reason, Reason::option_not_allowed);
+  EXPECT_EQ(tools.param, "tools");
+  EXPECT_EQ(refused(R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}],"stop_sequences":[1]})").param,
+            "stop_sequences");
+}
+
+TEST(AnthropicAnswer, CarriesTextStopReasonAndUsage) {
+  Completion done;
+  done.body = R"({"choices":[{"index":0,"message":{"role":"assistant","content":"Hello \"there\""},"finish_reason":"length"}]})";
+  done.usage = {12, 3};
+  done.finish_reason = "length";
+  auto m = json::parse(chat_to_anthropic(done, "claude", "r1")).as_object();
+  EXPECT_EQ(m["id"], "msg_r1");
+  EXPECT_EQ(m["type"], "message");
+  EXPECT_EQ(m["model"], "claude");
+  EXPECT_EQ(json::serialize(m["content"]), R"([{"type":"text","text":"Hello \"there\""}])");
+  EXPECT_EQ(m["stop_reason"], "max_tokens");
+  EXPECT_EQ(json::serialize(m["usage"]), R"({"input_tokens":12,"output_tokens":3})");
+  done.finish_reason = "stop";
+  EXPECT_EQ(json::parse(chat_to_anthropic(done, "c", "r")).as_object()["stop_reason"], "end_turn");
+}
+
+TEST(AnthropicErrors, TypesFollowTheStatus) {
+  auto e = json::parse(anthropic_error_body(Reason::invalid_key, "bad key")).as_object();
+  EXPECT_EQ(json::serialize(e), R"({"type":"error","error":{"type":"authentication_error","message":"bad key"}})");
+  EXPECT_EQ(json::parse(anthropic_error_body(Reason::rate_limited, "x")).at("error").at("type"), "rate_limit_error");
+  EXPECT_EQ(json::parse(anthropic_error_body(Reason::queue_timeout, "x")).at("error").at("type"), "overloaded_error");
+  EXPECT_EQ(json::parse(anthropic_error_body(Reason::upstream_error, "x")).at("error").at("type"), "api_error");
+  auto passed = json::parse(anthropic_error_from_chat(400, R"({"error":{"message":"context too long","type":"x"}})"));
+  EXPECT_EQ(passed.at("error").at("message"), "context too long");
+  EXPECT_EQ(passed.at("error").at("type"), "invalid_request_error");
+}
+
+TEST(AnthropicStream, ChunksBecomeMessagesEvents) {
+  ChatRequest req;
+  req.model = "claude";
+  req.stream = true;
+  req.include_usage = true;
+  auto tr = make_anthropic_output(make_openai_stream(req), "claude", "r9", 7);
+  std::string out;
+  ASSERT_TRUE(tr->feed(chunk(R"({"role":"assistant","content":""})"), out));
+  EXPECT_EQ(out, "");  // nothing to say before the first text
+  ASSERT_TRUE(tr->feed(chunk(R"({"content":"Hel"})") + chunk(R"({"content":"lo"})"), out));
+  ASSERT_TRUE(tr->feed(chunk("{}", "\"stop\"") +
+                           "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[],"
+                           "\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":2,\"total_tokens\":11}}\n\n" +
+                           "data: [DONE]\n\n",
+                       out));
+  ASSERT_TRUE(tr->finish(out));
+  auto ev = events(out);
+  ASSERT_EQ(ev.size(), 7u) << out;
+  EXPECT_EQ(ev[0].first, "message_start");
+  EXPECT_EQ(ev[0].second.at("message").at("id"), "msg_r9");
+  EXPECT_EQ(ev[0].second.at("message").at("usage").at("input_tokens"), 7);
+  EXPECT_EQ(ev[1].first, "content_block_start");
+  EXPECT_EQ(ev[2].second.at("delta").at("text"), "Hel");
+  EXPECT_EQ(ev[3].second.at("delta").at("text"), "lo");
+  EXPECT_EQ(ev[4].first, "content_block_stop");
+  EXPECT_EQ(ev[5].first, "message_delta");
+  EXPECT_EQ(ev[5].second.at("delta").at("stop_reason"), "end_turn");
+  EXPECT_EQ(ev[5].second.at("usage").at("output_tokens"), 2);
+  EXPECT_EQ(ev[6].first, "message_stop");
+  // The inner translator's accounting shows through.
+  EXPECT_EQ(tr->content_chunks(), 2);
+  EXPECT_EQ(tr->usage().completion_tokens, 2);
+  EXPECT_TRUE(tr->done());
+}
+
+TEST(AnthropicStream, AnUpstreamErrorEventBecomesAnErrorEvent) {
+  ChatRequest req;
+  req.stream = true;
+  auto tr = make_anthropic_output(make_openai_stream(req), "claude", "r", 1);
+  std::string out;
+  tr->feed(chunk(R"({"content":"a"})") + "data: {\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\"}}\n\n", out);
+  tr->finish(out);
+  auto ev = events(out);
+  ASSERT_GE(ev.size(), 4u) << out;
+  EXPECT_EQ(ev.back().first, "error");
+  EXPECT_EQ(ev.back().second.at("error").at("message"), "overloaded");
+  EXPECT_EQ(tr->error().empty(), false);
+  EXPECT_EQ(events(anthropic_error_event(Reason::upstream_stream_failed, "cut"))[0].second.at("error").at("message"), "cut");
+}
