@@ -770,10 +770,11 @@ void Loader::parse_route(const YAML::Node& n, const std::string& path, Route& r)
       if (name == "simulated") { b.provider = Provider::simulated; provider_ok = true; }
       else if (name == "openai") { b.provider = Provider::openai; provider_ok = true; }
       else if (name == "ollama") { b.provider = Provider::ollama; provider_ok = true; }
-      else error(p("provider"), line_of(*v), "unknown provider " + q(name) + " (expected simulated, openai or ollama)");
+      else if (name == "anthropic") { b.provider = Provider::anthropic; provider_ok = true; }
+      else error(p("provider"), line_of(*v), "unknown provider " + q(name) + " (expected simulated, openai, ollama or anthropic)");
     }
   } else {
-    error(path, line_of(n), "missing required key 'provider' (simulated, openai or ollama)");
+    error(path, line_of(n), "missing required key 'provider' (simulated, openai, ollama or anthropic)");
   }
 
   if (auto v = get(f, "base_url")) {
@@ -851,9 +852,10 @@ void Loader::parse_route(const YAML::Node& n, const std::string& path, Route& r)
         error(p("api_key_env"), line_of(*var), "environment variable " + name + ": " + e);
       else b.api_key = *val;
     }
-  } else if (provider_ok && b.provider == Provider::openai) {
-    if (auto val = getenv("OPENAI_API_KEY")) {
-      if (auto e = check_secret(*val); !e.empty()) error("env OPENAI_API_KEY", 0, e);
+  } else if (provider_ok && (b.provider == Provider::openai || b.provider == Provider::anthropic)) {
+    const char* var_name = b.provider == Provider::openai ? "OPENAI_API_KEY" : "ANTHROPIC_API_KEY";
+    if (auto val = getenv(var_name)) {
+      if (auto e = check_secret(*val); !e.empty()) error(std::string("env ") + var_name, 0, e);
       else b.api_key = *val;
     }
   }
@@ -1579,6 +1581,7 @@ std::string_view to_string(Provider p) noexcept {
     case Provider::simulated: return "simulated";
     case Provider::openai: return "openai";
     case Provider::ollama: return "ollama";
+    case Provider::anthropic: return "anthropic";
   }
   return "unknown";
 }

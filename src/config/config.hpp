@@ -16,7 +16,7 @@ namespace sluice::config {
 
 using Millis = std::chrono::milliseconds;
 
-enum class Provider { simulated, openai, ollama };
+enum class Provider { simulated, openai, ollama, anthropic };
 std::string_view to_string(Provider p) noexcept;
 
 // Timing model and fault injection of the simulator (both faces: `sluice sim` and the

@@ -120,7 +120,12 @@ class GatewayImpl final : public Gateway {
       up.target.port = up.backend.port;
       up.target.verify = up.backend.tls_verify;
       up.target.ca_file = up.backend.ca_file;
-      if (!up.backend.api_key.empty()) up.authorization = "Bearer " + up.backend.api_key;
+      if (up.wire == config::Provider::anthropic) {
+        if (!up.backend.api_key.empty()) up.credentials.emplace_back("x-api-key", up.backend.api_key);
+        up.credentials.emplace_back("anthropic-version", "2023-06-01");
+      } else if (!up.backend.api_key.empty()) {
+        up.credentials.emplace_back("Authorization", "Bearer " + up.backend.api_key);
+      }
       up.label = up.backend.host + ":" + std::to_string(up.backend.port);
       up.metrics_model = metrics_->model_index(route.alias);
       up.metrics_backend = metrics_->backend_index(backend_label(route.backend));

@@ -462,12 +462,13 @@ class WorkerHandler {
     } upstream_metrics{metrics_, up.metrics_backend, ctx.rec};
     if (metrics_) metrics_->upstream_started(up.metrics_backend);
     // Upstream request: the adapter rewrites the body; credentials and trace go in headers.
-    auto call = up.wire == config::Provider::ollama ? llm::build_ollama_call(creq, up.backend)
-                                                     : llm::build_openai_call(creq, up.backend);
+    auto call = up.wire == config::Provider::ollama      ? llm::build_ollama_call(creq, up.backend)
+                : up.wire == config::Provider::anthropic ? llm::build_anthropic_call(creq, up.backend)
+                                                         : llm::build_openai_call(creq, up.backend);
     http::ClientRequest ureq;
     ureq.target = std::move(call.target);
     ureq.body = std::move(call.body);
-    if (!up.authorization.empty()) ureq.headers.emplace_back("Authorization", up.authorization);
+    ureq.headers.insert(ureq.headers.end(), up.credentials.begin(), up.credentials.end());
     ureq.headers.emplace_back("traceparent", next_traceparent(ex.request().header("traceparent")));
     ureq.headers.emplace_back("X-Request-Id", ctx.request_id);
 
@@ -563,13 +564,16 @@ class WorkerHandler {
   // the provider's own message; the rest is the gateway's problem to report (502).
   awaitable<void> reply_upstream_error(http::Exchange& ex, Context& ctx, ErrorAnswer& a, const Upstream& up) {
     const int st = a.status;
-    const bool pass = (st == 400 || st == 413 || st == 422 || st == 429) && up.wire == config::Provider::openai &&
+    const bool pass = (st == 400 || st == 413 || st == 422 || st == 429) &&
+                      (up.wire == config::Provider::openai || up.wire == config::Provider::anthropic) &&
                       !a.body.empty() && a.body.front() == '{';
     if (pass) {
       ctx.rec.status = st;
       ctx.rec.reason = Reason::upstream_error;
       ctx.rec.error = "upstream answered " + std::to_string(st);
-      std::string body = ctx.anthropic ? llm::anthropic_error_from_chat(st, a.body) : std::move(a.body);
+      // In the client's dialect, keeping the provider's message.
+      std::string body = up.wire == config::Provider::anthropic ? llm::chat_error_from_anthropic(a.body) : std::move(a.body);
+      if (ctx.anthropic) body = llm::anthropic_error_from_chat(st, body);
       http::Response r = json_reply(st, std::move(body), ctx);
       if (!a.retry_after.empty()) r.headers.emplace_back("Retry-After", a.retry_after);
       co_await ex.reply(std::move(r));
@@ -584,8 +588,9 @@ class WorkerHandler {
 
   awaitable<void> reply_whole(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq, const Upstream& up,
                               std::string& text) {
-    auto done = up.wire == config::Provider::ollama ? llm::translate_ollama_completion(text, creq, ctx.request_id)
-                                                    : llm::read_openai_completion(std::move(text));
+    auto done = up.wire == config::Provider::ollama      ? llm::translate_ollama_completion(text, creq, ctx.request_id)
+                : up.wire == config::Provider::anthropic ? llm::translate_anthropic_completion(text, creq, ctx.request_id)
+                                                         : llm::read_openai_completion(std::move(text));
     if (!done) {
       co_await local_reply(ex, ctx, Reason::upstream_bad_response, "upstream sent a body that is not a completion");
       co_return;
@@ -609,8 +614,9 @@ class WorkerHandler {
   awaitable<void> stream_exchange(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
                                   const Upstream& up, const http::ClientRequest& ureq, Clock::time_point deadline) {
     const auto& to = cfg_.timeouts;
-    auto translator = up.wire == config::Provider::ollama ? llm::make_ollama_stream(creq, ctx.request_id)
-                                                          : llm::make_openai_stream(creq);
+    auto translator = up.wire == config::Provider::ollama      ? llm::make_ollama_stream(creq, ctx.request_id)
+                      : up.wire == config::Provider::anthropic ? llm::make_anthropic_stream(creq, ctx.request_id)
+                                                               : llm::make_openai_stream(creq);
     if (ctx.anthropic) {
       translator = llm::make_anthropic_output(std::move(translator), creq.model, ctx.request_id,
                                               creq.prompt_tokens_estimate);

@@ -31,9 +31,9 @@ namespace sluice::gateway {
 struct Upstream {
   const config::Route* route = nullptr;
   config::Backend backend;        // copy; for `simulated` it points at the embedded simulator
-  config::Provider wire = config::Provider::openai;  // protocol spoken: openai or ollama
+  config::Provider wire = config::Provider::openai;  // protocol spoken: openai, ollama or anthropic
   http::Target target;
-  std::string authorization;      // "Bearer ..." or empty
+  http::HeaderList credentials;   // Authorization: Bearer, or x-api-key + anthropic-version
   std::string label;              // host:port, for logs
   int metrics_model = -1;         // label indexes in telemetry::Metrics
   int metrics_backend = -1;

@@ -3,8 +3,10 @@
 #include "llm/anthropic.hpp"
 
 #include <boost/json.hpp>
+#include <ctime>
 
 #include "common/text.hpp"
+#include "llm/framing.hpp"
 
 namespace sluice::llm {
 
@@ -331,6 +333,282 @@ class AnthropicOutput final : public StreamTranslator {
 std::unique_ptr<StreamTranslator> make_anthropic_output(std::unique_ptr<StreamTranslator> inner, std::string model,
                                                         std::string id, std::int64_t input_tokens) {
   return std::make_unique<AnthropicOutput>(std::move(inner), std::move(model), std::move(id), input_tokens);
+}
+
+}  // namespace sluice::llm
+
+// ---- Anthropic as an upstream -------------------------------------------------------------
+
+namespace sluice::llm {
+
+namespace {
+
+// Text of a chat message's content: a string, or the text of its parts.
+std::string chat_text(const json::value* v) {
+  if (!v) return {};
+  if (v->is_string()) return std::string(v->get_string());
+  std::string out;
+  if (v->is_array()) {
+    for (const auto& part : v->get_array()) {
+      const auto* o = part.if_object();
+      const auto* t = o ? o->if_contains("text") : nullptr;
+      if (t && t->is_string()) {
+        if (!out.empty()) out += '\n';
+        out += t->get_string();
+      }
+    }
+  }
+  return out;
+}
+
+std::string_view finish_from_stop(std::string_view stop) {
+  if (stop == "max_tokens") return "length";
+  if (stop == "tool_use") return "tool_calls";
+  return "stop";  // end_turn, stop_sequence, pause_turn...
+}
+
+void append_usage_json(std::string& out, std::int64_t prompt, std::int64_t completion) {
+  prompt = std::max<std::int64_t>(prompt, 0);
+  completion = std::max<std::int64_t>(completion, 0);
+  out += R"({"prompt_tokens":)";
+  out += std::to_string(prompt);
+  out += R"(,"completion_tokens":)";
+  out += std::to_string(completion);
+  out += R"(,"total_tokens":)";
+  out += std::to_string(prompt + completion);
+  out += '}';
+}
+
+class AnthropicUpstreamStream final : public StreamTranslator {
+ public:
+  AnthropicUpstreamStream(const ChatRequest& req, std::string_view request_id)
+      : include_usage_(req.include_usage), prompt_estimate_(req.prompt_tokens_estimate) {
+    prefix_ = R"(data: {"id":"chatcmpl-)";
+    prefix_ += request_id;
+    prefix_ += R"(","object":"chat.completion.chunk","created":)";
+    prefix_ += std::to_string(static_cast<std::int64_t>(std::time(nullptr)));
+    prefix_ += R"(,"model":)";
+    append_json_string(prefix_, req.model);
+    prefix_ += R"(,"choices":[)";
+  }
+
+  bool feed(std::string_view bytes, std::string& out) override {
+    if (failed_) return false;
+    const bool ok = sse_.feed(bytes, [&](const SseEvent& e) { on_event(e, out); });
+    if (!ok && !failed_) fail(out, Reason::upstream_bad_response, "upstream event exceeds the size limit");
+    return !failed_;
+  }
+
+  bool finish(std::string& out) override {
+    if (failed_) return true;  // already ended with an error frame
+    (void)out;
+    return done_;              // false: message_stop never came (truncated)
+  }
+
+ private:
+  void fail(std::string& out, Reason r, std::string message) {
+    failed_ = true;
+    error_ = std::move(message);
+    out += error_frame(r, error_);
+  }
+
+  void chunk(std::string& out, std::string_view content, std::string_view finish) {
+    out += prefix_;
+    out += R"({"index":0,"delta":{)";
+    bool comma = false;
+    if (!role_sent_) {
+      out += R"("role":"assistant")";
+      role_sent_ = comma = true;
+    }
+    if (!content.empty() || (comma && !finish.empty())) {
+      if (comma) out += ',';
+      out += R"("content":)";
+      append_json_string(out, content);
+    }
+    out += R"(},"finish_reason":)";
+    if (finish.empty()) out += "null";
+    else append_json_string(out, finish);
+    out += "}]}\n\n";
+  }
+
+  void on_event(const SseEvent& e, std::string& out) {
+    if (failed_ || done_ || e.data.empty()) return;
+    boost::system::error_code ec;
+    json::value v = json::parse(e.data, ec);
+    if (ec || !v.is_object()) {
+      fail(out, Reason::upstream_bad_response, "upstream sent an event that is not a JSON object");
+      return;
+    }
+    const auto& o = v.get_object();
+    std::string_view type = e.event;
+    if (const auto* t = o.if_contains("type"); t && t->is_string()) type = t->get_string();
+    auto int_at = [](const json::value* x) -> std::int64_t { return x && x->is_int64() ? x->get_int64() : -1; };
+    if (type == "message_start") {
+      if (const auto* m = o.if_contains("message"); m && m->is_object()) {
+        if (const auto* u = m->get_object().if_contains("usage"); u && u->is_object()) {
+          usage_.prompt_tokens = int_at(u->get_object().if_contains("input_tokens"));
+        }
+      }
+    } else if (type == "content_block_delta") {
+      const auto* d = o.if_contains("delta");
+      const auto* t = d && d->is_object() ? d->get_object().if_contains("text") : nullptr;
+      if (t && t->is_string() && !t->get_string().empty()) {
+        chunk(out, t->get_string(), {});
+        ++content_chunks_;
+      }
+    } else if (type == "message_delta") {
+      if (const auto* d = o.if_contains("delta"); d && d->is_object()) {
+        if (const auto* s = d->get_object().if_contains("stop_reason"); s && s->is_string()) stop_ = s->get_string();
+      }
+      if (const auto* u = o.if_contains("usage"); u && u->is_object()) {
+        usage_.completion_tokens = int_at(u->get_object().if_contains("output_tokens"));
+      }
+    } else if (type == "message_stop") {
+      done_ = true;
+      finish_reason_ = finish_from_stop(stop_);
+      chunk(out, {}, finish_reason_);
+      if (include_usage_) {
+        out += prefix_;
+        out += R"(],"usage":)";
+        append_usage_json(out, usage_.prompt_tokens >= 0 ? usage_.prompt_tokens : prompt_estimate_,
+                          usage_.completion_tokens >= 0 ? usage_.completion_tokens : content_chunks_);
+        out += "}\n\n";
+      }
+      out += "data: [DONE]\n\n";
+    } else if (type == "error") {
+      std::string message = "upstream error";
+      if (const auto* er = o.if_contains("error"); er && er->is_object()) {
+        if (const auto* m = er->get_object().if_contains("message"); m && m->is_string()) message = m->get_string();
+      }
+      fail(out, Reason::upstream_stream_failed, std::move(message));
+    }
+    // ping, content_block_start, content_block_stop: nothing to relay
+  }
+
+  bool include_usage_;
+  std::int64_t prompt_estimate_;
+  std::string prefix_;
+  std::string stop_;
+  bool role_sent_ = false;
+  bool failed_ = false;
+  SseParser sse_;
+};
+
+}  // namespace
+
+UpstreamCall build_anthropic_call(const ChatRequest& req, const config::Backend& backend) {
+  UpstreamCall call;
+  const std::string_view prefix = backend.path_prefix;
+  call.target = std::string(prefix);
+  call.target += prefix.ends_with("/v1") ? "/messages" : "/v1/messages";
+  std::string system;
+  json::array messages;
+  if (const auto* ms = req.body.if_contains("messages"); ms && ms->is_array()) {
+    for (const auto& mv : ms->get_array()) {
+      const auto* m = mv.if_object();
+      if (!m) continue;
+      const auto* rv = m->if_contains("role");
+      const std::string_view role = rv && rv->is_string() ? std::string_view(rv->get_string()) : "user";
+      std::string text = chat_text(m->if_contains("content"));
+      if (role == "system" || role == "developer") {
+        if (!system.empty()) system += "\n\n";
+        system += text;
+        continue;
+      }
+      std::string_view as = role == "assistant" ? "assistant" : "user";
+      if (role == "tool") text = "[tool result] " + text;
+      if (text.empty()) continue;  // (the Messages API refuses empty turns)
+      if (!messages.empty() && messages.back().as_object().at("role").as_string() == as) {
+        auto& prev = messages.back().as_object()["content"].as_string();
+        prev.append("\n\n");
+        prev.append(text);
+      } else {
+        messages.push_back(json::object{{"role", as}, {"content", text}});
+      }
+    }
+  }
+  json::object out;
+  out["model"] = backend.model.empty() ? req.model : backend.model;
+  if (!system.empty()) out["system"] = system;
+  out["messages"] = std::move(messages);
+  out["max_tokens"] = req.max_tokens.value_or(kAnthropicDefaultMaxTokens);
+  if (req.stream) out["stream"] = true;
+  if (const auto* t = req.body.if_contains("temperature"); t && t->is_number()) {
+    out["temperature"] = std::min(t->to_number<double>(), 1.0);
+  }
+  if (const auto* t = req.body.if_contains("top_p"); t && t->is_number()) out["top_p"] = *t;
+  if (const auto* st = req.body.if_contains("stop"); st && !st->is_null()) {
+    if (st->is_string()) out["stop_sequences"] = json::array{*st};
+    else if (st->is_array() && !st->get_array().empty()) out["stop_sequences"] = *st;
+  }
+  if (const auto* u = req.body.if_contains("user"); u && u->is_string()) {
+    out["metadata"] = json::object{{"user_id", *u}};
+  }
+  call.body = json::serialize(out);
+  return call;
+}
+
+std::optional<Completion> translate_anthropic_completion(std::string_view upstream_body, const ChatRequest& req,
+                                                         std::string_view request_id) {
+  boost::system::error_code ec;
+  json::value v = json::parse(upstream_body, ec);
+  if (ec || !v.is_object()) return std::nullopt;
+  const auto& o = v.get_object();
+  const auto* content = o.if_contains("content");
+  if (!content || !content->is_array()) return std::nullopt;
+  std::string text;
+  for (const auto& b : content->get_array()) {
+    const auto* bo = b.if_object();
+    const auto* t = bo ? bo->if_contains("text") : nullptr;
+    if (t && t->is_string()) text += t->get_string();
+  }
+  Completion c;
+  std::string_view stop;
+  if (const auto* s = o.if_contains("stop_reason"); s && s->is_string()) stop = s->get_string();
+  c.finish_reason = finish_from_stop(stop);
+  if (const auto* u = o.if_contains("usage"); u && u->is_object()) {
+    const auto& uo = u->get_object();
+    if (const auto* i = uo.if_contains("input_tokens"); i && i->is_int64()) c.usage.prompt_tokens = i->get_int64();
+    if (const auto* x = uo.if_contains("output_tokens"); x && x->is_int64()) c.usage.completion_tokens = x->get_int64();
+  }
+  std::string& out = c.body;
+  out = R"({"id":"chatcmpl-)";
+  out += request_id;
+  out += R"(","object":"chat.completion","created":)";
+  out += std::to_string(static_cast<std::int64_t>(std::time(nullptr)));
+  out += R"(,"model":)";
+  append_json_string(out, req.model);
+  out += R"(,"choices":[{"index":0,"message":{"role":"assistant","content":)";
+  append_json_string(out, text);
+  out += R"(},"finish_reason":)";
+  append_json_string(out, c.finish_reason);
+  out += R"(}],"usage":)";
+  append_usage_json(out, c.usage.prompt_tokens, c.usage.completion_tokens);
+  out += '}';
+  return c;
+}
+
+std::string chat_error_from_anthropic(std::string_view anthropic_error_body) {
+  std::string type = "upstream_error", message = "upstream error";
+  boost::system::error_code ec;
+  json::value v = json::parse(anthropic_error_body, ec);
+  if (!ec && v.is_object()) {
+    if (const auto* e = v.get_object().if_contains("error"); e && e->is_object()) {
+      const auto& eo = e->get_object();
+      if (const auto* t = eo.if_contains("type"); t && t->is_string()) type = t->get_string();
+      if (const auto* m = eo.if_contains("message"); m && m->is_string()) message = m->get_string();
+    }
+  }
+  std::string o = R"({"error":{"message":)";
+  append_json_string(o, message);
+  o += R"(,"type":)";
+  append_json_string(o, type);
+  o += R"(,"code":null,"param":null}})";
+  return o;
+}
+
+std::unique_ptr<StreamTranslator> make_anthropic_stream(const ChatRequest& req, std::string_view request_id) {
+  return std::make_unique<AnthropicUpstreamStream>(req, request_id);
 }
 
 }  // namespace sluice::llm

@@ -5,6 +5,7 @@
 // Messages answer or event stream. No I/O here.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -44,5 +45,27 @@ std::string anthropic_error_event(Reason reason, std::string_view message);
 std::unique_ptr<StreamTranslator> make_anthropic_output(std::unique_ptr<StreamTranslator> inner,
                                                         std::string model, std::string id,
                                                         std::int64_t input_tokens);
+
+// ---- Anthropic as an upstream (provider: anthropic) -------------------------------------
+
+// Requests without max_tokens get this many (the Messages API requires the field).
+inline constexpr std::int64_t kAnthropicDefaultMaxTokens = 4096;
+
+// A chat request -> POST <prefix>/v1/messages: system and developer messages become
+// `system`; user and assistant turns keep their text (consecutive turns of one role are
+// joined, as the Messages API wants them alternating); a tool result becomes a user turn
+// marked "[tool result]"; temperature is capped at 1 (the Messages range); stop ->
+// stop_sequences; user -> metadata.user_id. Credentials go in headers (the gateway's).
+UpstreamCall build_anthropic_call(const ChatRequest& req, const config::Backend& backend);
+
+// A Messages answer -> the chat.completion body (id "chatcmpl-<request_id>", model = the
+// client's alias, usage from input_tokens/output_tokens). nullopt for anything else.
+std::optional<Completion> translate_anthropic_completion(std::string_view upstream_body, const ChatRequest& req,
+                                                         std::string_view request_id);
+// An Anthropic error body -> the OpenAI error shape, keeping type and message.
+std::string chat_error_from_anthropic(std::string_view anthropic_error_body);
+
+// Messages events -> chat.completion.chunk frames; an `error` event becomes an error frame.
+std::unique_ptr<StreamTranslator> make_anthropic_stream(const ChatRequest& req, std::string_view request_id);
 
 }  // namespace sluice::llm

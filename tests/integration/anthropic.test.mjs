@@ -4,14 +4,37 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import Anthropic from '@anthropic-ai/sdk';
-import { BAD_KEY, KEY, request, simText, startGateway, startSim } from './lib.mjs';
+import OpenAI from 'openai';
+import { BAD_KEY, KEY, request, simText, startGateway, startRecorder, startSim } from './lib.mjs';
 
 let gw;
 let sim;
 let ollama;
+let recorder;
+
+// A Messages API upstream that answers one fixed message, or a 400 in Anthropic's shape.
+function messagesApi(req, res, json) {
+  if (!req.url.endsWith('/v1/messages')) return false;
+  if (json?.max_tokens === 1) {
+    res.writeHead(400, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ type: 'error', error: { type: 'invalid_request_error', message: 'max_tokens: too small here' } }));
+    return true;
+  }
+  res.writeHead(200, { 'content-type': 'application/json' });
+  res.end(JSON.stringify({
+    id: 'msg_up', type: 'message', role: 'assistant', model: json?.model,
+    content: [{ type: 'text', text: 'from the upstream' }], stop_reason: 'end_turn', stop_sequence: null,
+    usage: { input_tokens: 21, output_tokens: 3 },
+  }));
+  return true;
+}
 
 before(async () => {
-  [sim, ollama] = await Promise.all([startSim({ ttft: '10ms', 'inter-token': '2ms' }), startSim({ ttft: '5ms' })]);
+  [sim, ollama, recorder] = await Promise.all([
+    startSim({ ttft: '10ms', 'inter-token': '2ms' }),
+    startSim({ ttft: '5ms' }),
+    startRecorder(messagesApi),
+  ]);
   gw = await startGateway({
     instance: 'it-anthropic',
     keys: [
@@ -21,12 +44,85 @@ before(async () => {
     models: [
       { alias: 'demo', provider: 'openai', base_url: `${sim.url}/v1`, model: 'sluice-sim' },
       { alias: 'local', provider: 'ollama', base_url: ollama.url, model: 'sluice-sim' },
+      { alias: 'claude', provider: 'anthropic', base_url: sim.url, model: 'sluice-sim', api_key: 'sk-ant-upstream-123456' },
+      { alias: 'recorded', provider: 'anthropic', base_url: `${recorder.url}/v1`, model: 'claude-x', api_key: 'sk-ant-rec-123456' },
     ],
   });
 });
 
 after(async () => {
-  await Promise.all([gw?.stop(), sim?.stop(), ollama?.stop()]);
+  await Promise.all([gw?.stop(), sim?.stop(), ollama?.stop(), recorder?.close()]);
+});
+
+const openai = () => new OpenAI({ apiKey: KEY, baseURL: `${gw.url}/v1`, maxRetries: 0, timeout: 15000 });
+
+describe('an Anthropic upstream (provider: anthropic)', () => {
+  test('serves OpenAI clients: a chat.completion with usage', async () => {
+    const c = await openai().chat.completions.create({ model: 'claude', max_tokens: 6, messages: [{ role: 'user', content: 'hi' }] });
+    assert.equal(c.object, 'chat.completion');
+    assert.equal(c.model, 'claude');
+    assert.equal(c.choices[0].message.content, simText(6));
+    assert.equal(c.choices[0].finish_reason, 'length');
+    assert.equal(c.usage.completion_tokens, 6);
+  });
+
+  test('serves OpenAI clients streamed: chunks, finish_reason, usage', async () => {
+    const stream = await openai().chat.completions.create({
+      model: 'claude', max_tokens: 5, stream: true, stream_options: { include_usage: true },
+      messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'hi' }],
+    });
+    let text = '';
+    let finish;
+    let usage;
+    for await (const ch of stream) {
+      if (ch.choices[0]?.delta?.content) text += ch.choices[0].delta.content;
+      if (ch.choices[0]?.finish_reason) finish = ch.choices[0].finish_reason;
+      if (ch.usage) usage = ch.usage;
+    }
+    assert.equal(text, simText(5));
+    assert.equal(finish, 'length');
+    assert.equal(usage.completion_tokens, 5);
+  });
+
+  test('serves Anthropic clients too (both translations), streamed', async () => {
+    let text = '';
+    const stream = client().messages.stream({ model: 'claude', max_tokens: 4, messages: [{ role: 'user', content: 'hi' }] });
+    stream.on('text', (t) => (text += t));
+    const final = await stream.finalMessage();
+    assert.equal(text, simText(4));
+    assert.equal(final.usage.output_tokens, 4);
+  });
+
+  test('the upstream gets the Messages request with its own credentials, never the client key', async () => {
+    const n = recorder.requests.length;
+    const c = await openai().chat.completions.create({
+      model: 'recorded', max_tokens: 7, temperature: 1.5, stop: 'END', user: 'u-9',
+      messages: [{ role: 'system', content: 'S1' }, { role: 'user', content: 'a' }, { role: 'user', content: 'b' }],
+    });
+    assert.equal(c.choices[0].message.content, 'from the upstream');
+    assert.equal(c.choices[0].finish_reason, 'stop');
+    assert.deepEqual(c.usage, { prompt_tokens: 21, completion_tokens: 3, total_tokens: 24 });
+    const up = recorder.requests[n];
+    assert.equal(up.url, '/v1/messages');
+    assert.equal(up.headers['x-api-key'], 'sk-ant-rec-123456');
+    assert.equal(up.headers['anthropic-version'], '2023-06-01');
+    assert.equal(up.headers.authorization, undefined);
+    assert.deepEqual(up.json, {
+      model: 'claude-x', system: 'S1', messages: [{ role: 'user', content: 'a\n\nb' }], max_tokens: 7,
+      temperature: 1, stop_sequences: ['END'], metadata: { user_id: 'u-9' },
+    });
+  });
+
+  test("an upstream 400 reaches the client with the provider's message, in the client's shape", async () => {
+    await assert.rejects(
+      openai().chat.completions.create({ model: 'recorded', max_tokens: 1, messages: [{ role: 'user', content: 'a' }] }),
+      (e) => e.status === 400 && /too small here/.test(e.message),
+    );
+    await assert.rejects(
+      client().messages.create({ model: 'recorded', max_tokens: 1, messages: [{ role: 'user', content: 'a' }] }),
+      (e) => e instanceof Anthropic.BadRequestError && /too small here/.test(e.message),
+    );
+  });
 });
 
 const client = (apiKey = KEY) => new Anthropic({ apiKey, baseURL: gw.url, maxRetries: 0, timeout: 15000 });

@@ -197,7 +197,7 @@ TEST_F(ConfigTest, UnknownProviderMessage) {
   ASSERT_FALSE(r.ok());
   ASSERT_EQ(r.errors.size(), 1u) << all_errors(r);
   EXPECT_EQ(r.errors[0].to_string(),
-            "line 3: models[0].provider: unknown provider 'foo' (expected simulated, openai or ollama)");
+            "line 3: models[0].provider: unknown provider 'foo' (expected simulated, openai, ollama or anthropic)");
 }
 
 TEST_F(ConfigTest, UnknownKeysAreErrors) {
@@ -761,6 +761,26 @@ TEST_F(ConfigTest, ModelApiKeyEnvOverride) {
   EXPECT_EQ(r.config->find_route("other")->backend.api_key, "sk-openai-default-1234");
   EXPECT_EQ(r.config->find_route("own")->backend.api_key, "sk-own-1234567890ab");
   EXPECT_EQ(r.config->find_route("local")->backend.api_key, "");  // OPENAI_API_KEY is openai-only
+}
+
+TEST_F(ConfigTest, AnthropicProviderTakesAnthropicApiKey) {
+  fake_env_vars()["ANTHROPIC_API_KEY"] = "sk-ant-default-123456";
+  fake_env_vars()["OPENAI_API_KEY"] = "sk-openai-default-1234";
+  auto r = load("models:\n"
+                "  - alias: claude\n"
+                "    provider: anthropic\n"
+                "    base_url: https://api.anthropic.com\n"
+                "    model: claude-sonnet-4-5\n");
+  ASSERT_TRUE(r.ok()) << all_errors(r);
+  const auto& b = r.config->find_route("claude")->backend;
+  EXPECT_EQ(b.provider, Provider::anthropic);
+  EXPECT_EQ(b.api_key, "sk-ant-default-123456");
+  EXPECT_EQ(b.path_prefix, "");
+  EXPECT_EQ(to_string(b.provider), "anthropic");
+  r = load("models:\n  - {alias: c, provider: anthropic}\n");
+  EXPECT_THAT(error_at(r, "models[0]").message, HasSubstr("base_url"));
+  r = load("models:\n  - {alias: c, provider: claude}\n");
+  EXPECT_THAT(error_at(r, "models[0].provider").message, HasSubstr("simulated, openai, ollama or anthropic"));
 }
 
 TEST_F(ConfigTest, ApiKeyEnvForProvider) {

@@ -163,3 +163,84 @@ TEST(AnthropicStream, AnUpstreamErrorEventBecomesAnErrorEvent) {
   EXPECT_EQ(tr->error().empty(), false);
   EXPECT_EQ(events(anthropic_error_event(Reason::upstream_stream_failed, "cut"))[0].second.at("error").at("message"), "cut");
 }
+
+TEST(AnthropicUpstream, EventsBecomeChunksWithUsage) {
+  ChatRequest req;
+  req.model = "claude";
+  req.stream = true;
+  req.include_usage = true;
+  auto tr = make_anthropic_stream(req, "r1");
+  const std::string up =
+      "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":9,\"output_tokens\":1}}}\n\n"
+      "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0}\n\n"
+      "event: ping\ndata: {\"type\":\"ping\"}\n\n"
+      "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n"
+      "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\" you\"}}\n\n"
+      "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n"
+      "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\"},\"usage\":{\"output_tokens\":2}}\n\n"
+      "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+  std::string out;
+  // Split mid-event: the SSE framing reassembles.
+  ASSERT_TRUE(tr->feed(std::string_view(up).substr(0, 150), out));
+  ASSERT_TRUE(tr->feed(std::string_view(up).substr(150), out));
+  ASSERT_TRUE(tr->finish(out));
+  std::vector<json::object> chunks;
+  std::string_view rest = out;
+  while (!rest.empty()) {
+    const auto end = rest.find("\n\n");
+    ASSERT_TRUE(rest.starts_with("data: ") && end != std::string_view::npos) << out;
+    const auto data = rest.substr(6, end - 6);
+    if (data != "[DONE]") chunks.push_back(json::parse(data).as_object());
+    rest.remove_prefix(end + 2);
+  }
+  ASSERT_EQ(chunks.size(), 4u) << out;
+  EXPECT_EQ(chunks[0].at("id"), "chatcmpl-r1");
+  EXPECT_EQ(chunks[0].at("model"), "claude");
+  EXPECT_EQ(json::serialize(chunks[0].at("choices").at(0).at("delta")), R"({"role":"assistant","content":"Hi"})");
+  EXPECT_EQ(chunks[1].at("choices").at(0).at("delta").at("content"), " you");
+  EXPECT_EQ(chunks[2].at("choices").at(0).at("finish_reason"), "length");
+  EXPECT_EQ(json::serialize(chunks[3].at("usage")), R"({"prompt_tokens":9,"completion_tokens":2,"total_tokens":11})");
+  EXPECT_TRUE(out.ends_with("data: [DONE]\n\n"));
+  EXPECT_EQ(tr->usage().prompt_tokens, 9);
+  EXPECT_EQ(tr->usage().completion_tokens, 2);
+  EXPECT_EQ(tr->content_chunks(), 2);
+}
+
+TEST(AnthropicUpstream, AnErrorEventEndsTheStreamAndATruncatedOneIsNotDone) {
+  ChatRequest req;
+  req.stream = true;
+  auto tr = make_anthropic_stream(req, "r");
+  std::string out;
+  EXPECT_FALSE(tr->feed("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n", out));
+  EXPECT_EQ(tr->error(), "Overloaded");
+  EXPECT_NE(out.find("\"error\""), std::string::npos);
+  auto cut = make_anthropic_stream(req, "r");
+  std::string o2;
+  ASSERT_TRUE(cut->feed("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"x\"}}\n\n", o2));
+  EXPECT_FALSE(cut->finish(o2));  // message_stop never came
+}
+
+TEST(AnthropicUpstream, RequestAndAnswerTranslation) {
+  ChatRequest req;
+  req.model = "alias";
+  req.body = json::parse(R"({"model":"alias","messages":[{"role":"developer","content":"D"},{"role":"user","content":[{"type":"text","text":"q"}]},
+    {"role":"assistant","content":null},{"role":"tool","content":"42"}],"top_p":0.5})").as_object();
+  sluice::config::Backend b;
+  b.model = "claude-3";
+  b.path_prefix = "/v1";
+  auto call = build_anthropic_call(req, b);
+  EXPECT_EQ(call.target, "/v1/messages");
+  EXPECT_EQ(call.body,
+            R"({"model":"claude-3","system":"D","messages":[{"role":"user","content":"q\n\n[tool result] 42"}],"max_tokens":4096,"top_p":5E-1})");
+  auto done = translate_anthropic_completion(
+      R"({"content":[{"type":"text","text":"A"},{"type":"text","text":"B"}],"stop_reason":"tool_use","usage":{"input_tokens":3,"output_tokens":2}})",
+      req, "id7");
+  ASSERT_TRUE(done);
+  auto c = json::parse(done->body).as_object();
+  EXPECT_EQ(c.at("choices").at(0).at("message").at("content"), "AB");
+  EXPECT_EQ(c.at("choices").at(0).at("finish_reason"), "tool_calls");
+  EXPECT_EQ(done->usage.prompt_tokens, 3);
+  EXPECT_FALSE(translate_anthropic_completion(R"({"type":"error","error":{"message":"x"}})", req, "i"));
+  EXPECT_EQ(chat_error_from_anthropic(R"({"type":"error","error":{"type":"rate_limit_error","message":"slow down"}})"),
+            R"({"error":{"message":"slow down","type":"rate_limit_error","code":null,"param":null}})");
+}
