@@ -127,6 +127,15 @@ class WorkerHandler {
       } else {
         co_await chat(ex, ctx);
       }
+    } else if (path == "/v1/messages/count_tokens") {
+      ctx.anthropic = true;
+      if (method != "POST") {
+        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use POST for /v1/messages/count_tokens");
+      } else if (auto denied = authenticate(ex, ctx)) {
+        co_await auth_failure(ex, ctx, *denied);
+      } else {
+        co_await count_tokens(ex, ctx);
+      }
     } else if (path == "/history" || path == "/history/stats") {
       if (method != "GET") {
         co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for " + std::string(path));
@@ -136,6 +145,7 @@ class WorkerHandler {
         co_await history_query(ex, ctx, path == "/history/stats");
       }
     } else if (path == "/v1/models") {
+      ctx.anthropic = !req.header("anthropic-version").empty();  // an Anthropic SDK
       if (method != "GET") {
         co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for /v1/models");
       } else if (auto denied = authenticate(ex, ctx)) {
@@ -250,7 +260,65 @@ class WorkerHandler {
     co_await ex.reply(json_reply(200, std::move(res.body), ctx));
   }
 
+  // POST /v1/messages/count_tokens: the prompt's tokens by OpenAI's chat formula, exact
+  // with the BPE where its rank files are loaded (with token quotas), else estimated.
+  // Anthropic's tokenizer is not public: for Claude models this is an approximation.
+  awaitable<void> count_tokens(http::Exchange& ex, Context& ctx) {
+    auto conv = llm::anthropic_to_chat(ex.request().body(), /*for_count=*/true);
+    if (auto* err = std::get_if<llm::RequestError>(&conv)) {
+      co_await local_reply(ex, ctx, err->reason, err->message, err->param);
+      co_return;
+    }
+    auto parsed = llm::parse_chat_request(std::get<std::string>(conv), cfg_);
+    if (auto* err = std::get_if<llm::RequestError>(&parsed)) {
+      co_await local_reply(ex, ctx, err->reason, err->message, err->param);
+      co_return;
+    }
+    const auto& creq = std::get<llm::ChatRequest>(parsed);
+    ctx.rec.alias = creq.model;
+    auto it = g_.upstreams.find(creq.model);
+    if (it == g_.upstreams.end()) {
+      co_await local_reply(ex, ctx, Reason::model_not_found, "model '" + creq.model + "' does not exist", "model");
+      co_return;
+    }
+    if (!key_allows(*ctx.key, creq.model)) {
+      co_await local_reply(ex, ctx, Reason::model_not_allowed, "this API key may not use model '" + creq.model + "'",
+                           "model");
+      co_return;
+    }
+    const auto n = llm::count_prompt_tokens(creq, g_.tokens, tokenizer::encoding_for_model(it->second.backend.model));
+    ctx.rec.prompt_tokens = n;
+    ctx.rec.status = 200;
+    co_await ex.reply(json_reply(200, R"({"input_tokens":)" + std::to_string(n) + "}", ctx));
+  }
+
   awaitable<void> models(http::Exchange& ex, Context& ctx) {
+    // Anthropic clients (they send anthropic-version) get the Models API's shape.
+    if (ctx.anthropic) {
+      std::string body = R"({"data":[)";
+      std::string first_id, last_id;
+      for (const auto& route : cfg_.routes) {
+        if (!key_allows(*ctx.key, route.alias)) continue;
+        if (first_id.empty()) first_id = route.alias;
+        else body += ',';
+        last_id = route.alias;
+        body += R"({"type":"model","id":)";
+        append_json_string(body, route.alias);
+        body += R"(,"display_name":)";
+        append_json_string(body, route.alias);
+        body += R"(,"created_at":"1970-01-01T00:00:00Z"})";
+      }
+      body += R"(],"has_more":false,"first_id":)";
+      if (first_id.empty()) body += "null";
+      else append_json_string(body, first_id);
+      body += R"(,"last_id":)";
+      if (last_id.empty()) body += "null";
+      else append_json_string(body, last_id);
+      body += '}';
+      ctx.rec.status = 200;
+      co_await ex.reply(json_reply(200, std::move(body), ctx));
+      co_return;
+    }
     std::string body = R"({"object":"list","data":[)";
     bool first = true;
     for (const auto& route : cfg_.routes) {

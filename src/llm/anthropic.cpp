@@ -81,7 +81,7 @@ void event(std::string& out, std::string_view type, std::string_view data) {
 
 }  // namespace
 
-AnthropicConversion anthropic_to_chat(std::string_view body) {
+AnthropicConversion anthropic_to_chat(std::string_view body, bool for_count) {
   boost::system::error_code ec;
   json::parse_options po;
   po.max_depth = 64;
@@ -106,7 +106,9 @@ AnthropicConversion anthropic_to_chat(std::string_view body) {
   out["model"] = *model;
   const auto* max_tokens = in.if_contains("max_tokens");
   const bool max_ok = max_tokens && ((max_tokens->is_int64() && max_tokens->get_int64() >= 1) || max_tokens->is_uint64());
-  if (!max_ok) return bad(Reason::invalid_request, "max_tokens is required: an integer >= 1", "max_tokens");
+  if (!max_ok && !(for_count && !max_tokens)) {
+    return bad(Reason::invalid_request, "max_tokens is required: an integer >= 1", "max_tokens");
+  }
   json::array messages;
   if (const auto* sys = in.if_contains("system"); sys && !sys->is_null()) {
     auto text = text_of(*sys, "system");
@@ -133,7 +135,7 @@ AnthropicConversion anthropic_to_chat(std::string_view body) {
     messages.push_back(json::object{{"role", *role}, {"content", std::get<std::string>(std::move(text))}});
   }
   out["messages"] = std::move(messages);
-  out["max_tokens"] = *max_tokens;
+  if (max_tokens) out["max_tokens"] = *max_tokens;
   bool stream = false;
   if (const auto* s = in.if_contains("stream"); s && !s->is_null()) {
     if (!s->is_bool()) return bad(Reason::invalid_request, "stream must be a boolean", "stream");

@@ -20,8 +20,9 @@ namespace sluice::llm {
 // blocks), system (a string or text blocks), stream, temperature, top_p, top_k,
 // stop_sequences, metadata.user_id. Anything else, or a non-text block, is refused with
 // a clear 400 rather than silently dropped. Streams ask for usage (for message_delta).
+// `for_count`: a count_tokens request, which has no max_tokens.
 using AnthropicConversion = std::variant<std::string, RequestError>;
-AnthropicConversion anthropic_to_chat(std::string_view body);
+AnthropicConversion anthropic_to_chat(std::string_view body, bool for_count = false);
 
 // A chat.completion body -> a Messages answer ("message" with one text block, stop_reason,
 // usage). `model` is the alias the client asked for; `id` becomes "msg_<id>".

@@ -197,6 +197,35 @@ describe('anthropic SDK: messages', () => {
   });
 });
 
+describe('anthropic SDK: models and count_tokens (what tools such as Claude Code call)', () => {
+  test('models.list gives the aliases the key may use, in the Models API shape', async () => {
+    const ids = [];
+    for await (const m of client().models.list()) {
+      assert.equal(m.type, 'model');
+      ids.push(m.id);
+    }
+    assert.deepEqual(ids.sort(), ['claude', 'demo', 'local', 'recorded']);
+    const limited = [];
+    for await (const m of client('sk-demo-only-000011112222').models.list()) limited.push(m.id);
+    assert.deepEqual(limited, ['demo']);
+  });
+
+  test('messages.countTokens counts the prompt (no max_tokens needed), more text more tokens', async () => {
+    const short = await client().messages.countTokens({ model: 'demo', messages: [{ role: 'user', content: 'Hello.' }] });
+    const long = await client().messages.countTokens({
+      model: 'demo',
+      system: 'You are a careful assistant who answers in full sentences.',
+      messages: [{ role: 'user', content: 'Hello. '.repeat(50) }],
+    });
+    assert.ok(short.input_tokens >= 8, JSON.stringify(short)); // 3 + (3 + role + text) by the chat formula
+    assert.ok(long.input_tokens > short.input_tokens + 50, JSON.stringify(long));
+    await assert.rejects(
+      client().messages.countTokens({ model: 'nope', messages: [{ role: 'user', content: 'x' }] }),
+      (e) => e instanceof Anthropic.NotFoundError,
+    );
+  });
+});
+
 describe('anthropic SDK: errors in the Messages shape', () => {
   test('a wrong key is an AuthenticationError (401)', async () => {
     await assert.rejects(
