@@ -183,14 +183,24 @@ struct EventSink::Impl {
 
   // Callbacks run on whichever thread calls rd_kafka_poll: the poll thread, or the
   // destructor after the poll thread has stopped; never two at once.
-  static void on_delivery(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
+  // "fatal: <error>: <reason>" when `rk` is in a fatal state, else "".
+  static std::string fatal_of(rd_kafka_t* rk) {
+    char buf[512];
+    const auto fe = rd_kafka_fatal_error(rk, buf, sizeof buf);
+    if (fe == RD_KAFKA_RESP_ERR_NO_ERROR) return {};
+    return std::string("fatal: ") + rd_kafka_err2name(fe) + ": " + buf;
+  }
+
+  static void on_delivery(rd_kafka_t* rk, const rd_kafka_message_t* m, void* opaque) {
     auto* self = static_cast<Impl*>(opaque);
     if (!m->err) {
       self->delivered.fetch_add(1);
       self->up.store(true);
     } else {
-      std::string reason =
-          is_purge(m->err) && !self->purge_reason.empty() ? self->purge_reason : describe(m->err);
+      // A fatal error fails what the producer holds, and those reports can come in the
+      // same poll as the error itself, before the producer is replaced: they say fatal.
+      std::string reason = is_purge(m->err) && !self->purge_reason.empty() ? self->purge_reason : fatal_of(rk);
+      if (reason.empty()) reason = describe(m->err);
       self->fallback(reason, {static_cast<const char*>(m->payload), m->len});
       self->failed.fetch_add(1);  // after the line is written: settled means "on disk"
       self->note_error(std::move(reason));
@@ -202,9 +212,7 @@ struct EventSink::Impl {
     auto* self = static_cast<Impl*>(opaque);
     const auto err = static_cast<rd_kafka_resp_err_t>(code);
     if (err == RD_KAFKA_RESP_ERR__FATAL) {
-      char buf[512];
-      const auto fe = rd_kafka_fatal_error(rk, buf, sizeof buf);
-      std::string msg = std::string("fatal: ") + rd_kafka_err2name(fe) + ": " + buf;
+      std::string msg = fatal_of(rk);
       if (rk == self->rk && !self->fatal.load()) {
         self->fatal_reason = msg;
         self->fatal.store(true);
@@ -244,12 +252,16 @@ struct EventSink::Impl {
     if (level <= LOG_WARNING) std::fprintf(stderr, "sluice events: kafka %s: %s\n", fac, buf);
   }
 
-  // Fails everything `handle` still holds into the fallback file with `reason`.
-  void drain(rd_kafka_t* handle, std::string reason) {
+  // Fails everything `handle` still holds into the fallback file with `reason`, then
+  // destroys it. The reason stays set through rd_kafka_destroy: reports that were not
+  // served within kPurgeWait (a purged in-flight request waits for its broker) are served
+  // there, and must carry it too.
+  void retire(rd_kafka_t* handle, std::string reason) {
     purge_reason = std::move(reason);
     rd_kafka_purge(handle, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     const auto deadline = SteadyClock::now() + kPurgeWait;
     while (rd_kafka_outq_len(handle) > 0 && SteadyClock::now() < deadline) rd_kafka_poll(handle, 50);
+    rd_kafka_destroy(handle);
     purge_reason.clear();
   }
 
@@ -271,8 +283,7 @@ struct EventSink::Impl {
     }
     fatal.store(false);
     restarts.fetch_add(1);
-    drain(old, fatal_reason);
-    rd_kafka_destroy(old);
+    retire(old, fatal_reason);
   }
 
   void run() {
@@ -307,11 +318,10 @@ EventSink::~EventSink() {
   flush(s.up.load() ? std::chrono::milliseconds(kFlushWhileUp) : std::chrono::milliseconds(kFlushWhileDown));
   s.stop.store(true);
   s.poller.join();
-  s.drain(s.rk, "shutdown");
+  s.retire(s.rk, "shutdown");
   // Reports that never came carry payloads we no longer have: count them, at least.
   const auto done = s.delivered.load() + s.failed.load();
   if (s.produced.load() > done) s.dropped.fetch_add(s.produced.load() - done);
-  rd_kafka_destroy(s.rk);
 }
 
 void EventSink::consume(const telemetry::RequestRecord& r) {
