@@ -1,0 +1,77 @@
+#pragma once
+// A circuit breaker for one backend (or one provider): opens on the error rate over a
+// sliding window, or on the window's P95 latency (time to first token, or total time)
+// above a threshold; after `open_for` it lets `half_open_probes` requests through, and
+// closes when they all succeed (fast enough), or opens again on the first failure.
+// Pure logic; time is passed in, so tests need no clock. Thread-safe (one mutex).
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+namespace sluice::upstream {
+
+struct BreakerSettings {
+  std::chrono::milliseconds window{10'000};     // the sliding window (10 buckets)
+  std::uint32_t min_requests = 20;               // no decision on fewer requests in the window
+  double error_rate = 0.5;                       // open at or above this fraction of failures; 0 = never
+  double p95_latency_ms = 0;                     // open when the window's P95 is above this; 0 = never
+  std::chrono::milliseconds open_for{5'000};     // then half-open
+  std::uint32_t half_open_probes = 3;            // requests let through while half-open
+};
+
+class Breaker {
+ public:
+  using Clock = std::chrono::steady_clock;
+  enum class State : std::uint8_t { closed, open, half_open };
+
+  explicit Breaker(BreakerSettings s = {});
+
+  // Whether a request may go now (half-open: one of the probes; the caller must then
+  // record() its outcome).
+  bool allow(Clock::time_point now);
+  // An outcome: failed (connect failure, 5xx, timeout...) and its latency in ms (< 0:
+  // unknown, counts for the error rate only).
+  void record(Clock::time_point now, bool failed, double latency_ms);
+
+  State state(Clock::time_point now);
+  // Transitions so far, for the metrics and the log.
+  struct Counts {
+    std::uint64_t opened = 0, half_opened = 0, closed = 0;
+  };
+  Counts counts() const;
+  // Why it last opened ("error rate 0.62 over 40 requests", "p95 2150 ms over 40 requests").
+  std::string last_reason() const;
+
+ private:
+  static constexpr std::size_t kBuckets = 10;
+  // Latency histogram per bucket: log-spaced bins from 1 ms to ~5 min, for the P95.
+  static constexpr std::size_t kBins = 48;
+  struct Bucket {
+    std::int64_t epoch = -1;  // which slice of time it holds
+    std::uint32_t total = 0, failed = 0;
+    std::array<std::uint32_t, kBins> latency{};
+  };
+  static std::size_t bin_of(double ms);
+  static double bin_upper(std::size_t bin);
+  std::int64_t epoch_of(Clock::time_point t) const;
+  Bucket& bucket_at(Clock::time_point t);
+  void evaluate(Clock::time_point now);
+  void open(Clock::time_point now);
+  void advance(Clock::time_point now);  // open -> half_open once open_for has passed
+
+  BreakerSettings s_;
+  mutable std::mutex mu_;
+  State state_ = State::closed;
+  Clock::time_point opened_at_{};
+  std::uint32_t probes_sent_ = 0, probes_ok_ = 0;
+  std::array<Bucket, kBuckets> buckets_{};
+  Counts counts_;
+  char reason_[96] = {0};
+};
+
+std::string_view to_string(Breaker::State s) noexcept;
+
+}  // namespace sluice::upstream

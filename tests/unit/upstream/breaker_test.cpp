@@ -1,0 +1,94 @@
+#include "upstream/breaker.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace sluice::upstream;
+using namespace std::chrono_literals;
+using Clock = Breaker::Clock;
+
+namespace {
+const Clock::time_point T0 = Clock::time_point(1000h);
+}
+
+TEST(Breaker, OpensOnTheErrorRateOnlyWithEnoughRequests) {
+  Breaker b({.window = 10s, .min_requests = 10, .error_rate = 0.5, .open_for = 5s, .half_open_probes = 2});
+  auto t = T0;
+  for (int i = 0; i < 9; ++i) b.record(t += 100ms, true, 10);  // 9 failures: too few to judge
+  EXPECT_EQ(b.state(t), Breaker::State::closed);
+  b.record(t += 100ms, false, 10);  // 10 requests, 90 % failed
+  EXPECT_EQ(b.state(t), Breaker::State::open);
+  EXPECT_FALSE(b.allow(t));
+  EXPECT_NE(b.last_reason().find("error rate 0.90 over 10 requests"), std::string::npos) << b.last_reason();
+  EXPECT_EQ(b.counts().opened, 1u);
+}
+
+TEST(Breaker, OldFailuresLeaveTheWindow) {
+  Breaker b({.window = 10s, .min_requests = 10, .error_rate = 0.5});
+  auto t = T0;
+  for (int i = 0; i < 6; ++i) b.record(t += 10ms, true, 10);
+  t += 11s;  // those six are out of the window now
+  for (int i = 0; i < 6; ++i) b.record(t += 10ms, false, 10);
+  for (int i = 0; i < 4; ++i) b.record(t += 10ms, true, 10);  // 4 of 10: under the rate
+  EXPECT_EQ(b.state(t), Breaker::State::closed);
+}
+
+TEST(Breaker, HalfOpenLetsProbesThroughThenClosesOrReopens) {
+  Breaker b({.window = 10s, .min_requests = 4, .error_rate = 0.5, .open_for = 5s, .half_open_probes = 2});
+  auto t = T0;
+  for (int i = 0; i < 4; ++i) b.record(t += 10ms, true, 10);
+  ASSERT_EQ(b.state(t), Breaker::State::open);
+  EXPECT_FALSE(b.allow(t + 4s));
+  t += 5s;
+  EXPECT_EQ(b.state(t), Breaker::State::half_open);
+  EXPECT_TRUE(b.allow(t));
+  EXPECT_TRUE(b.allow(t));
+  EXPECT_FALSE(b.allow(t));  // only the probes
+  b.record(t, true, 10);     // a probe fails: open again
+  EXPECT_EQ(b.state(t), Breaker::State::open);
+  EXPECT_EQ(b.counts().opened, 2u);
+  t += 5s;
+  ASSERT_TRUE(b.allow(t));
+  ASSERT_TRUE(b.allow(t));
+  b.record(t, false, 10);
+  EXPECT_EQ(b.state(t), Breaker::State::half_open);
+  b.record(t, false, 10);
+  EXPECT_EQ(b.state(t), Breaker::State::closed);
+  EXPECT_TRUE(b.allow(t));
+  // A fresh window after closing: one failure does not reopen it.
+  b.record(t += 1ms, true, 10);
+  EXPECT_EQ(b.state(t), Breaker::State::closed);
+  const auto c = b.counts();
+  EXPECT_EQ(c.half_opened, 2u);
+  EXPECT_EQ(c.closed, 1u);
+}
+
+TEST(Breaker, OpensWhenTheWindowsP95IsTooSlow) {
+  Breaker b({.window = 10s, .min_requests = 20, .error_rate = 0.5, .p95_latency_ms = 1000, .open_for = 2s,
+             .half_open_probes = 1});
+  auto t = T0;
+  for (int i = 0; i < 18; ++i) b.record(t += 10ms, false, 200);
+  for (int i = 0; i < 2; ++i) b.record(t += 10ms, false, 3000);  // 2 of 20 slow: the P95 is one of them
+  // (P95 of 20 is the 19th value: 3000 ms.)
+  EXPECT_EQ(b.state(t), Breaker::State::open);
+  EXPECT_NE(b.last_reason().find("p95"), std::string::npos) << b.last_reason();
+  t += 2s;
+  ASSERT_TRUE(b.allow(t));
+  b.record(t, false, 2500);  // the probe succeeds but is slow: still open
+  EXPECT_EQ(b.state(t), Breaker::State::open);
+  t += 2s;
+  ASSERT_TRUE(b.allow(t));
+  b.record(t, false, 300);  // recovered
+  EXPECT_EQ(b.state(t), Breaker::State::closed);
+}
+
+TEST(Breaker, AFastWindowStaysClosedAndLateOutcomesOfAnOpenBreakerAreIgnored) {
+  Breaker b({.window = 10s, .min_requests = 20, .error_rate = 0.5, .p95_latency_ms = 1000});
+  auto t = T0;
+  for (int i = 0; i < 100; ++i) b.record(t += 10ms, false, i == 50 ? 5000 : 300);  // 1 % slow
+  EXPECT_EQ(b.state(t), Breaker::State::closed);
+  for (int i = 0; i < 100; ++i) b.record(t += 10ms, true, 10);
+  ASSERT_EQ(b.state(t), Breaker::State::open);
+  b.record(t, false, 10);  // a request that started before it opened
+  EXPECT_EQ(b.state(t), Breaker::State::open);
+  EXPECT_EQ(to_string(b.state(t)), "open");
+}
