@@ -324,7 +324,9 @@ EventSink::~EventSink() {
   if (s.produced.load() > done) s.dropped.fetch_add(s.produced.load() - done);
 }
 
-void EventSink::consume(const telemetry::RequestRecord& r) {
+void EventSink::consume(const telemetry::RequestRecord& r) { consume(r, {}); }
+
+void EventSink::consume(const telemetry::RequestRecord& r, std::string_view json) {
   auto& s = *impl_;
   const auto type = telemetry::event_type(r);
   if (type == telemetry::EventType::completed && !s.settings.include_completed) {
@@ -345,7 +347,8 @@ void EventSink::consume(const telemetry::RequestRecord& r) {
   ev += std::to_string(now);
   ev += s.ident;
   ev += R"(,"data":)";
-  telemetry::append_json(ev, r);
+  if (json.empty()) telemetry::append_json(ev, r);
+  else ev += json;
   ev += '}';
 
   s.produced.fetch_add(1);  // before producev: its report may arrive before we return

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "config/records.hpp"
 #include "telemetry/record.hpp"
@@ -47,6 +48,8 @@ class EventSink : public telemetry::RecordSink {
 
   // Never blocks on the network; thread-safe.
   void consume(const telemetry::RequestRecord& r) override;
+  // With the record's JSON already made (the access log's line): used as the event's data.
+  void consume(const telemetry::RequestRecord& r, std::string_view json) override;
 
   // Waits until every event accepted so far is delivered or in the fallback file.
   bool flush(std::chrono::milliseconds timeout);

@@ -199,6 +199,7 @@ void AccessLog::flush() {
 void AccessLog::run() {
   std::vector<RequestRecord> batch;
   std::string text;
+  std::vector<std::size_t> ends;  // where each record's JSON ends in `text`
   for (;;) {
     {
       std::unique_lock lk(mu_);
@@ -212,18 +213,25 @@ void AccessLog::run() {
       queue_.clear();
       busy_ = batch.size();
     }
+    // Each record's JSON once: the log line, and what the sinks may send on.
+    text.clear();
+    ends.clear();
+    for (const auto& r : batch) {
+      append_json(text, r);
+      ends.push_back(text.size());
+      text += '\n';
+    }
     if (out_) {
-      text.clear();
-      for (const auto& r : batch) {
-        append_json(text, r);
-        text += '\n';
-      }
       std::fwrite(text.data(), 1, text.size(), out_);
       std::fflush(out_);
       written_.fetch_add(batch.size(), std::memory_order_relaxed);
     }
     for (auto* sink : sinks_) {
-      for (const auto& r : batch) sink->consume(r);
+      std::size_t begin = 0;
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        sink->consume(batch[i], std::string_view(text).substr(begin, ends[i] - begin));
+        begin = ends[i] + 1;
+      }
     }
     batch.clear();
     {

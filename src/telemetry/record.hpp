@@ -63,6 +63,12 @@ class RecordSink {
  public:
   virtual ~RecordSink() = default;
   virtual void consume(const RequestRecord& r) = 0;
+  // The same, with the record's JSON object (append_json) that the access log already
+  // made: a sink that sends JSON need not make it again.
+  virtual void consume(const RequestRecord& r, std::string_view json) {
+    (void)json;
+    consume(r);
+  }
 };
 
 // One JSON object, no trailing newline.

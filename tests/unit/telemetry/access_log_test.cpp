@@ -94,3 +94,44 @@ TEST(AccessLog, EmptyPathIsOff) {
   log.submit(sample(1));
   EXPECT_EQ(log.written(), 0u);
 }
+
+namespace {
+// Keeps what it is handed.
+struct KeepingSink : RecordSink {
+  std::vector<std::string> ids, jsons;
+  int without_json = 0;
+  void consume(const RequestRecord& r) override {
+    ++without_json;
+    ids.push_back(r.request_id);
+  }
+  void consume(const RequestRecord& r, std::string_view json) override {
+    ids.push_back(r.request_id);
+    jsons.emplace_back(json);
+  }
+};
+}  // namespace
+
+TEST(AccessLog, SinksGetEveryRecordWithItsJsonWhetherTheLogIsOnOrOff) {
+  const auto path = (std::filesystem::temp_directory_path() / "sluice-sinks-test.log").string();
+  std::filesystem::remove(path);
+  for (const std::string& target : {path, std::string()}) {
+    KeepingSink a, b;
+    {
+      AccessLog log(target, 1024, {&a, &b});
+      EXPECT_TRUE(log.active());
+      for (int i = 0; i < 50; ++i) log.submit(sample(i));
+      log.flush();
+    }
+    for (const KeepingSink* s : {&a, &b}) {
+      ASSERT_EQ(s->ids.size(), 50u) << target;
+      EXPECT_EQ(s->without_json, 0);
+      for (int i = 0; i < 50; ++i) {
+        EXPECT_EQ(s->ids[static_cast<std::size_t>(i)], "req-" + std::to_string(i));
+        // Exactly the record's JSON object, the log line without its newline.
+        EXPECT_EQ(s->jsons[static_cast<std::size_t>(i)], to_json(sample(i)));
+      }
+    }
+  }
+  EXPECT_EQ(read_lines(path).size(), 50u);
+  std::filesystem::remove(path);
+}
