@@ -4,7 +4,7 @@
 // Per-target figures are medians over the rounds; ratios and "added" figures are medians
 // of the per-round ratios/differences (each round measures all targets back to back).
 import {
-  median, fmt, signed, int, table, readRows, rps, secs, wrkUse, metaLines,
+  median, fmt, signed, int, table, readRows, rps, secs, wrkUse, metaLines, rounds as roundsOf,
 } from './report.mjs';
 
 const meta = JSON.parse(process.env.BENCH_META || '{}');
@@ -14,19 +14,7 @@ const AIM = 0.10;   // the issue's aim: the Redis limiter costs at most 10 % of 
 const TARGETS = ['nginx', 'off', 'redis', 'redis1', 'memory'];
 const NAMES = { nginx: 'nginx', off: 'sluice, no limits', redis: 'sluice, Redis limiter', redis1: 'sluice, Redis, one limit', memory: 'sluice, memory limiter' };
 
-const ns = rows.filter((r) => r.phase === 'nonstream');
-const rounds = [...new Set(ns.map((r) => r.round))];
-const get = (round, t) => ns.find((r) => r.round === round && r.target === t);
-const perTarget = (fn) => Object.fromEntries(TARGETS.map((t) => [t, median(ns.filter((r) => r.target === t).map(fn))]));
-const perRound = (fn) => median(rounds.map(fn));
-const ratio = (a, b, fn = rps) => perRound((rd) => {
-  const x = get(rd, a); const y = get(rd, b);
-  return x && y ? fn(x) / fn(y) : null;
-});
-const diff = (a, b, fn) => perRound((rd) => {
-  const x = get(rd, a); const y = get(rd, b);
-  return x && y && fn(x) !== null && fn(y) !== null ? fn(x) - fn(y) : null;
-});
+const { ns, ids: rounds, perTarget, ratio, diff } = roundsOf(rows, TARGETS);
 const ticks = (r, k) => r[k] ?? 0;
 const us = (r, k) => (ticks(r, k) * 1e6 / CLK) / r.requests;   // CPU µs per request
 const cores = (r, k) => ticks(r, k) / CLK / secs(r);

@@ -3,7 +3,7 @@
 // Usage: BENCH_META='{...}' node bench/report-records.mjs RAW.jsonl > report.md
 // Per-target figures are medians over the rounds; ratios are medians of the per-round
 // ratios (each round measures all targets back to back).
-import { median, fmt, int, table, readRows, rps, secs, wrkUse, metaLines } from './report.mjs';
+import { median, fmt, int, table, readRows, rps, secs, wrkUse, metaLines, rounds as roundsOf } from './report.mjs';
 
 const meta = JSON.parse(process.env.BENCH_META || '{}');
 const rows = readRows(process.argv[2]);
@@ -17,16 +17,7 @@ const NAMES = {
   postgres: 'sluice, PostgreSQL history + Kafka events',
 };
 
-const ns = rows.filter((r) => r.phase === 'nonstream');
-const rounds = [...new Set(ns.map((r) => r.round))];
-const get = (round, t) => ns.find((r) => r.round === round && r.target === t);
-const perTarget = (fn) => Object.fromEntries(TARGETS.map((t) => [t, median(ns.filter((r) => r.target === t).map(fn))]));
-const ratio = (a, b, fn = rps) =>
-  median(rounds.map((rd) => {
-    const x = get(rd, a);
-    const y = get(rd, b);
-    return x && y ? fn(x) / fn(y) : null;
-  }));
+const { ns, ids: rounds, perTarget, ratio } = roundsOf(rows, TARGETS);
 const us = (r, k) => ((r[k] ?? 0) * 1e6) / CLK / r.requests;
 const cores = (r, k) => (r[k] ?? 0) / CLK / secs(r);
 const ms = (k) => (r) => (r[k] === null ? null : r[k] / 1000);

@@ -26,6 +26,29 @@ export const secs = (r) => r.duration_us / 1e6;
 export const wrkUse = (r) => (r.wrk_cpu_ms === undefined ? null : r.wrk_cpu_ms / 1000 / secs(r));
 
 // The first lines of a report: title, then date, commit, machine, load, tool versions.
+// The "nonstream" rows of a run, and the medians over rounds that the reports use:
+// perTarget(fn) per target; ratio(a, b, fn) and diff(a, b, fn) of the per-round values of
+// target a against target b (each round measures every target back to back).
+export const rounds = (rows, targets) => {
+  const ns = rows.filter((r) => r.phase === 'nonstream');
+  const ids = [...new Set(ns.map((r) => r.round))];
+  const get = (round, t) => ns.find((r) => r.round === round && r.target === t);
+  const perRound = (fn) => median(ids.map(fn));
+  const pair = (a, b, combine) => perRound((rd) => {
+    const x = get(rd, a);
+    const y = get(rd, b);
+    return x && y ? combine(x, y) : null;
+  });
+  return {
+    ns,
+    ids,
+    get,
+    perTarget: (fn) => Object.fromEntries(targets.map((t) => [t, median(ns.filter((r) => r.target === t).map(fn))])),
+    ratio: (a, b, fn = rps) => pair(a, b, (x, y) => fn(x) / fn(y)),
+    diff: (a, b, fn) => pair(a, b, (x, y) => (fn(x) !== null && fn(y) !== null ? fn(x) - fn(y) : null)),
+  };
+};
+
 export const metaLines = (title, meta) => [`# ${title}`, '',
   `- date: ${meta.date}; commit ${meta.git}; binary built ${meta.binary_mtime}`,
   `- machine: ${meta.nproc} CPUs, ${meta.cpu}, Linux ${meta.kernel} (shared, noisy: compare targets within this run only)`,

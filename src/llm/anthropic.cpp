@@ -369,18 +369,6 @@ std::string_view finish_from_stop(std::string_view stop) {
   return "stop";  // end_turn, stop_sequence, pause_turn...
 }
 
-void append_usage_json(std::string& out, std::int64_t prompt, std::int64_t completion) {
-  prompt = std::max<std::int64_t>(prompt, 0);
-  completion = std::max<std::int64_t>(completion, 0);
-  out += R"({"prompt_tokens":)";
-  out += std::to_string(prompt);
-  out += R"(,"completion_tokens":)";
-  out += std::to_string(completion);
-  out += R"(,"total_tokens":)";
-  out += std::to_string(prompt + completion);
-  out += '}';
-}
-
 class AnthropicUpstreamStream final : public StreamTranslator {
  public:
   AnthropicUpstreamStream(const ChatRequest& req, std::string_view request_id)
@@ -472,8 +460,8 @@ class AnthropicUpstreamStream final : public StreamTranslator {
       if (include_usage_) {
         out += prefix_;
         out += R"(],"usage":)";
-        append_usage_json(out, usage_.prompt_tokens >= 0 ? usage_.prompt_tokens : prompt_estimate_,
-                          usage_.completion_tokens >= 0 ? usage_.completion_tokens : content_chunks_);
+        append_usage(out, usage_.prompt_tokens >= 0 ? usage_.prompt_tokens : prompt_estimate_,
+                     usage_.completion_tokens >= 0 ? usage_.completion_tokens : content_chunks_);
         out += "}\n\n";
       }
       out += "data: [DONE]\n\n";
@@ -585,7 +573,7 @@ std::optional<Completion> translate_anthropic_completion(std::string_view upstre
   out += R"(},"finish_reason":)";
   append_json_string(out, c.finish_reason);
   out += R"(}],"usage":)";
-  append_usage_json(out, c.usage.prompt_tokens, c.usage.completion_tokens);
+  append_usage(out, std::max<std::int64_t>(c.usage.prompt_tokens, 0), std::max<std::int64_t>(c.usage.completion_tokens, 0));
   out += '}';
   return c;
 }

@@ -648,4 +648,14 @@ UpstreamCall build_ollama_call(const ChatRequest& req, const config::Backend& ba
   return call;
 }
 
+void append_usage(std::string& out, std::int64_t prompt, std::int64_t completion) {
+  out += R"({"prompt_tokens":)";
+  out += std::to_string(prompt);
+  out += R"(,"completion_tokens":)";
+  out += std::to_string(completion);
+  out += R"(,"total_tokens":)";
+  out += std::to_string(prompt + completion);
+  out += '}';
+}
+
 }  // namespace sluice::llm

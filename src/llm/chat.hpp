@@ -122,6 +122,9 @@ std::unique_ptr<StreamTranslator> make_openai_stream(const ChatRequest& req);
 std::unique_ptr<StreamTranslator> make_ollama_stream(const ChatRequest& req,
                                                      std::string_view request_id);
 
+// The OpenAI usage object: {"prompt_tokens":P,"completion_tokens":C,"total_tokens":P+C}.
+void append_usage(std::string& out, std::int64_t prompt, std::int64_t completion);
+
 // "data: {"error":{...}}\n\n" — how a failure mid-stream reaches the client, followed by
 // "data: [DONE]\n\n" so SDKs end cleanly.
 std::string error_frame(Reason reason, std::string_view message);

@@ -31,17 +31,6 @@ std::string_view map_finish_reason(std::string_view done_reason, bool tool_calls
   return "stop";
 }
 
-// {"prompt_tokens":P,"completion_tokens":C,"total_tokens":P+C}
-void append_usage(std::string& out, std::int64_t prompt, std::int64_t completion) {
-  out += R"({"prompt_tokens":)";
-  append_int(out, prompt);
-  out += R"(,"completion_tokens":)";
-  append_int(out, completion);
-  out += R"(,"total_tokens":)";
-  append_int(out, prompt + completion);
-  out += '}';
-}
-
 // One OpenAI tool call: {"index":i,"id":"call_<rid>_<i>","type":"function",
 // "function":{"name":...,"arguments":"<json text>"}}. `with_index` for stream deltas.
 void append_tool_call(std::string& out, std::string_view request_id, std::size_t i,
