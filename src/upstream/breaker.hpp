@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 
+#include "upstream/window.hpp"
+
 namespace sluice::upstream {
 
 struct BreakerSettings {
@@ -30,7 +32,8 @@ class Breaker {
   explicit Breaker(BreakerSettings s = {});
 
   // Whether a request may go now (half-open: one of the probes; the caller must then
-  // record() its outcome).
+  // record() its outcome; a probe round whose outcomes never came is renewed after
+  // open_for, so a lost probe cannot hold the breaker half-open forever).
   bool allow(Clock::time_point now);
   // An outcome: failed (connect failure, 5xx, timeout...) and its latency in ms (< 0:
   // unknown, counts for the error rate only).
@@ -46,18 +49,6 @@ class Breaker {
   std::string last_reason() const;
 
  private:
-  static constexpr std::size_t kBuckets = 10;
-  // Latency histogram per bucket: log-spaced bins from 1 ms to ~5 min, for the P95.
-  static constexpr std::size_t kBins = 48;
-  struct Bucket {
-    std::int64_t epoch = -1;  // which slice of time it holds
-    std::uint32_t total = 0, failed = 0;
-    std::array<std::uint32_t, kBins> latency{};
-  };
-  static std::size_t bin_of(double ms);
-  static double bin_upper(std::size_t bin);
-  std::int64_t epoch_of(Clock::time_point t) const;
-  Bucket& bucket_at(Clock::time_point t);
   void evaluate(Clock::time_point now);
   void open(Clock::time_point now);
   void advance(Clock::time_point now);  // open -> half_open once open_for has passed
@@ -67,7 +58,8 @@ class Breaker {
   State state_ = State::closed;
   Clock::time_point opened_at_{};
   std::uint32_t probes_sent_ = 0, probes_ok_ = 0;
-  std::array<Bucket, kBuckets> buckets_{};
+  Clock::time_point probe_at_{};  // the last half-open probe let through
+  SlidingWindow window_;
   Counts counts_;
   char reason_[96] = {0};
 };

@@ -92,3 +92,17 @@ TEST(Breaker, AFastWindowStaysClosedAndLateOutcomesOfAnOpenBreakerAreIgnored) {
   EXPECT_EQ(b.state(t), Breaker::State::open);
   EXPECT_EQ(to_string(b.state(t)), "open");
 }
+
+TEST(Breaker, ALostHalfOpenProbeDoesNotHoldItHalfOpenForever) {
+  Breaker b({.window = 10s, .min_requests = 2, .error_rate = 0.5, .open_for = 5s, .half_open_probes = 1});
+  auto t = T0;
+  b.record(t += 10ms, true, 10);
+  b.record(t += 10ms, true, 10);
+  ASSERT_EQ(b.state(t), Breaker::State::open);
+  t += 5s;
+  ASSERT_TRUE(b.allow(t));   // the probe, whose outcome never comes (its client left)
+  EXPECT_FALSE(b.allow(t + 1s));
+  EXPECT_TRUE(b.allow(t + 5s));  // a new probe after open_for
+  b.record(t + 5s, false, 10);
+  EXPECT_EQ(b.state(t + 5s), Breaker::State::closed);
+}
