@@ -9,6 +9,7 @@ namespace sluice {
 // X(enum, http status, OpenAI error type, code string)
 #define SLUICE_REASONS(X)                                                        \
   X(ok, 200, "", "ok")                                                           \
+  X(canned_reply, 200, "", "canned_reply")                                       \
   X(bad_json, 400, "invalid_request_error", "invalid_json")                      \
   X(invalid_request, 400, "invalid_request_error", "invalid_request")            \
   X(option_not_allowed, 400, "invalid_request_error", "option_not_allowed")      \
@@ -35,6 +36,7 @@ namespace sluice {
   X(queue_timeout, 503, "service_unavailable", "queue_timeout")                  \
   X(limiter_unavailable, 503, "service_unavailable", "rate_limiter_unavailable") \
   X(history_unavailable, 503, "service_unavailable", "history_unavailable")     \
+  X(no_backend, 503, "service_unavailable", "no_backend_available")             \
   X(upstream_timeout, 504, "timeout_error", "upstream_timeout")                  \
   X(first_token_timeout, 504, "timeout_error", "first_token_timeout")            \
   X(upstream_idle_timeout, 504, "timeout_error", "upstream_idle_timeout")        \

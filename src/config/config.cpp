@@ -19,8 +19,11 @@
 #include <fstream>
 #include <initializer_list>
 #include <limits>
+#include <ranges>
+#include <set>
 #include <sstream>
 #include <unordered_map>
+#include <vector>
 
 #include "common/text.hpp"
 
@@ -273,6 +276,18 @@ std::string check_url(std::string_view s, Backend& b) {
   return {};
 }
 
+// A webhook URL: like a backend URL, but a query is allowed (some receivers carry a token
+// in it). Fills `b` from the part before the query.
+std::string check_webhook_url(std::string_view s, Backend& b) {
+  const auto qm = s.find('?');
+  if (qm != std::string_view::npos) {
+    const std::string_view query = s.substr(qm + 1);
+    if (query.find('#') != std::string_view::npos) return "URL must not contain a fragment";
+    if (has_space_or_ctl(query)) return "URL must not contain spaces or control characters";
+  }
+  return check_url(s.substr(0, qm), b);
+}
+
 std::string env_model_var(std::string_view alias) {
   std::string out = "SLUICE_MODEL_";
   for (char ch : alias) {
@@ -375,7 +390,15 @@ class Loader {
  private:
   // Reads a map's keys: unknown and repeated keys are errors; known ones land in `out`.
   bool fields(const YAML::Node& n, const std::string& path, std::initializer_list<std::string_view> known,
-              Fields& out);
+              Fields& out) {
+    return fields(n, path, known.begin(), known.end(), out);
+  }
+  bool fields(const YAML::Node& n, const std::string& path, const std::vector<std::string_view>& known,
+              Fields& out) {
+    return fields(n, path, known.data(), known.data() + known.size(), out);
+  }
+  bool fields(const YAML::Node& n, const std::string& path, const std::string_view* known_begin,
+              const std::string_view* known_end, Fields& out);
   static const YAML::Node* get(const Fields& f, std::string_view name) {
     auto it = f.find(name);
     return it == f.end() ? nullptr : &it->second;
@@ -404,7 +427,29 @@ class Loader {
   void parse_key(const YAML::Node& n, const std::string& path, ApiKey& k, KeyOrigin& o);
   void parse_keys(const YAML::Node& n, const std::string& path, Config& c);
   void load_keys_file(const YAML::Node& n, Config& c);
-  void parse_route(const YAML::Node& n, const std::string& path, Route& r);
+  // Where a route's parts were written, for the cross checks of validate().
+  struct BackendOrigin {
+    std::string path;  // models[i].backends[j], or the route's alias in the short form
+    int line = 0;
+    bool short_form = false;
+    bool valid = false;  // provider understood: takes part in the cross checks
+  };
+  struct RouteOrigin {
+    Origin at;  // models[i].alias (else the entry)
+    std::vector<BackendOrigin> backends;
+    std::vector<Origin> fallbacks;
+    Origin canary;   // canary.alias
+    Origin breaker;  // path empty: no override
+  };
+  void parse_route(const YAML::Node& n, const std::string& path, const Config& c, Route& r, RouteOrigin& o);
+  void parse_backend(const YAML::Node& n, const std::string& path, const Fields& f, const std::string& alias,
+                     bool short_form, Backend& b, bool& provider_ok);
+  void parse_breaker(const YAML::Node& n, const std::string& path, BreakerConfig& b);
+  void parse_canary(const YAML::Node& n, const std::string& path, CanaryConfig& cc, Origin& alias_at);
+  void parse_routing(const YAML::Node& n, Config& c);
+  void name_backends(Config& c);
+  void check_backends(Config& c);
+  void check_route_links(const Config& c, const std::unordered_map<std::string_view, size_t>& aliases);
   void parse_sim(const YAML::Node& n, const std::string& path, SimSettings& s);
   void parse_ranges(const YAML::Node& n, const std::string& path,
                     std::map<std::string, Range, std::less<>>& out);
@@ -426,7 +471,7 @@ class Loader {
   std::vector<ConfigError> errors_;
   std::string_view suffix_;          // appended to messages (" (in keys.yaml)")
   std::vector<KeyOrigin> key_origins_;
-  std::vector<Origin> route_origins_;
+  std::vector<RouteOrigin> route_origins_;
   struct LimitFilter {
     std::string path;
     int line;
@@ -448,8 +493,9 @@ class Loader {
   }
 };
 
-bool Loader::fields(const YAML::Node& n, const std::string& path,
-                    std::initializer_list<std::string_view> known, Fields& out) {
+bool Loader::fields(const YAML::Node& n, const std::string& path, const std::string_view* known_begin,
+                    const std::string_view* known_end, Fields& out) {
+  const auto known = std::ranges::subrange(known_begin, known_end);
   if (!n.IsMap()) {
     error(path, line_of(n), std::string("expected a map, got ") + kind_of(n) + std::string(suffix_));
     return false;
@@ -742,28 +788,39 @@ void Loader::parse_sim(const YAML::Node& n, const std::string& path, SimSettings
   }
 }
 
-void Loader::parse_route(const YAML::Node& n, const std::string& path, Route& r) {
-  Fields f;
-  if (!fields(n, path,
-              {"alias", "provider", "base_url", "model", "api_key", "api_key_env", "tls_verify", "ca_file", "sim",
-               "max_in_flight", "backend_max_in_flight"},
-              f)) {
-    return;
-  }
+// Backend keys: the same at a route's top level (the short form: one backend) and in each
+// entry of its `backends` list (the long form).
+constexpr std::string_view kBackendKeys[] = {"provider", "base_url", "model",   "api_key",
+                                             "api_key_env", "tls_verify", "ca_file", "sim"};
+
+const std::vector<std::string_view>& route_keys() {
+  static const std::vector<std::string_view> keys = [] {
+    std::vector<std::string_view> k{"alias"};
+    k.insert(k.end(), std::begin(kBackendKeys), std::end(kBackendKeys));
+    k.insert(k.end(), {"max_in_flight", "backend_max_in_flight", "backends", "balance", "retries", "fallbacks",
+                       "canned_reply", "canary", "breaker"});
+    return k;
+  }();
+  return keys;
+}
+
+const std::vector<std::string_view>& backend_entry_keys() {
+  static const std::vector<std::string_view> keys = [] {
+    std::vector<std::string_view> k(std::begin(kBackendKeys), std::end(kBackendKeys));
+    k.insert(k.end(), {"name", "weight", "max_in_flight", "probe"});
+    return k;
+  }();
+  return keys;
+}
+
+// Reads the backend keys of `f` into `b`. `f` is a route's own map (short form) or one
+// entry of its `backends` list (long form); `n` and `path` locate that map. The short form
+// names the backend's in-flight limit backend_max_in_flight (max_in_flight is the route's)
+// and honours SLUICE_MODEL_<ALIAS>_API_KEY; the long form does neither.
+void Loader::parse_backend(const YAML::Node& n, const std::string& path, const Fields& f,
+                           const std::string& alias, bool short_form, Backend& b, bool& provider_ok) {
   auto p = [&](std::string_view k) { return join(path, k); };
-  Backend& b = r.backend;
-
-  if (auto v = get(f, "alias")) {
-    if (get_string(*v, p("alias"), r.alias)) {
-      if (r.alias.empty()) error(p("alias"), line_of(*v), "must not be empty");
-      else if (r.alias == "*") error(p("alias"), line_of(*v), "'*' is reserved (it means all models in a key's list)");
-      else if (has_space_or_ctl(r.alias)) error(p("alias"), line_of(*v), "must not contain spaces or control characters");
-    }
-  } else {
-    error(path, line_of(n), "missing required key 'alias'");
-  }
-
-  bool provider_ok = false;
+  provider_ok = false;
   if (auto v = get(f, "provider")) {
     std::string name;
     if (get_string(*v, p("provider"), name)) {
@@ -774,7 +831,8 @@ void Loader::parse_route(const YAML::Node& n, const std::string& path, Route& r)
       else error(p("provider"), line_of(*v), "unknown provider " + q(name) + " (expected simulated, openai, ollama or anthropic)");
     }
   } else {
-    error(path, line_of(n), "missing required key 'provider' (simulated, openai, ollama or anthropic)");
+    error(path, line_of(n), std::string("missing required key 'provider' (simulated, openai, ollama or anthropic)") +
+                                (short_form ? ", or a 'backends' list" : ""));
   }
 
   if (auto v = get(f, "base_url")) {
@@ -789,7 +847,7 @@ void Loader::parse_route(const YAML::Node& n, const std::string& path, Route& r)
     error(path, line_of(n), std::string("missing required key 'base_url' for provider ") + std::string(to_string(b.provider)));
   }
 
-  b.model = r.alias;
+  b.model = alias;
   if (auto v = get(f, "model")) {
     if (get_string(*v, p("model"), b.model)) {
       if (b.model.empty()) error(p("model"), line_of(*v), "must not be empty");
@@ -798,9 +856,8 @@ void Loader::parse_route(const YAML::Node& n, const std::string& path, Route& r)
   }
 
   if (auto v = get(f, "tls_verify")) get_bool(*v, p("tls_verify"), b.tls_verify);
-  if (auto v = get(f, "max_in_flight")) get_int(*v, p("max_in_flight"), 0, 1'000'000, r.max_in_flight);
-  if (auto v = get(f, "backend_max_in_flight"))
-    get_int(*v, p("backend_max_in_flight"), 0, 1'000'000, r.backend_max_in_flight);
+  const std::string_view mif_key = short_form ? "backend_max_in_flight" : "max_in_flight";
+  if (auto v = get(f, mif_key)) get_int(*v, p(mif_key), 0, 1'000'000, b.max_in_flight);
   if (auto v = get(f, "ca_file")) {
     std::string file;
     if (get_string(*v, p("ca_file"), file)) {
@@ -824,16 +881,23 @@ void Loader::parse_route(const YAML::Node& n, const std::string& path, Route& r)
     }
   }
 
-  // Provider credential: SLUICE_MODEL_<ALIAS>_API_KEY, else api_key / api_key_env, else
-  // (openai only) OPENAI_API_KEY.
+  // Only in the long form (the short form's map does not accept these keys).
+  if (auto v = get(f, "name")) {
+    if (get_string(*v, p("name"), b.name)) report(check_ident(b.name), p("name"), *v);
+  }
+  if (auto v = get(f, "weight")) get_int(*v, p("weight"), 1, 1'000'000, b.weight);
+  if (auto v = get(f, "probe")) get_bool(*v, p("probe"), b.probe);
+
+  // Provider credential: (short form) SLUICE_MODEL_<ALIAS>_API_KEY, else api_key /
+  // api_key_env, else OPENAI_API_KEY / ANTHROPIC_API_KEY for those providers.
   const YAML::Node* lit = get(f, "api_key");
   const YAML::Node* var = get(f, "api_key_env");
   if (lit && var) {
     error(path, line_of(n), "set only one of 'api_key' and 'api_key_env'");
     return;
   }
-  if (!r.alias.empty()) {
-    const std::string ovr = env_model_var(r.alias);
+  if (short_form && !alias.empty()) {
+    const std::string ovr = env_model_var(alias);
     if (auto val = getenv(ovr)) {
       if (auto e = check_secret(*val); !e.empty()) error("env " + ovr, 0, e);
       else b.api_key = *val;
@@ -857,6 +921,191 @@ void Loader::parse_route(const YAML::Node& n, const std::string& path, Route& r)
     if (auto val = getenv(var_name)) {
       if (auto e = check_secret(*val); !e.empty()) error(std::string("env ") + var_name, 0, e);
       else b.api_key = *val;
+    }
+  }
+}
+
+// A breaker map: routing.breaker, routing.provider_breaker and a route's breaker. Keys not
+// given keep what `b` holds.
+void Loader::parse_breaker(const YAML::Node& n, const std::string& path, BreakerConfig& b) {
+  Fields f;
+  if (n.IsNull() ||
+      !fields(n, path, {"enabled", "window", "min_requests", "error_rate", "p95_ttft", "open_for", "half_open_probes"},
+              f)) {
+    return;
+  }
+  auto p = [&](std::string_view k) { return join(path, k); };
+  if (auto v = get(f, "enabled")) get_bool(*v, p("enabled"), b.enabled);
+  if (auto v = get(f, "window")) get_duration(*v, p("window"), Millis{100}, b.window);
+  if (auto v = get(f, "min_requests")) get_int(*v, p("min_requests"), 1, 1'000'000, b.min_requests);
+  if (auto v = get(f, "error_rate")) get_double(*v, p("error_rate"), 0, 1, b.error_rate);
+  if (auto v = get(f, "p95_ttft")) get_duration(*v, p("p95_ttft"), Millis{0}, b.p95_ttft);
+  if (auto v = get(f, "open_for")) get_duration(*v, p("open_for"), Millis{1}, b.open_for);
+  if (auto v = get(f, "half_open_probes")) get_int(*v, p("half_open_probes"), 1, 1'000'000, b.half_open_probes);
+}
+
+void Loader::parse_canary(const YAML::Node& n, const std::string& path, CanaryConfig& cc, Origin& alias_at) {
+  Fields f;
+  if (!fields(n, path, {"alias", "weight", "window", "min_requests", "max_error_rate_increase", "max_ttft_ratio"}, f)) {
+    return;
+  }
+  auto p = [&](std::string_view k) { return join(path, k); };
+  if (auto v = get(f, "alias")) {
+    alias_at = {p("alias"), line_of(*v)};
+    if (get_string(*v, p("alias"), cc.alias) && cc.alias.empty()) error(p("alias"), line_of(*v), "must not be empty");
+  } else {
+    error(path, line_of(n), "missing required key 'alias' (the route serving the canary share)");
+  }
+  if (auto v = get(f, "weight")) {
+    get_double(*v, p("weight"), 0, 100, cc.weight);
+  } else {
+    error(path, line_of(n), "missing required key 'weight' (percent of requests, 0 to 100)");
+  }
+  if (auto v = get(f, "window")) get_duration(*v, p("window"), Millis{1}, cc.window);
+  if (auto v = get(f, "min_requests")) get_int(*v, p("min_requests"), 1, 1'000'000'000, cc.min_requests);
+  if (auto v = get(f, "max_error_rate_increase")) {
+    double d = 0;
+    if (get_double(*v, p("max_error_rate_increase"), -1, 1, d)) {
+      if (d < 0 && d != -1) {
+        error(p("max_error_rate_increase"), line_of(*v),
+              "out of range: must be -1 (off) or between 0 and 1, got " + fmt_num(d));
+      } else {
+        cc.max_error_rate_increase = d;
+      }
+    }
+  }
+  if (auto v = get(f, "max_ttft_ratio")) get_double(*v, p("max_ttft_ratio"), 0, 1e6, cc.max_ttft_ratio);
+}
+
+void Loader::parse_route(const YAML::Node& n, const std::string& path, const Config& c, Route& r, RouteOrigin& o) {
+  o.at = {path, line_of(n)};
+  Fields f;
+  if (!fields(n, path, route_keys(), f)) return;
+  auto p = [&](std::string_view k) { return join(path, k); };
+
+  if (auto v = get(f, "alias")) {
+    o.at = {p("alias"), line_of(*v)};
+    if (get_string(*v, p("alias"), r.alias)) {
+      if (r.alias.empty()) error(p("alias"), line_of(*v), "must not be empty");
+      else if (r.alias == "*") error(p("alias"), line_of(*v), "'*' is reserved (it means all models in a key's list)");
+      else if (has_space_or_ctl(r.alias)) error(p("alias"), line_of(*v), "must not contain spaces or control characters");
+    }
+  } else {
+    error(path, line_of(n), "missing required key 'alias'");
+  }
+  if (auto v = get(f, "max_in_flight")) get_int(*v, p("max_in_flight"), 0, 1'000'000, r.max_in_flight);
+
+  if (const YAML::Node* list = get(f, "backends")) {
+    // Long form. The backend keys belong in the entries then.
+    for (std::string_view k : kBackendKeys) {
+      if (auto v = get(f, k)) {
+        error(p(k), line_of(*v), "not allowed together with 'backends': set it in each backend entry instead");
+      }
+    }
+    if (auto v = get(f, "backend_max_in_flight")) {
+      error(p("backend_max_in_flight"), line_of(*v),
+            "not allowed together with 'backends': set max_in_flight in each backend entry instead");
+    }
+    const std::string lp = p("backends");
+    if (!list->IsSequence()) {
+      error(lp, line_of(*list), std::string("expected a list of backends, got ") + kind_of(*list));
+    } else if (list->size() == 0) {
+      error(lp, line_of(*list), "must list at least one backend");
+    } else {
+      for (size_t i = 0; i < list->size(); ++i) {
+        const YAML::Node bn = (*list)[i];
+        const std::string bp = index(lp, i);
+        Backend b;
+        bool ok = false;
+        Fields bf;
+        if (fields(bn, bp, backend_entry_keys(), bf)) parse_backend(bn, bp, bf, r.alias, false, b, ok);
+        r.backends.push_back(std::move(b));
+        o.backends.push_back({bp, line_of(bn), false, ok});
+      }
+    }
+  } else {
+    Backend b;
+    bool ok = false;
+    parse_backend(n, path, f, r.alias, true, b, ok);
+    r.backends.push_back(std::move(b));
+    o.backends.push_back({o.at.path, o.at.line, true, ok});
+  }
+
+  if (auto v = get(f, "balance")) {
+    std::string name;
+    if (get_string(*v, p("balance"), name)) {
+      if (name == "round_robin") r.balance = Balance::round_robin;
+      else if (name == "weighted") r.balance = Balance::weighted;
+      else if (name == "least_connections") r.balance = Balance::least_connections;
+      else if (name == "latency") r.balance = Balance::latency;
+      else error(p("balance"), line_of(*v),
+                 "unknown balance " + q(name) + " (expected round_robin, weighted, least_connections or latency)");
+    }
+  }
+  if (auto v = get(f, "retries")) get_int(*v, p("retries"), 0, 10, r.retries);
+  if (auto v = get(f, "fallbacks"); v && !v->IsNull()) {
+    if (!v->IsSequence()) {
+      error(p("fallbacks"), line_of(*v), std::string("expected a list of model aliases, got ") + kind_of(*v));
+    } else {
+      for (size_t i = 0; i < v->size(); ++i) {
+        const YAML::Node a = (*v)[i];
+        const std::string ap = index(p("fallbacks"), i);
+        std::string alias;
+        if (!get_string(a, ap, alias)) continue;
+        if (alias.empty()) {
+          error(ap, line_of(a), "must not be empty");
+          continue;
+        }
+        r.fallbacks.push_back(std::move(alias));
+        o.fallbacks.push_back({ap, line_of(a)});
+      }
+    }
+  }
+  if (auto v = get(f, "canned_reply")) {
+    std::string text;
+    if (get_string(*v, p("canned_reply"), text)) {
+      if (text.empty()) error(p("canned_reply"), line_of(*v), "must not be empty (omit it to answer 503)");
+      else r.canned_reply = std::move(text);
+    }
+  }
+  if (auto v = get(f, "canary")) {
+    CanaryConfig cc;
+    parse_canary(*v, p("canary"), cc, o.canary);
+    r.canary = std::move(cc);
+  }
+  if (auto v = get(f, "breaker"); v && !v->IsNull()) {
+    BreakerConfig b = c.routing.breaker;  // keys not given: the global breaker's
+    parse_breaker(*v, p("breaker"), b);
+    r.breaker = b;
+    o.breaker = {p("breaker"), line_of(*v)};
+  }
+}
+
+void Loader::parse_routing(const YAML::Node& n, Config& c) {
+  Fields f;
+  if (n.IsNull() || !fields(n, "routing", {"health", "breaker", "provider_breaker", "webhook"}, f)) return;
+  auto& rs = c.routing;
+  if (auto v = get(f, "health")) {
+    Fields hf;
+    if (!v->IsNull() && fields(*v, "routing.health",
+                               {"interval", "timeout", "unhealthy_after", "healthy_after", "eject_after", "eject_for"},
+                               hf)) {
+      auto& h = rs.health;
+      if (auto x = get(hf, "interval")) get_duration(*x, "routing.health.interval", Millis{0}, h.interval);
+      if (auto x = get(hf, "timeout")) get_duration(*x, "routing.health.timeout", Millis{1}, h.timeout);
+      if (auto x = get(hf, "unhealthy_after")) get_int(*x, "routing.health.unhealthy_after", 1, 1'000'000, h.unhealthy_after);
+      if (auto x = get(hf, "healthy_after")) get_int(*x, "routing.health.healthy_after", 1, 1'000'000, h.healthy_after);
+      if (auto x = get(hf, "eject_after")) get_int(*x, "routing.health.eject_after", 0, 1'000'000, h.eject_after);
+      if (auto x = get(hf, "eject_for")) get_duration(*x, "routing.health.eject_for", Millis{1}, h.eject_for);
+    }
+  }
+  if (auto v = get(f, "breaker")) parse_breaker(*v, "routing.breaker", rs.breaker);
+  if (auto v = get(f, "provider_breaker")) parse_breaker(*v, "routing.provider_breaker", rs.provider_breaker);
+  if (auto v = get(f, "webhook")) {
+    std::string url;
+    if (get_string(*v, "routing.webhook", url)) {
+      Backend parsed;
+      if (url.empty() || report(check_webhook_url(url, parsed), "routing.webhook", *v)) rs.webhook_url = url;
     }
   }
 }
@@ -1334,8 +1583,8 @@ void Loader::validate(Config& c, const YAML::Node* models_node) {
     if (a.empty()) continue;
     auto [it, fresh] = aliases.emplace(a, i);
     if (!fresh) {
-      const auto& first = route_origins_[it->second];
-      error(route_origins_[i].path, route_origins_[i].line,
+      const auto& first = route_origins_[it->second].at;
+      error(route_origins_[i].at.path, route_origins_[i].at.line,
             "duplicate alias " + q(a) + " (first defined at " + first.path +
                 (first.line ? ", line " + std::to_string(first.line) : std::string()) + ")");
     }
@@ -1372,20 +1621,9 @@ void Loader::validate(Config& c, const YAML::Node* models_node) {
     if (lf.field == "model" && !aliases.count(lf.value)) error(lf.path, lf.line, "unknown model alias " + q(lf.value));
     if (lf.field == "key" && !names.count(lf.value)) error(lf.path, lf.line, "unknown key name " + q(lf.value));
   }
-  // Routes to one endpoint share its in-flight count, so they must agree on its limit.
-  std::unordered_map<std::string, size_t> endpoints;
-  for (size_t i = 0; i < c.routes.size(); ++i) {
-    const Route& r = c.routes[i];
-    if (r.backend_max_in_flight == 0 || r.backend.provider == Provider::simulated) continue;
-    const std::string ep = r.backend.host + ":" + std::to_string(r.backend.port);
-    auto [it, fresh] = endpoints.emplace(ep, i);
-    if (!fresh && c.routes[it->second].backend_max_in_flight != r.backend_max_in_flight) {
-      error(route_origins_[i].path, route_origins_[i].line,
-            "backend_max_in_flight " + std::to_string(r.backend_max_in_flight) + " differs from " +
-                std::to_string(c.routes[it->second].backend_max_in_flight) + " set by route " +
-                q(c.routes[it->second].alias) + " for the same backend " + ep);
-    }
-  }
+  name_backends(c);
+  check_backends(c);
+  check_route_links(c, aliases);
   auto& rl = c.rate_limits;
   if (rl.reservation_ttl.count() == 0) rl.reservation_ttl = c.timeouts.total + Millis(60000);
   // `redis` means the shared count is the point: refuse while Redis is down unless told
@@ -1401,6 +1639,192 @@ void Loader::validate(Config& c, const YAML::Node* models_node) {
   }
 }
 
+std::string endpoint_of(const Backend& b) { return host_for_display(b.host) + ":" + std::to_string(b.port); }
+
+// Default names: host:port for an external backend; when several different backends
+// (provider, scheme, path, model, credential or TLS settings) share the host:port,
+// host:port/model if the model tells them apart, else provider:host:port/model if that
+// does, else host:port#k (k-th seen there, from 1). simulated:<alias>
+// (simulated:<alias>#<i> in a route with several backends) for a simulated one.
+void Loader::name_backends(Config& c) {
+  auto identity = [](const Backend& b) {
+    return std::string(to_string(b.provider)) + (b.tls ? " tls " : " tcp ") + b.path_prefix + " " + b.model +
+           (b.tls_verify ? " verify " : " noverify ") + b.ca_file + " " + b.api_key;
+  };
+  struct Seen {
+    std::vector<std::string> identities;  // distinct, in config order
+    std::set<std::string> models, provider_models;
+  };
+  std::unordered_map<std::string, Seen> at;  // host:port -> what is configured there
+  for (const auto& r : c.routes) {
+    for (const auto& b : r.backends) {
+      if (b.provider == Provider::simulated || b.host.empty()) continue;
+      auto& s = at[endpoint_of(b)];
+      const auto id = identity(b);
+      if (std::find(s.identities.begin(), s.identities.end(), id) != s.identities.end()) continue;
+      s.identities.push_back(id);
+      s.models.insert(b.model);
+      s.provider_models.insert(std::string(to_string(b.provider)) + " " + b.model);
+    }
+  }
+  for (auto& r : c.routes) {
+    for (size_t i = 0; i < r.backends.size(); ++i) {
+      Backend& b = r.backends[i];
+      if (!b.name.empty()) continue;
+      if (b.provider == Provider::simulated) {
+        b.name = "simulated:" + r.alias + (r.backends.size() > 1 ? "#" + std::to_string(i) : std::string());
+      } else if (!b.host.empty()) {
+        const std::string ep = endpoint_of(b);
+        const Seen& s = at[ep];
+        const auto n = s.identities.size();
+        if (n <= 1) b.name = ep;
+        else if (s.models.size() == n) b.name = ep + "/" + b.model;
+        else if (s.provider_models.size() == n) b.name = std::string(to_string(b.provider)) + ":" + ep + "/" + b.model;
+        else {
+          const auto k = std::find(s.identities.begin(), s.identities.end(), identity(b)) - s.identities.begin();
+          b.name = ep + "#" + std::to_string(k + 1);
+        }
+      }
+    }
+  }
+}
+
+// Backends with the same name are one backend: they must agree on what they are, and a
+// simulated one (in-process, per route) is never shared.
+void Loader::check_backends(Config& c) {
+  struct Use {
+    size_t route, idx;
+  };
+  std::map<std::string, std::vector<Use>, std::less<>> by_name;
+  for (size_t i = 0; i < c.routes.size() && i < route_origins_.size(); ++i) {
+    const Route& r = c.routes[i];
+    for (size_t j = 0; j < r.backends.size() && j < route_origins_[i].backends.size(); ++j) {
+      if (r.backends[j].name.empty() || !route_origins_[i].backends[j].valid) continue;
+      by_name[r.backends[j].name].push_back({i, j});
+    }
+  }
+  auto where = [&](const Use& u) {
+    const BackendOrigin& o = route_origins_[u.route].backends[u.idx];
+    return o.path + (o.line ? ", line " + std::to_string(o.line) : std::string()) + ", route " +
+           q(c.routes[u.route].alias);
+  };
+  for (auto& [name, uses] : by_name) {
+    const Use* limit_from = nullptr;  // the first use that sets max_in_flight
+    for (size_t k = 0; k < uses.size(); ++k) {
+      const Use& u = uses[k];
+      const Backend& b = c.routes[u.route].backends[u.idx];
+      const BackendOrigin& o = route_origins_[u.route].backends[u.idx];
+      const Use& first = uses[0];
+      const Backend& fb = c.routes[first.route].backends[first.idx];
+      if (k > 0) {
+        const auto same_route = std::find_if(uses.begin(), uses.begin() + static_cast<std::ptrdiff_t>(k),
+                                             [&](const Use& e) { return e.route == u.route; });
+        if (same_route != uses.begin() + static_cast<std::ptrdiff_t>(k)) {
+          error(o.path, o.line,
+                "backend name " + q(name) + " appears twice in this route (also at " + where(*same_route) +
+                    "); a backend may be listed only once per route (set 'name' to tell two apart)");
+          continue;
+        }
+        if (b.provider == Provider::simulated || fb.provider == Provider::simulated) {
+          error(o.path, o.line,
+                "backend name " + q(name) + " is already used at " + where(first) +
+                    "; a simulated backend's name must be unique (set 'name' to tell them apart)");
+          continue;
+        }
+        std::vector<std::string> diffs;
+        if (b.provider != fb.provider) {
+          diffs.push_back("provider (" + std::string(to_string(b.provider)) + " vs " +
+                          std::string(to_string(fb.provider)) + ")");
+        }
+        if (b.tls != fb.tls || b.host != fb.host || b.port != fb.port || b.path_prefix != fb.path_prefix) {
+          diffs.push_back("base_url (" + q(b.base_url) + " vs " + q(fb.base_url) + ")");
+        }
+        if (b.model != fb.model) diffs.push_back("model (" + q(b.model) + " vs " + q(fb.model) + ")");
+        if (b.probe != fb.probe) {
+          diffs.push_back(std::string("probe (") + (b.probe ? "true" : "false") + " vs " +
+                          (fb.probe ? "true" : "false") + ")");
+        }
+        if (b.tls_verify != fb.tls_verify) diffs.push_back("tls_verify");
+        if (b.ca_file != fb.ca_file) diffs.push_back("ca_file");
+        if (b.api_key != fb.api_key) diffs.push_back("credential");  // never print it
+        if (!diffs.empty()) {
+          std::string list;
+          for (size_t d = 0; d < diffs.size(); ++d) list += (d ? ", " : "") + diffs[d];
+          error(o.path, o.line,
+                "backend " + q(name) + " differs from the one at " + where(first) + " in " + list +
+                    "; backends with the same name are one backend and must agree on provider, base_url, "
+                    "model, credentials, TLS settings, max_in_flight and probe (set 'name' to tell them apart)");
+        }
+      }
+      // The in-flight limit is shared by every route using the backend: those that set
+      // it must agree; the others take it.
+      if (b.max_in_flight == 0) continue;
+      if (!limit_from) {
+        limit_from = &u;
+        continue;
+      }
+      const Backend& lb = c.routes[limit_from->route].backends[limit_from->idx];
+      if (lb.max_in_flight != b.max_in_flight) {
+        error(o.path, o.line,
+              std::string(o.short_form ? "backend_max_in_flight " : "max_in_flight ") + std::to_string(b.max_in_flight) +
+                  " differs from " + std::to_string(lb.max_in_flight) + " set by route " +
+                  q(c.routes[limit_from->route].alias) + " for the same backend " + name);
+      }
+    }
+    if (limit_from) {
+      const int limit = c.routes[limit_from->route].backends[limit_from->idx].max_in_flight;
+      for (const Use& u : uses) {
+        Backend& b = c.routes[u.route].backends[u.idx];
+        if (b.max_in_flight == 0) b.max_in_flight = limit;
+      }
+    }
+  }
+
+  // A backend has one breaker: routes sharing a backend that override the breaker must
+  // override it the same way.
+  auto same = [](const BreakerConfig& a, const BreakerConfig& b) {
+    return a.enabled == b.enabled && a.window == b.window && a.min_requests == b.min_requests &&
+           a.error_rate == b.error_rate && a.p95_ttft == b.p95_ttft && a.open_for == b.open_for &&
+           a.half_open_probes == b.half_open_probes;
+  };
+  std::unordered_map<std::string, size_t> owner;  // backend name -> first route overriding its breaker
+  for (size_t i = 0; i < c.routes.size() && i < route_origins_.size(); ++i) {
+    const Route& r = c.routes[i];
+    if (!r.breaker) continue;
+    for (const auto& b : r.backends) {
+      if (b.name.empty()) continue;
+      auto [it, fresh] = owner.emplace(b.name, i);
+      if (fresh || it->second == i || same(*c.routes[it->second].breaker, *r.breaker)) continue;
+      const Origin& other = route_origins_[it->second].breaker;
+      error(route_origins_[i].breaker.path, route_origins_[i].breaker.line,
+            "breaker differs from the one route " + q(c.routes[it->second].alias) + " sets (" + other.path +
+                (other.line ? ", line " + std::to_string(other.line) : std::string()) + ") for the shared backend " +
+                q(b.name) + "; a backend has one breaker");
+      break;
+    }
+  }
+}
+
+void Loader::check_route_links(const Config& c, const std::unordered_map<std::string_view, size_t>& aliases) {
+  for (size_t i = 0; i < c.routes.size() && i < route_origins_.size(); ++i) {
+    const Route& r = c.routes[i];
+    const RouteOrigin& o = route_origins_[i];
+    std::set<std::string_view> seen;
+    for (size_t k = 0; k < r.fallbacks.size() && k < o.fallbacks.size(); ++k) {
+      const std::string& fb = r.fallbacks[k];
+      const Origin& at = o.fallbacks[k];
+      if (fb == r.alias) error(at.path, at.line, "a route cannot be its own fallback");
+      else if (!aliases.count(fb)) error(at.path, at.line, "unknown model alias " + q(fb));
+      else if (!seen.insert(fb).second) error(at.path, at.line, "duplicate fallback " + q(fb));
+    }
+    if (r.canary && !r.canary->alias.empty()) {
+      const std::string& ca = r.canary->alias;
+      if (ca == r.alias) error(o.canary.path, o.canary.line, "a route cannot be its own canary");
+      else if (!aliases.count(ca)) error(o.canary.path, o.canary.line, "unknown model alias " + q(ca));
+    }
+  }
+}
+
 LoadResult Loader::run(const YAML::Node& root) {
   auto c = std::make_shared<Config>();
   const YAML::Node* models_node = nullptr;
@@ -1413,7 +1837,7 @@ LoadResult Loader::run(const YAML::Node& root) {
       fields(root, "",
              {"instance", "listen", "workers", "limits", "timeouts", "access_log", "keys", "keys_file", "models",
               "params", "options", "redis", "rate_limits", "concurrency", "tokenizer_dir", "data_dir", "history",
-              "events"},
+              "events", "routing"},
              f);
     }
   }
@@ -1453,6 +1877,8 @@ LoadResult Loader::run(const YAML::Node& root) {
     if (v->IsNull()) error("access_log", line_of(*v), "expected a string (\"-\" = stdout, \"\" = off, or a path), got nothing (null)");
     else get_string(*v, "access_log", c->access_log);
   }
+  // Before the routes: a route's breaker override starts from routing.breaker.
+  if (auto v = get(f, "routing")) parse_routing(*v, *c);
   if (auto v = get(f, "models")) {
     models_node = v;
     if (!v->IsNull()) {
@@ -1463,11 +1889,8 @@ LoadResult Loader::run(const YAML::Node& root) {
           const YAML::Node rn = (*v)[i];
           const std::string path = index("models", i);
           Route r;
-          parse_route(rn, path, r);
-          Origin o{path, line_of(rn)};
-          if (rn.IsMap()) {
-            if (const YAML::Node fa = rn["alias"]; fa.IsDefined()) o = {join(path, "alias"), line_of(fa)};
-          }
+          RouteOrigin o;
+          parse_route(rn, path, *c, r, o);
           c->routes.push_back(std::move(r));
           route_origins_.push_back(std::move(o));
         }
@@ -1586,6 +2009,16 @@ std::string_view to_string(Provider p) noexcept {
   return "unknown";
 }
 
+std::string_view to_string(Balance b) noexcept {
+  switch (b) {
+    case Balance::round_robin: return "round_robin";
+    case Balance::weighted: return "weighted";
+    case Balance::least_connections: return "least_connections";
+    case Balance::latency: return "latency";
+  }
+  return "?";
+}
+
 const Route* Config::find_route(std::string_view alias) const noexcept {
   for (const auto& r : routes) {
     if (r.alias == alias) return &r;
@@ -1667,18 +2100,68 @@ std::string describe(const Config& c) {
          ", shutdown_grace " + fmt_duration(t.shutdown_grace) + "\n";
   out += "routes (" + std::to_string(c.routes.size()) + "):\n";
   for (const auto& r : c.routes) {
-    const Backend& b = r.backend;
-    out += "  " + r.alias + " -> " + std::string(to_string(b.provider));
-    if (b.provider == Provider::simulated) {
-      out += " (ttft " + fmt_duration(b.sim.ttft) + ", inter_token " + fmt_duration(b.sim.inter_token) +
-             ", max_in_flight " + std::to_string(b.sim.max_in_flight) + ")";
-    } else {
-      out += " " + std::string(b.tls ? "https://" : "http://") + host_for_display(b.host) + ":" +
-             std::to_string(b.port) + b.path_prefix;
-      if (b.tls && !b.tls_verify) out += " (tls_verify off)";
+    // The route, then one line per backend.
+    std::vector<std::string> parts;
+    if (r.backends.size() > 1) {
+      parts.push_back(std::to_string(r.backends.size()) + " backends, balance " + std::string(to_string(r.balance)));
     }
-    out += " model " + b.model;
-    if (!b.api_key.empty()) out += " api_key " + sluice::mask_key(b.api_key);
+    parts.push_back("retries " + std::to_string(r.retries));
+    if (r.max_in_flight) parts.push_back("max_in_flight " + std::to_string(r.max_in_flight));
+    if (!r.fallbacks.empty()) {
+      std::string fb = "fallbacks ";
+      for (size_t i = 0; i < r.fallbacks.size(); ++i) fb += (i ? "," : "") + r.fallbacks[i];
+      parts.push_back(fb);
+    }
+    if (r.canary) parts.push_back("canary " + r.canary->alias + " " + fmt_num(r.canary->weight) + "%");
+    if (r.breaker) parts.push_back("own breaker");
+    if (r.canned_reply) parts.push_back("canned reply");
+    out += "  " + r.alias + ":";
+    for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : " ") + parts[i];
+    out += "\n";
+    for (const Backend& b : r.backends) {
+      out += "    -> " + std::string(to_string(b.provider));
+      if (b.provider == Provider::simulated) {
+        out += " (ttft " + fmt_duration(b.sim.ttft) + ", inter_token " + fmt_duration(b.sim.inter_token) +
+               ", max_in_flight " + std::to_string(b.sim.max_in_flight) + ")";
+      } else {
+        out += " " + std::string(b.tls ? "https://" : "http://") + host_for_display(b.host) + ":" +
+               std::to_string(b.port) + b.path_prefix;
+        if (b.tls && !b.tls_verify) out += " (tls_verify off)";
+      }
+      out += " model " + b.model;
+      if (!b.api_key.empty()) out += " api_key " + sluice::mask_key(b.api_key);
+      out += " name " + b.name;
+      if (b.weight != 1) out += " weight " + std::to_string(b.weight);
+      if (b.max_in_flight) out += " max_in_flight " + std::to_string(b.max_in_flight);
+      if (!b.probe) out += " probe off";
+      out += "\n";
+    }
+  }
+  {
+    const auto& rs = c.routing;
+    const auto& h = rs.health;
+    out += "routing:    ";
+    if (h.interval.count() == 0) {
+      out += "probes off";
+    } else {
+      out += "probes every " + fmt_duration(h.interval) + " (timeout " + fmt_duration(h.timeout) + ", unhealthy after " +
+             std::to_string(h.unhealthy_after) + ", healthy after " + std::to_string(h.healthy_after) + ")";
+    }
+    if (h.eject_after == 0) out += ", no ejection";
+    else out += ", eject after " + std::to_string(h.eject_after) + " failures for " + fmt_duration(h.eject_for);
+    auto breaker = [](std::string_view label, const BreakerConfig& b) {
+      std::string s(label);
+      if (!b.enabled) return s + " off";
+      return s + " error_rate " + fmt_num(b.error_rate) + " min_requests " + std::to_string(b.min_requests) +
+             " p95_ttft " + (b.p95_ttft.count() ? fmt_duration(b.p95_ttft) : std::string("off")) + " window " +
+             fmt_duration(b.window) + " open_for " + fmt_duration(b.open_for);
+    };
+    out += ", " + breaker("breaker", rs.breaker) + ", " + breaker("provider breaker", rs.provider_breaker);
+    if (!rs.webhook_url.empty()) {
+      Backend parsed;
+      check_webhook_url(rs.webhook_url, parsed);  // valid: checked at load
+      out += ", webhook " + host_for_display(parsed.host);
+    }
     out += "\n";
   }
   out += "keys (" + std::to_string(c.keys.size()) + "):\n";

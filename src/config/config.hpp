@@ -11,6 +11,7 @@
 
 #include "config/admission.hpp"
 #include "config/records.hpp"
+#include "config/routing.hpp"
 
 namespace sluice::config {
 
@@ -37,6 +38,8 @@ struct SimSettings {
   double slow_first_token_rate = 0; // first token delayed by slow_first_token
   Millis slow_first_token{5000};
   std::uint64_t seed = 0;           // 0 = random
+
+  bool operator==(const SimSettings&) const = default;
 };
 
 struct Backend {
@@ -52,13 +55,31 @@ struct Backend {
   bool tls_verify = true;
   std::string ca_file;         // optional extra CA bundle (PEM)
   SimSettings sim;             // for Provider::simulated
+  // Within a route's backend set:
+  std::string name;            // label in metrics, logs and /infra; default host:port (host:port/model when the endpoint serves several models; simulated:<alias>[#i])
+  int weight = 1;              // for the weighted policies (>= 1)
+  int max_in_flight = 0;       // requests in flight to this backend, shared by every route using it (0 = unlimited)
+  bool probe = true;           // whether the active health probe runs for it (when health.interval is set)
+
+  bool operator==(const Backend&) const = default;
 };
 
 struct Route {
   std::string alias;           // what clients put in "model"
-  Backend backend;
+  // One or more backends. A route written with provider/base_url/model at its top level
+  // (the short form) has exactly one.
+  std::vector<Backend> backends;
+  Balance balance = Balance::least_connections;
   int max_in_flight = 0;          // requests in flight for this model (0 = unlimited)
-  int backend_max_in_flight = 0;  // for its backend, shared by routes to the same endpoint
+  // Retries: further attempts after the first, on other backends of the set and then on
+  // the fallbacks' backends, only before the first byte reached the client.
+  int retries = 2;
+  std::vector<std::string> fallbacks;       // aliases whose backends are tried next, in order
+  std::optional<std::string> canned_reply;  // answered (200) when every option failed; else 503
+  std::optional<CanaryConfig> canary;
+  std::optional<BreakerConfig> breaker;     // overrides routing.breaker for this route's backends
+
+  const Backend& primary() const noexcept { return backends.front(); }
 };
 
 struct ApiKey {
@@ -118,6 +139,7 @@ struct Config {
   std::string data_dir = "data";
   HistorySettings history;
   EventSettings events;
+  RoutingSettings routing;
 
   const Route* find_route(std::string_view alias) const noexcept;
   const ApiKey* find_key(std::string_view secret) const noexcept;

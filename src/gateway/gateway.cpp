@@ -94,43 +94,9 @@ class GatewayImpl final : public Gateway {
       tokenizer_info_ = std::move(info);
     }
 
-    for (const auto& route : c.routes) {
-      Upstream up;
-      up.route = &route;
-      up.backend = route.backend;
-      if (route.backend.provider == config::Provider::simulated) {
-        // The demo provider: the simulator's HTTP face, embedded in this process on a
-        // loopback port, so the demo exercises the same path as a real upstream.
-        sim::SimServerOptions so;
-        so.settings = route.backend.sim;
-        so.models = {route.backend.model};
-        so.workers = 1;
-        auto server = sim::SimServer::start(so);
-        up.backend.tls = false;
-        up.backend.host = "127.0.0.1";
-        up.backend.port = server->port();
-        up.backend.path_prefix = "";
-        sims_.push_back(std::move(server));
-        up.wire = config::Provider::openai;
-      } else {
-        up.wire = route.backend.provider;
-      }
-      up.target.tls = up.backend.tls;
-      up.target.host = up.backend.host;
-      up.target.port = up.backend.port;
-      up.target.verify = up.backend.tls_verify;
-      up.target.ca_file = up.backend.ca_file;
-      if (up.wire == config::Provider::anthropic) {
-        if (!up.backend.api_key.empty()) up.credentials.emplace_back("x-api-key", up.backend.api_key);
-        up.credentials.emplace_back("anthropic-version", "2023-06-01");
-      } else if (!up.backend.api_key.empty()) {
-        up.credentials.emplace_back("Authorization", "Bearer " + up.backend.api_key);
-      }
-      up.label = up.backend.host + ":" + std::to_string(up.backend.port);
-      up.metrics_model = metrics_->model_index(route.alias);
-      up.metrics_backend = metrics_->backend_index(backend_label(route.backend));
-      shared_.upstreams.emplace(route.alias, std::move(up));
-    }
+    router_ = std::make_unique<Router>(shared_.cfg, metrics_.get());
+    shared_.router = router_.get();
+    router_->start();
 
     http::ServerOptions so;
     so.host = c.listen_host;
@@ -207,12 +173,34 @@ class GatewayImpl final : public Gateway {
 
   bool forced_stop() const override { return server_->forced_stop(); }
 
+  // Routes, backends and routing settings from the file again; the rest stays as started.
+  // A file that does not load is refused with its errors and the running table stays.
+  bool reload(const std::string& path) override {
+    auto res = config::load_file(path);
+    std::string message;
+    if (!res.ok()) {
+      for (const auto& e : res.errors) message += (message.empty() ? "" : "; ") + e.to_string();
+    } else {
+      try {
+        router_->install(res.config);
+      } catch (const std::exception& e) {
+        message = e.what();
+      }
+    }
+    router_->note_reload(message.empty(), message);
+    if (!message.empty()) {
+      std::cerr << "sluice: reload of " << path << " refused, the running configuration stays: " << message << std::endl;
+      return false;
+    }
+    const auto t = router_->table();
+    std::cerr << "sluice: reloaded " << path << ": " << t->routes.size() << " routes, routing table version "
+              << t->version << " (only models and routing are reloaded; other sections need a restart)" << std::endl;
+    return true;
+  }
+
   void join() override {
     server_->join();
-    for (auto& s : sims_) {
-      s->shutdown(std::chrono::milliseconds(100));
-      s->join();
-    }
+    router_->stop();
     access_log_->flush();
     queries_.join();
   }
@@ -224,13 +212,6 @@ class GatewayImpl final : public Gateway {
                                 : hostname() + ":pid" + std::to_string(::getpid());
   }
 
-  // The backend label of the metrics: the configured host:port (for the embedded
-  // simulator, "simulated:<model>", since its port is only known once it runs).
-  static std::string backend_label(const config::Backend& b) {
-    if (b.provider == config::Provider::simulated) return "simulated:" + b.model;
-    return b.host + ":" + std::to_string(b.port);
-  }
-
   static std::unique_ptr<telemetry::Metrics> make_metrics(const config::Config& c) {
     std::vector<std::string> models, tiers, backends;
     auto add = [](std::vector<std::string>& v, std::string s) {
@@ -238,7 +219,7 @@ class GatewayImpl final : public Gateway {
     };
     for (const auto& r : c.routes) {
       add(models, r.alias);
-      add(backends, backend_label(r.backend));
+      for (const auto& b : r.backends) add(backends, b.name);  // the backend's name labels it
     }
     for (const auto& k : c.keys) add(tiers, k.tier);
     return std::make_unique<telemetry::Metrics>(std::move(models), std::move(tiers), std::move(backends));
@@ -254,7 +235,7 @@ class GatewayImpl final : public Gateway {
   std::unique_ptr<limits::Limiter> limiter_;
   std::unique_ptr<limits::Gate> gate_;
   std::string tokenizer_info_;
-  std::vector<std::unique_ptr<sim::SimServer>> sims_;
+  std::unique_ptr<Router> router_;  // before the server: the workers use it
   std::unique_ptr<http::Server> server_;
 };
 
@@ -289,6 +270,7 @@ int run_serve(const std::string& path) {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
@@ -305,7 +287,11 @@ int run_serve(const std::string& path) {
   std::cerr << "sluice listening on " << res.config->listen_host << ":" << gw->port() << std::endl;
 
   int sig = 0;
-  sigwait(&set, &sig);
+  for (;;) {
+    sigwait(&set, &sig);
+    if (sig != SIGHUP) break;
+    gw->reload(path);  // SIGHUP: routes and backends from the file again
+  }
   std::cerr << "sluice: signal " << sig << ", draining (grace "
             << res.config->timeouts.shutdown_grace.count() << " ms)" << std::endl;
   gw->shutdown();

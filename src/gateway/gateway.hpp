@@ -20,10 +20,13 @@ class Gateway {
   virtual void shutdown() = 0;
   virtual void join() = 0;
   virtual bool forced_stop() const = 0;
+  // Loads the file again and swaps in its routes and backends (SIGHUP); false, with the
+  // reason logged, when it is refused.
+  virtual bool reload(const std::string& config_path) = 0;
 };
 
 // `sluice serve --config FILE`: loads and validates the config, prints the banner, serves
-// until SIGTERM/SIGINT, drains, exits 0.
+// until SIGTERM/SIGINT (SIGHUP reloads the routes), drains, exits 0.
 int run_serve(const std::string& config_path);
 // `sluice check-config FILE`: validates, prints every error (exit 1) or the banner (exit 0).
 int run_check_config(const std::string& config_path);

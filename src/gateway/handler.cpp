@@ -3,6 +3,7 @@
 #include <boost/asio/experimental/channel.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <chrono>
+#include <random>
 
 #include "common/ids.hpp"
 #include "common/reason.hpp"
@@ -67,7 +68,7 @@ using FrameChannel = net::experimental::channel<void(boost::system::error_code, 
 class WorkerHandler {
  public:
   WorkerHandler(Shared& g, net::any_io_executor ex)
-      : g_(g), cfg_(*g.cfg), client_(http::Client::create(ex, cfg_.upstream_pool_per_host)) {
+      : g_(g), cfg_(*g.cfg), table_(g.router->table()), client_(http::Client::create(ex, cfg_.upstream_pool_per_host)) {
     if (g.limiter && g.limiter->active()) limiter_ = g.limiter->make_worker(ex);
     if (g.metrics) metrics_ = &g.metrics->add_worker();
   }
@@ -276,8 +277,8 @@ class WorkerHandler {
     }
     const auto& creq = std::get<llm::ChatRequest>(parsed);
     ctx.rec.alias = creq.model;
-    auto it = g_.upstreams.find(creq.model);
-    if (it == g_.upstreams.end()) {
+    const RouteRuntime* rr = table()->find(creq.model);
+    if (!rr) {
       co_await local_reply(ex, ctx, Reason::model_not_found, "model '" + creq.model + "' does not exist", "model");
       co_return;
     }
@@ -286,7 +287,7 @@ class WorkerHandler {
                            "model");
       co_return;
     }
-    const auto n = llm::count_prompt_tokens(creq, g_.tokens, tokenizer::encoding_for_model(it->second.backend.model));
+    const auto n = llm::count_prompt_tokens(creq, g_.tokens, tokenizer::encoding_for_model(rr->route->primary().model));
     ctx.rec.prompt_tokens = n;
     ctx.rec.status = 200;
     co_await ex.reply(json_reply(200, R"({"input_tokens":)" + std::to_string(n) + "}", ctx));
@@ -297,7 +298,7 @@ class WorkerHandler {
     if (ctx.anthropic) {
       std::string body = R"({"data":[)";
       std::string first_id, last_id;
-      for (const auto& route : cfg_.routes) {
+      for (const auto& route : table()->cfg->routes) {
         if (!key_allows(*ctx.key, route.alias)) continue;
         if (first_id.empty()) first_id = route.alias;
         else body += ',';
@@ -321,14 +322,14 @@ class WorkerHandler {
     }
     std::string body = R"({"object":"list","data":[)";
     bool first = true;
-    for (const auto& route : cfg_.routes) {
+    for (const auto& route : table()->cfg->routes) {
       if (!key_allows(*ctx.key, route.alias)) continue;
       if (!first) body += ',';
       first = false;
       body += R"({"id":)";
       append_json_string(body, route.alias);
       body += R"(,"object":"model","created":0,"owned_by":)";
-      append_json_string(body, config::to_string(route.backend.provider));
+      append_json_string(body, config::to_string(route.primary().provider));
       body += '}';
     }
     body += "]}";
@@ -358,9 +359,10 @@ class WorkerHandler {
     ctx.rec.alias = creq.model;
     ctx.rec.stream = creq.stream;
 
-    // Route.
-    auto it = g_.upstreams.find(creq.model);
-    if (it == g_.upstreams.end()) {
+    // Route. The table is held until the request ends: a reload never changes it midway.
+    const std::shared_ptr<const RoutingTable> tab = table();
+    const RouteRuntime* rr = tab->find(creq.model);
+    if (!rr) {
       co_await local_reply(ex, ctx, Reason::model_not_found, "model '" + creq.model + "' does not exist", "model");
       co_return;
     }
@@ -369,12 +371,11 @@ class WorkerHandler {
                            "this API key may not use model '" + creq.model + "'", "model");
       co_return;
     }
-    const Upstream& up = it->second;
-    ctx.metrics_model = up.metrics_model;
+    ctx.metrics_model = rr->metrics_model;
     record_options(creq, ctx.rec);
-    ctx.rec.model = up.backend.model;
-    ctx.rec.provider = config::to_string(up.route->backend.provider);
-    ctx.rec.backend = up.label;
+    const config::Backend& primary = rr->route->primary();
+    ctx.rec.model = primary.model;
+    ctx.rec.provider = config::to_string(primary.provider);
 
     // Admit: rate limits and the token reservation, then the concurrency gate.
     limits::Admission adm;
@@ -383,7 +384,7 @@ class WorkerHandler {
       // loaded. Bounded: a huge body keeps the estimate (exact counting runs ~40 MB/s).
       if (g_.count_prompts && ex.request().body().size() <= kExactCountMaxBytes) {
         creq.prompt_tokens_estimate = llm::count_prompt_tokens(creq, g_.tokens,
-                                                               tokenizer::encoding_for_model(up.backend.model));
+                                                               tokenizer::encoding_for_model(primary.model));
       }
       const std::int64_t out = creq.max_tokens.value_or(cfg_.rate_limits.reserve_output_tokens);
       adm = co_await limiter_->admit(*ctx.key, creq.model, creq.prompt_tokens_estimate + out);
@@ -417,7 +418,7 @@ class WorkerHandler {
         pass.emplace(g_.gate, need);
       }
     }
-    co_await relay(ex, ctx, creq, up);
+    co_await dispatch(ex, ctx, creq, *rr);
     pass.reset();
     if (limiter_ && !adm.reserved.empty()) limiter_->settle(adm, charged_tokens(ctx.rec));
   }
@@ -501,7 +502,36 @@ class WorkerHandler {
     }
   }
 
-  // Whether a finished upstream exchange failed (the upstream's fault, not the client's).
+  struct ErrorAnswer {
+    int status = 0;
+    std::string body;
+    std::string retry_after;
+  };
+
+  // A failure before any byte reached the client: the dispatcher may still try elsewhere.
+  struct Failure {
+    Reason reason = Reason::upstream_error;
+    std::string message;
+    std::optional<ErrorAnswer> answer;  // a non-2xx upstream answer
+  };
+
+  // Whether another backend might do better (the upstream's fault, and time is left).
+  static bool retryable(const Failure& f) {
+    if (f.answer) return f.answer->status == 429 || f.answer->status >= 500;
+    switch (f.reason) {
+      case Reason::upstream_unreachable:
+      case Reason::upstream_error:
+      case Reason::upstream_bad_response:
+      case Reason::upstream_stream_failed:
+      case Reason::first_token_timeout:
+      case Reason::upstream_idle_timeout:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  // Whether a finished exchange that was answered counts against the backend.
   static bool upstream_failed(const telemetry::RequestRecord& r) {
     switch (r.reason) {
       case Reason::upstream_unreachable:
@@ -512,40 +542,266 @@ class WorkerHandler {
       case Reason::upstream_idle_timeout:
         return true;
       default:
-        return r.upstream_status >= 500 || (r.reason == Reason::upstream_error && r.upstream_status == 0);
+        return r.upstream_status >= 500 || r.upstream_status == 429 ||
+               (r.reason == Reason::upstream_error && r.upstream_status == 0);
+    }
+  }
+
+  awaitable<void> reply_failure(http::Exchange& ex, Context& ctx, Failure& f, config::Provider wire) {
+    if (f.answer) {
+      co_await reply_upstream_error(ex, ctx, *f.answer, wire);
+    } else {
+      co_await local_reply(ex, ctx, f.reason, std::move(f.message));
+    }
+  }
+
+  // Phase: choose a backend and call it; retry elsewhere, then on the fallbacks, while
+  // nothing has reached the client. The canary or the stable set first, then the other.
+  awaitable<void> dispatch(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq, const RouteRuntime& rr) {
+    const RouteRuntime* order[2 + 16];
+    std::size_t n_sets = 0;
+    bool canary_first = false;
+    if (rr.canary && rr.judge && !rr.judge->rolled_back()) {
+      const auto h = ex.request().header("x-canary");
+      if (h == "true" || h == "1") canary_first = true;
+      else if (h == "false" || h == "0") canary_first = false;
+      else canary_first = rr.route->canary->weight > 0 && next_unit() * 100.0 < rr.route->canary->weight;
+      (canary_first ? rr.stats->canary_requests : rr.stats->stable_requests).fetch_add(1, std::memory_order_relaxed);
+    }
+    if (canary_first) order[n_sets++] = rr.canary;
+    order[n_sets++] = &rr;
+    for (const auto* f : rr.fallbacks) {
+      if (n_sets < std::size(order)) order[n_sets++] = f;
+    }
+    std::size_t options = 0;
+    for (std::size_t k = 0; k < n_sets; ++k) options += order[k]->members.size();
+    int attempts_left = 1 + rr.route->retries;
+    const auto deadline = ctx.start + cfg_.timeouts.total;
+    std::optional<Failure> last;
+    config::Provider last_wire = config::Provider::openai;
+    std::string tried;  // "name: why; name: why" for the final error
+    int attempts = 0;
+    auto note = [&tried](const BackendRuntime& be, std::string_view why) {
+      if (!tried.empty()) tried += "; ";
+      tried += be.name;
+      tried += ": ";
+      tried += why;
+    };
+    for (std::size_t k = 0; k < n_sets && attempts_left > 0; ++k) {
+      const RouteRuntime& set = *order[k];
+      std::uint64_t tried_mask = 0;
+      std::array<bool, 64> usable{};
+      while (attempts_left > 0 && left_until(deadline).count() > 0) {
+        const auto now = Clock::now();
+        const std::size_t n = std::min<std::size_t>(set.members.size(), usable.size());
+        for (std::size_t i = 0; i < n; ++i) usable[i] = set.members[i]->usable(now);
+        const int pick = set.balancer->pick(std::span<const bool>(usable.data(), n), tried_mask);
+        if (pick < 0) {
+          for (std::size_t i = 0; i < n; ++i) {
+            if (!usable[i] && !(tried_mask >> i & 1)) note(*set.members[i], set.members[i]->state_word(now));
+          }
+          break;
+        }
+        tried_mask |= std::uint64_t{1} << pick;
+        BackendRuntime& be = *set.members[static_cast<std::size_t>(pick)];
+        // A half-open breaker lets only its probe requests through.
+        if ((be.breaker && !be.breaker->allow(now)) ||
+            (be.provider->breaker && !be.provider->breaker->allow(now))) {
+          note(be, "breaker half-open, probes in flight");
+          continue;
+        }
+        --attempts_left;
+        if (attempts++ > 0) {
+          (&set == &rr || &set == rr.canary ? rr.stats->retries : rr.stats->fallbacks).fetch_add(1, std::memory_order_relaxed);
+        }
+        const bool is_canary = rr.judge && &set == rr.canary;
+        auto f = co_await attempt(ex, ctx, creq, set, pick, be, rr.judge.get(), is_canary);
+        if (!f) {
+          ctx.rec.attempts = attempts;
+          if (&set != &rr) ctx.rec.served_by = set.record_alias;
+          co_return;  // answered (or the client left)
+        }
+        note(be, f->answer ? "HTTP " + std::to_string(f->answer->status) : f->message);
+        last_wire = be.wire;
+        const bool again = retryable(*f);
+        last = std::move(f);
+        if (!again) break;
+      }
+      if (last && !retryable(*last)) break;
+    }
+    ctx.rec.attempts = attempts;
+    // Nothing answered. With a single possible backend, its own error (as without routing).
+    if (last && (options == 1 || !retryable(*last))) {
+      co_await reply_failure(ex, ctx, *last, last_wire);
+      co_return;
+    }
+    rr.stats->exhausted.fetch_add(1, std::memory_order_relaxed);
+    if (rr.route->canned_reply) {
+      rr.stats->canned.fetch_add(1, std::memory_order_relaxed);
+      co_await canned_reply(ex, ctx, creq, *rr.route->canned_reply, tried);
+      co_return;
+    }
+    std::string message = "no backend of model '" + creq.model + "' could answer";
+    if (!tried.empty()) message += " (" + tried + ")";
+    ctx.headers.emplace_back("Retry-After", "1");
+    co_await local_reply(ex, ctx, Reason::no_backend, std::move(message));
+  }
+
+  // A uniform number in [0, 1) (canary split), per worker.
+  double next_unit() noexcept {
+    rng_ ^= rng_ >> 12;
+    rng_ ^= rng_ << 25;
+    rng_ ^= rng_ >> 27;
+    return static_cast<double>((rng_ * 0x2545F4914F6CDD1Dull) >> 11) * 0x1.0p-53;
+  }
+
+  // The route's canned reply: answered as if an OpenAI upstream had sent it, through the
+  // same translation as a real answer (so every dialect and streaming work alike).
+  awaitable<void> canned_reply(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq, const std::string& text,
+                               const std::string& tried) {
+    ctx.rec.reason = Reason::canned_reply;
+    ctx.rec.error = tried.empty() ? "no backend could answer" : "no backend could answer (" + tried + ")";
+    ctx.rec.completion_tokens = 0;
+    ctx.rec.prompt_tokens = 0;
+    std::string id = "chatcmpl-" + ctx.request_id;
+    const std::string created = std::to_string(unix_ms_now() / 1000);
+    auto chunk = [&](std::string_view delta, std::string_view finish) {
+      std::string c = R"(data: {"id":)";
+      append_json_string(c, id);
+      c += R"(,"object":"chat.completion.chunk","created":)" + created + R"(,"model":)";
+      append_json_string(c, creq.model);
+      c += R"(,"choices":[{"index":0,"delta":)";
+      c += delta;
+      c += R"(,"finish_reason":)";
+      c += finish;
+      c += "}]}\n\n";
+      return c;
+    };
+    if (creq.stream) {
+      std::string role_and_text = R"({"role":"assistant","content":)";
+      append_json_string(role_and_text, text);
+      role_and_text += '}';
+      std::string upstream = chunk(role_and_text, "null") + chunk("{}", R"("stop")");
+      upstream += "data: {\"id\":";
+      append_json_string(upstream, id);
+      upstream += R"(,"object":"chat.completion.chunk","created":)" + created + R"(,"model":)";
+      append_json_string(upstream, creq.model);
+      upstream += R"(,"choices":[],"usage":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}})";
+      upstream += "\n\ndata: [DONE]\n\n";
+      auto tr = llm::make_openai_stream(creq);
+      if (ctx.anthropic) tr = llm::make_anthropic_output(std::move(tr), creq.model, ctx.request_id, 0);
+      std::string frames;
+      tr->feed(upstream, frames);
+      tr->finish(frames);
+      ctx.rec.status = 200;
+      http::HeaderList h = ctx.headers;
+      h.emplace_back("Cache-Control", "no-cache");
+      if (!co_await ex.begin_stream(200, "text/event-stream", h) || !co_await ex.write_chunk(frames) ||
+          !co_await ex.end_stream()) {
+        ctx.rec.client_cancelled = true;
+      }
+      co_return;
+    }
+    std::string body = R"({"id":)";
+    append_json_string(body, id);
+    body += R"(,"object":"chat.completion","created":)" + created + R"(,"model":)";
+    append_json_string(body, creq.model);
+    body += R"(,"choices":[{"index":0,"message":{"role":"assistant","content":)";
+    append_json_string(body, text);
+    body += R"(},"finish_reason":"stop"}],"usage":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}})";
+    auto done = llm::read_openai_completion(std::move(body));
+    ctx.rec.status = 200;
+    std::string out = ctx.anthropic ? llm::chat_to_anthropic(*done, creq.model, ctx.request_id) : std::move(done->body);
+    if (!co_await ex.reply(json_reply(200, std::move(out), ctx))) ctx.rec.client_cancelled = true;
+  }
+
+  // One upstream exchange on one backend, with its bookkeeping (in flight, balancer,
+  // breakers, health, canary judge, metrics). Returns the failure when nothing reached the
+  // client and it was not answered; nullopt when the exchange concluded.
+  awaitable<std::optional<Failure>> attempt(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
+                                            const RouteRuntime& set, int member, BackendRuntime& be,
+                                            upstream::CanaryJudge* judge, bool is_canary) {
+    const auto t0 = Clock::now();
+    ctx.rec.model = be.record_model;
+    ctx.rec.provider = config::to_string(be.cfg.provider);
+    ctx.rec.backend = be.record_name;
+    ctx.rec.upstream_status = 0;
+    ctx.rec.ttft_ms = -1;
+    be.in_flight.fetch_add(1, std::memory_order_relaxed);
+    set.balancer->started(member);
+    if (metrics_) metrics_->upstream_started(be.metrics_backend);
+    std::optional<Failure> f;
+    // Settled however the exchange ends (also when the request is torn down mid-way).
+    struct Settle {
+      WorkerHandler& h;
+      Context& ctx;
+      const RouteRuntime& set;
+      int member;
+      BackendRuntime& be;
+      upstream::CanaryJudge* judge;
+      bool is_canary;
+      Clock::time_point t0;
+      const std::optional<Failure>& f;
+      ~Settle() {
+        const auto now = Clock::now();
+        const bool client_left = f ? f->reason == Reason::client_closed : ctx.rec.reason == Reason::client_closed;
+        const bool failed = f ? retryable(*f) || f->reason == Reason::upstream_timeout : upstream_failed(ctx.rec);
+        // Latency as this backend served it: time to first token (whole answer when not streamed).
+        const double since_t0 = ms_since(t0, now);
+        double latency = since_t0;
+        if (ctx.rec.ttft_ms >= 0) latency = ctx.rec.ttft_ms - ms_since(ctx.start, t0);
+        be.in_flight.fetch_sub(1, std::memory_order_relaxed);
+        set.balancer->finished(member, failed ? -1 : latency);
+        if (!client_left) {
+          if (be.breaker) be.breaker->record(now, failed, failed ? -1 : latency);
+          if (be.provider->breaker) be.provider->breaker->record(now, failed, failed ? -1 : latency);
+          if (be.health.request_result(now, failed)) {
+            std::string fields = R"("backend":)";
+            append_json_string(fields, be.name);
+            fields += R"(,"detail":"consecutive failed requests")";
+            h.g_.router->notify("backend.ejected", std::move(fields));
+          }
+          if (judge && judge->record(now, is_canary, failed, failed ? -1 : latency)) h.rolled_back(set, *judge);
+        }
+        if (h.metrics_) h.metrics_->upstream_finished(be.metrics_backend, failed, since_t0 / 1000.0);
+      }
+    } settle{*this, ctx, set, member, be, judge, is_canary, t0, f};
+    f = co_await relay(ex, ctx, creq, be);
+    co_return std::move(f);
+  }
+
+  void rolled_back(const RouteRuntime& set, const upstream::CanaryJudge& judge) {
+    // `set` is either side; the route that owns the judge is found by it.
+    for (const auto& [alias, rr] : table_->routes) {
+      if (rr.judge.get() != &judge) continue;
+      rr.stats->rollbacks.fetch_add(1, std::memory_order_relaxed);
+      std::string fields = R"("route":)";
+      append_json_string(fields, alias);
+      fields += R"(,"canary":)";
+      append_json_string(fields, rr.canary ? rr.canary->route->alias : set.route->alias);
+      fields += R"(,"detail":)";
+      append_json_string(fields, judge.reason());
+      g_.router->notify("canary.rolled_back", std::move(fields));
     }
   }
 
   // Phases 7..13: the upstream call and the relay.
-  awaitable<void> relay(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq, const Upstream& up) {
-    // Per-backend in flight, errors and time, however the exchange ends.
-    struct UpstreamMetrics {
-      telemetry::Metrics::Worker* m;
-      int backend;
-      const telemetry::RequestRecord& rec;
-      Clock::time_point t0 = Clock::now();
-      ~UpstreamMetrics() {
-        if (m) m->upstream_finished(backend, upstream_failed(rec), ms_since(t0) / 1000.0);
-      }
-    } upstream_metrics{metrics_, up.metrics_backend, ctx.rec};
-    if (metrics_) metrics_->upstream_started(up.metrics_backend);
+  awaitable<std::optional<Failure>> relay(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
+                                          const BackendRuntime& be) {
     // Upstream request: the adapter rewrites the body; credentials and trace go in headers.
-    auto call = up.wire == config::Provider::ollama      ? llm::build_ollama_call(creq, up.backend)
-                : up.wire == config::Provider::anthropic ? llm::build_anthropic_call(creq, up.backend)
-                                                         : llm::build_openai_call(creq, up.backend);
+    auto call = be.wire == config::Provider::ollama      ? llm::build_ollama_call(creq, be.cfg)
+                : be.wire == config::Provider::anthropic ? llm::build_anthropic_call(creq, be.cfg)
+                                                         : llm::build_openai_call(creq, be.cfg);
     http::ClientRequest ureq;
     ureq.target = std::move(call.target);
     ureq.body = std::move(call.body);
-    ureq.headers.insert(ureq.headers.end(), up.credentials.begin(), up.credentials.end());
+    ureq.headers.insert(ureq.headers.end(), be.credentials.begin(), be.credentials.end());
     ureq.headers.emplace_back("traceparent", next_traceparent(ex.request().header("traceparent")));
     ureq.headers.emplace_back("X-Request-Id", ctx.request_id);
 
     const auto& to = cfg_.timeouts;
     const auto deadline = ctx.start + to.total;
-    if (creq.stream) {
-      co_await stream_exchange(ex, ctx, creq, up, ureq, deadline);
-      co_return;
-    }
+    if (creq.stream) co_return co_await stream_exchange(ex, ctx, creq, be, ureq, deadline);
 
     // Non-streaming: the answer arrives whole, so only the total deadline bounds it. A
     // watch on the client connection aborts the upstream exchange if the client leaves
@@ -557,7 +813,7 @@ class WorkerHandler {
       http::Exchange& ex;
       ~Unwatch() { ex.unwatch_client(); }
     } unwatch{ex};
-    auto sent = co_await client_->send(up.target, ureq, to.connect, left_until(deadline), &abort);
+    auto sent = co_await client_->send(be.target, ureq, to.connect, left_until(deadline), &abort);
     if (auto* err = std::get_if<http::ClientError>(&sent)) {
       outcome = std::move(*err);
     } else {
@@ -582,12 +838,19 @@ class WorkerHandler {
       outcome = http::ClientError{http::ClientErrc::cancelled, "client closed the connection"};
     }
     if (auto* err = std::get_if<http::ClientError>(&outcome)) {
-      co_await upstream_failure(ex, ctx, *err);
-    } else if (auto* answer = std::get_if<ErrorAnswer>(&outcome)) {
-      co_await reply_upstream_error(ex, ctx, *answer, up);
-    } else {
-      co_await reply_whole(ex, ctx, creq, up, std::get<std::string>(outcome));
+      auto [reason, message] = classify(*err, false);
+      if (reason == Reason::client_closed) {
+        ctx.rec.client_cancelled = true;
+        co_await local_reply(ex, ctx, reason, std::move(message));
+        co_return std::nullopt;
+      }
+      co_return Failure{reason, std::move(message), std::nullopt};
     }
+    if (auto* answer = std::get_if<ErrorAnswer>(&outcome)) {
+      co_return Failure{Reason::upstream_error, "upstream answered HTTP " + std::to_string(answer->status),
+                        std::move(*answer)};
+    }
+    co_return co_await reply_whole(ex, ctx, creq, be.wire, std::get<std::string>(outcome));
   }
 
   // How a failed upstream exchange is reported (before any byte reached the client).
@@ -605,18 +868,6 @@ class WorkerHandler {
     }
   }
 
-  awaitable<void> upstream_failure(http::Exchange& ex, Context& ctx, const http::ClientError& err) {
-    auto [reason, message] = classify(err, false);
-    if (reason == Reason::client_closed) ctx.rec.client_cancelled = true;
-    co_await local_reply(ex, ctx, reason, std::move(message));
-  }
-
-  struct ErrorAnswer {
-    int status = 0;
-    std::string body;
-    std::string retry_after;
-  };
-
   // The body of a non-2xx upstream answer, bounded in size and time.
   static awaitable<ErrorAnswer> read_error_answer(http::ClientResponse& resp) {
     ErrorAnswer a;
@@ -630,17 +881,17 @@ class WorkerHandler {
   // A non-2xx upstream answer, before anything reached the client. Client errors that an
   // OpenAI-compatible upstream found in a valid request pass through unchanged, so SDKs see
   // the provider's own message; the rest is the gateway's problem to report (502).
-  awaitable<void> reply_upstream_error(http::Exchange& ex, Context& ctx, ErrorAnswer& a, const Upstream& up) {
+  awaitable<void> reply_upstream_error(http::Exchange& ex, Context& ctx, ErrorAnswer& a, config::Provider wire) {
     const int st = a.status;
     const bool pass = (st == 400 || st == 413 || st == 422 || st == 429) &&
-                      (up.wire == config::Provider::openai || up.wire == config::Provider::anthropic) &&
+                      (wire == config::Provider::openai || wire == config::Provider::anthropic) &&
                       !a.body.empty() && a.body.front() == '{';
     if (pass) {
       ctx.rec.status = st;
       ctx.rec.reason = Reason::upstream_error;
       ctx.rec.error = "upstream answered " + std::to_string(st);
       // In the client's dialect, keeping the provider's message.
-      std::string body = up.wire == config::Provider::anthropic ? llm::chat_error_from_anthropic(a.body) : std::move(a.body);
+      std::string body = wire == config::Provider::anthropic ? llm::chat_error_from_anthropic(a.body) : std::move(a.body);
       if (ctx.anthropic) body = llm::anthropic_error_from_chat(st, body);
       http::Response r = json_reply(st, std::move(body), ctx);
       if (!a.retry_after.empty()) r.headers.emplace_back("Retry-After", a.retry_after);
@@ -654,15 +905,12 @@ class WorkerHandler {
     co_await local_reply(ex, ctx, Reason::upstream_error, std::move(message));
   }
 
-  awaitable<void> reply_whole(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq, const Upstream& up,
-                              std::string& text) {
-    auto done = up.wire == config::Provider::ollama      ? llm::translate_ollama_completion(text, creq, ctx.request_id)
-                : up.wire == config::Provider::anthropic ? llm::translate_anthropic_completion(text, creq, ctx.request_id)
-                                                         : llm::read_openai_completion(std::move(text));
-    if (!done) {
-      co_await local_reply(ex, ctx, Reason::upstream_bad_response, "upstream sent a body that is not a completion");
-      co_return;
-    }
+  awaitable<std::optional<Failure>> reply_whole(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
+                                                 config::Provider wire, std::string& text) {
+    auto done = wire == config::Provider::ollama      ? llm::translate_ollama_completion(text, creq, ctx.request_id)
+                : wire == config::Provider::anthropic ? llm::translate_anthropic_completion(text, creq, ctx.request_id)
+                                                      : llm::read_openai_completion(std::move(text));
+    if (!done) co_return Failure{Reason::upstream_bad_response, "upstream sent a body that is not a completion", {}};
     const double gen_ms = ms_since(ctx.start);
     ctx.rec.prompt_tokens = done->usage.prompt_tokens;
     ctx.rec.completion_tokens = done->usage.completion_tokens;
@@ -673,17 +921,19 @@ class WorkerHandler {
     std::string body = ctx.anthropic ? llm::chat_to_anthropic(*done, creq.model, ctx.request_id) : std::move(done->body);
     http::Response r = json_reply(200, std::move(body), ctx);
     if (!co_await ex.reply(std::move(r))) ctx.rec.client_cancelled = true;
+    co_return std::nullopt;
   }
 
   // Streaming: a producer sends the upstream request and reads the answer into a bounded
   // channel; the consumer writes to the client; a heartbeat fills silences; a watcher
   // notices the client leaving. The response head goes out with the first frame (or the
   // first heartbeat), so a failure before that is still a plain HTTP error.
-  awaitable<void> stream_exchange(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
-                                  const Upstream& up, const http::ClientRequest& ureq, Clock::time_point deadline) {
+  awaitable<std::optional<Failure>> stream_exchange(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
+                                                     const BackendRuntime& be, const http::ClientRequest& ureq,
+                                                     Clock::time_point deadline) {
     const auto& to = cfg_.timeouts;
-    auto translator = up.wire == config::Provider::ollama      ? llm::make_ollama_stream(creq, ctx.request_id)
-                      : up.wire == config::Provider::anthropic ? llm::make_anthropic_stream(creq, ctx.request_id)
+    auto translator = be.wire == config::Provider::ollama      ? llm::make_ollama_stream(creq, ctx.request_id)
+                      : be.wire == config::Provider::anthropic ? llm::make_anthropic_stream(creq, ctx.request_id)
                                                                : llm::make_openai_stream(creq);
     if (ctx.anthropic) {
       translator = llm::make_anthropic_output(std::move(translator), creq.model, ctx.request_id,
@@ -697,7 +947,8 @@ class WorkerHandler {
     bool stopped = false;
     net::steady_timer stop_signal{ex.executor(), Clock::time_point::max()};
     auto last_write = Clock::now();
-    const auto first_token_deadline = std::min(ctx.start + to.first_token, deadline);
+    // Each attempt gets its own first-token time (a retry after a timeout starts afresh).
+    const auto first_token_deadline = std::min(Clock::now() + to.first_token, deadline);
 
     // The first failure wins; later ones are consequences of it.
     auto fail = [&](Reason r, std::string message) {
@@ -716,7 +967,7 @@ class WorkerHandler {
     auto producer = [&]() -> awaitable<void> {
       http::Client::Result sent = http::ClientError{http::ClientErrc::cancelled, "stopped"};
       auto send_it = [&]() -> awaitable<void> {
-        sent = co_await client_->send(up.target, ureq, to.connect, left_until(first_token_deadline));
+        sent = co_await client_->send(be.target, ureq, to.connect, left_until(first_token_deadline));
       };
       auto until_stopped = [&]() -> awaitable<void> { co_await stop_signal.async_wait(nothrow); };
       co_await (send_it() || until_stopped());
@@ -810,12 +1061,13 @@ class WorkerHandler {
       ctx.rec.client_cancelled = true;
       ctx.rec.status = http_status(Reason::client_closed);
       ctx.rec.reason = Reason::client_closed;
-      co_return;
+      co_return std::nullopt;
     }
     if (upstream_answer) {
       if (!ex.started()) {
-        co_await reply_upstream_error(ex, ctx, *upstream_answer, up);
-        co_return;
+        const int st = upstream_answer->status;
+        co_return Failure{Reason::upstream_error, "upstream answered HTTP " + std::to_string(st),
+                          std::move(*upstream_answer)};
       }
       fail(Reason::upstream_error, "upstream answered HTTP " + std::to_string(upstream_answer->status));
     }
@@ -823,12 +1075,13 @@ class WorkerHandler {
       ctx.rec.status = 200;
       if (!ex.started()) co_await begin();  // an empty but well-formed stream
       if (!co_await ex.end_stream()) ctx.rec.client_cancelled = true;
-      co_return;
+      co_return std::nullopt;
     }
     if (!ex.started()) {
-      // Nothing reached the client yet: answer with a plain HTTP error.
+      // Nothing reached the client yet: a plain HTTP error, or another backend.
+      if (relay.reason != Reason::shutting_down) co_return Failure{relay.reason, std::move(relay.error), {}};
       co_await local_reply(ex, ctx, relay.reason, relay.error);
-      co_return;
+      co_return std::nullopt;
     }
     // Mid-stream failure: an error event, then a clean end.
     ctx.rec.status = 200;
@@ -840,6 +1093,7 @@ class WorkerHandler {
       co_await ex.write_chunk(frame);
     }
     co_await ex.end_stream();
+    co_return std::nullopt;
   }
 
   // Reads an upstream stream, translating it into client frames, until it ends or fails.
@@ -906,8 +1160,16 @@ class WorkerHandler {
     if (g_.access_log) g_.access_log->submit(std::move(ctx.rec));
   }
 
+  // The routing table, refreshed when a reload installed a new one.
+  const std::shared_ptr<const RoutingTable>& table() {
+    if (g_.router->version() != table_->version) table_ = g_.router->table();
+    return table_;
+  }
+
   Shared& g_;
   const config::Config& cfg_;
+  std::shared_ptr<const RoutingTable> table_;
+  std::uint64_t rng_ = std::random_device{}() | 1;  // canary split
   std::unique_ptr<http::Client> client_;
   std::unique_ptr<limits::WorkerLimiter> limiter_;  // null when no limit is configured
   telemetry::Metrics::Worker* metrics_ = nullptr;

@@ -13,6 +13,7 @@
 #include "http/client.hpp"
 #include "http/server.hpp"
 #include "limits/gate.hpp"
+#include "gateway/router.hpp"
 #include "limits/limiter.hpp"
 #include "telemetry/access_log.hpp"
 #include "telemetry/metrics.hpp"
@@ -27,31 +28,15 @@ class EventSink;
 
 namespace sluice::gateway {
 
-// A route resolved for the data path: where to connect and how to speak to it.
-struct Upstream {
-  const config::Route* route = nullptr;
-  config::Backend backend;        // copy; for `simulated` it points at the embedded simulator
-  config::Provider wire = config::Provider::openai;  // protocol spoken: openai, ollama or anthropic
-  http::Target target;
-  http::HeaderList credentials;   // Authorization: Bearer, or x-api-key + anthropic-version
-  std::string label;              // host:port, for logs
-  int metrics_model = -1;         // label indexes in telemetry::Metrics
-  int metrics_backend = -1;
-};
-
 struct Shared {
-  std::shared_ptr<const config::Config> cfg;
-  std::unordered_map<std::string, Upstream> upstreams;   // by alias
+  std::shared_ptr<const config::Config> cfg;  // as started; routes and backends come from router's table
+  Router* router = nullptr;
   struct KeyEntry {
     const config::ApiKey* key;
     std::string masked;  // for logs, computed once
     int metrics_tier = -1;
   };
   // By secret; looked up with a string_view (no allocation per request).
-  struct StringHash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
-  };
   std::unordered_map<std::string, KeyEntry, StringHash, std::equal_to<>> keys;
   std::string instance;
   telemetry::AccessLog* access_log = nullptr;

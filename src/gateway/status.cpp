@@ -33,6 +33,7 @@ std::string render_metrics(const Shared& g) {
   if (g.metrics) g.metrics->render(o);
   telemetry::render_process_metrics(o, SLUICE_VERSION);
   telemetry::render_gpu_metrics(o);
+  if (g.router) g.router->render_metrics(o);
   if (g.history) {
     const auto h = g.history->status();
     help(o, "sluice_history_backend_up", "gauge", "1 when the history database took the last connect or write.");
@@ -248,6 +249,10 @@ std::string render_infra(const Shared& g) {
     o += g.access_log->enabled() ? "true" : "false";
     o += ",\"written\":" + std::to_string(g.access_log->written()) +
          ",\"dropped\":" + std::to_string(g.access_log->dropped()) + "}";
+  }
+  if (g.router) {
+    o += ",\"routing\":";
+    g.router->render_infra(o);
   }
   if (g.gate) {
     const auto s = g.gate->snapshot();

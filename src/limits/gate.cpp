@@ -25,9 +25,11 @@ struct Gate::Waiter {
 
 namespace {
 
-std::string endpoint_of(const config::Route& r) {
-  if (r.backend.provider == config::Provider::simulated) return "sim:" + r.alias;
-  return r.backend.host + ":" + std::to_string(r.backend.port);
+// The slot of a single-backend route's backend (its name is its identity, shared by
+// every route that uses it). Routes with several backends leave per-backend limits to
+// the router, which skips a backend at its max_in_flight.
+const config::Backend* sole_backend(const config::Route& r) {
+  return r.backends.size() == 1 ? &r.backends.front() : nullptr;
 }
 
 }  // namespace
@@ -38,17 +40,24 @@ Gate::Gate(const config::Config& cfg) : cfg_(cfg) {
     if (limit > 0) key_slots_[k.name] = std::make_unique<Slot>(Slot{"key:" + k.name, limit, 0});
   }
   for (const auto& r : cfg.routes) {
-    if (r.max_in_flight > 0) model_slots_[r.alias] = std::make_unique<Slot>(Slot{"model:" + r.alias, r.max_in_flight, 0});
-    if (r.backend_max_in_flight > 0 && !backend_slots_.count(endpoint_of(r))) {
-      const auto ep = endpoint_of(r);
-      backend_slots_[ep] = std::make_unique<Slot>(Slot{"backend:" + ep, r.backend_max_in_flight, 0});
+    int model_limit = r.max_in_flight;
+    // A set whose every backend is limited holds at most the sum: beyond it, requests
+    // queue here instead of finding every backend full.
+    bool all_limited = r.backends.size() > 1;
+    long sum = 0;
+    for (const auto& b : r.backends) {
+      all_limited = all_limited && b.max_in_flight > 0;
+      sum += b.max_in_flight;
     }
-  }
-  // Every route to a limited endpoint counts against it, also those that do not repeat
-  // the limit.
-  for (const auto& r : cfg.routes) {
-    const auto ep = endpoint_of(r);
-    if (backend_slots_.count(ep)) backend_of_alias_[r.alias] = ep;
+    if (all_limited && (model_limit == 0 || sum < model_limit)) model_limit = static_cast<int>(sum);
+    if (model_limit > 0) model_slots_[r.alias] = std::make_unique<Slot>(Slot{"model:" + r.alias, model_limit, 0});
+    const config::Backend* b = sole_backend(r);
+    if (b && b->max_in_flight > 0) {
+      if (!backend_slots_.count(b->name)) {
+        backend_slots_[b->name] = std::make_unique<Slot>(Slot{"backend:" + b->name, b->max_in_flight, 0});
+      }
+      backend_of_alias_[r.alias] = b->name;
+    }
   }
   active_ = !key_slots_.empty() || !model_slots_.empty() || !backend_slots_.empty();
 }

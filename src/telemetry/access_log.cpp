@@ -80,6 +80,8 @@ void append_json(std::string& o, const RequestRecord& r) {
   field(o, ",\"model\":", r.model);
   field(o, ",\"provider\":", r.provider);
   field(o, ",\"backend\":", r.backend);
+  if (r.attempts > 1) field_int(o, ",\"attempts\":", r.attempts);
+  if (!r.served_by.empty()) field(o, ",\"served_by\":", r.served_by);
   field_int(o, ",\"status\":", r.status);
   field(o, ",\"reason\":", reason_code(r.reason));
   if (!r.error.empty()) field(o, ",\"error\":", r.error);

@@ -95,16 +95,42 @@ void metric_help(std::string& o, std::string_view name, std::string_view type, s
 }
 
 Metrics::Metrics(std::vector<std::string> models, std::vector<std::string> tiers, std::vector<std::string> backends)
-    : models_(std::move(models)), tiers_(std::move(tiers)), backends_(std::move(backends)) {}
+    : models_(std::move(models)),
+      tiers_(std::move(tiers)),
+      backends_(std::move(backends)),
+      model_cap_(models_.size() + kSpareLabels),
+      backend_cap_(backends_.size() + kSpareLabels) {
+  // Never reallocated: the workers' arrays are sized for the capacity, and labels added
+  // later (a configuration reload) only fill spare rows.
+  models_.reserve(model_cap_);
+  backends_.reserve(backend_cap_);
+}
 
 Metrics::~Metrics() = default;
 
-int Metrics::model_index(std::string_view alias) const noexcept { return index_of(models_, alias); }
+int Metrics::model_index(std::string_view alias) const noexcept {
+  std::lock_guard lock(labels_mu_);
+  return index_of(models_, alias);
+}
 int Metrics::tier_index(std::string_view tier) const noexcept { return index_of(tiers_, tier); }
-int Metrics::backend_index(std::string_view label) const noexcept { return index_of(backends_, label); }
+int Metrics::backend_index(std::string_view label) const noexcept {
+  std::lock_guard lock(labels_mu_);
+  return index_of(backends_, label);
+}
+
+int Metrics::add_label(std::vector<std::string>& names, std::size_t cap, std::string_view v) {
+  std::lock_guard lock(labels_mu_);
+  if (const int i = index_of(names, v); i >= 0) return i;
+  if (names.size() >= cap) return -1;
+  names.emplace_back(v);
+  return static_cast<int>(names.size() - 1);
+}
+
+int Metrics::add_model(std::string_view alias) { return add_label(models_, model_cap_, alias); }
+int Metrics::add_backend(std::string_view label) { return add_label(backends_, backend_cap_, label); }
 
 Metrics::Worker::Worker(const Metrics& m) : m_(m) {
-  const std::size_t models = m.models_.size() + 1, backends = m.backends_.size();
+  const std::size_t models = m.model_cap_ + 1, backends = m.backend_cap_;
   backend_in_flight_ = std::make_unique<std::atomic<std::int64_t>[]>(backends);
   duration_.assign(models * kDurationN, 0);
   ttft_.assign(models * kTtftN, 0);
@@ -125,7 +151,7 @@ Metrics::Worker& Metrics::add_worker() {
 }
 
 void Metrics::Worker::record(const RequestRecord& r, int model, int tier) {
-  if (model < 0 || static_cast<std::size_t>(model) >= m_.models_.size()) model = -1;
+  if (model < 0 || static_cast<std::size_t>(model) >= m_.model_cap_) model = -1;
   if (tier < 0 || static_cast<std::size_t>(tier) >= m_.tiers_.size()) tier = -1;
   const std::size_t mi = static_cast<std::size_t>(model + 1);  // row 0: no model
   const double wall_s = r.wall_ms / 1000.0;
@@ -143,12 +169,12 @@ void Metrics::Worker::record(const RequestRecord& r, int model, int tier) {
 }
 
 void Metrics::Worker::upstream_started(int backend) noexcept {
-  if (backend < 0 || static_cast<std::size_t>(backend) >= m_.backends_.size()) return;
+  if (backend < 0 || static_cast<std::size_t>(backend) >= m_.backend_cap_) return;
   bump(backend_in_flight_[static_cast<std::size_t>(backend)], 1);
 }
 
 void Metrics::Worker::upstream_finished(int backend, bool failed, double seconds) {
-  if (backend < 0 || static_cast<std::size_t>(backend) >= m_.backends_.size()) return;
+  if (backend < 0 || static_cast<std::size_t>(backend) >= m_.backend_cap_) return;
   const auto b = static_cast<std::size_t>(backend);
   bump(backend_in_flight_[b], -1);
   std::lock_guard lock(mu_);
@@ -159,6 +185,7 @@ void Metrics::Worker::upstream_finished(int backend, bool failed, double seconds
 }
 
 void Metrics::render(std::string& o) const {
+  std::unique_lock labels(labels_mu_);  // held while the label rows are read
   const std::size_t models = models_.size() + 1, backends = backends_.size();
   std::map<std::uint64_t, std::uint64_t> requests;  // sorted: stable output
   std::vector<std::uint64_t> duration(models * kDurationN), ttft(models * kTtftN), prompt(models), completion(models);

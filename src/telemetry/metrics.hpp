@@ -61,13 +61,22 @@ class Metrics {
   int model_index(std::string_view alias) const noexcept;
   int tier_index(std::string_view tier) const noexcept;
   int backend_index(std::string_view label) const noexcept;
+  // The index of a label, adding it if new (a configuration reload brings new aliases
+  // and backends); -1 once kSpareLabels have been added beyond those given at start.
+  int add_model(std::string_view alias);
+  int add_backend(std::string_view label);
+  static constexpr std::size_t kSpareLabels = 64;
 
   static constexpr double kDurationBuckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
   static constexpr double kTtftBuckets[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60};
   static constexpr double kUpstreamBuckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
 
  private:
+  int add_label(std::vector<std::string>& names, std::size_t cap, std::string_view v);
+
+  mutable std::mutex labels_mu_;  // guards additions to models_ and backends_ (capacity reserved)
   std::vector<std::string> models_, tiers_, backends_;
+  std::size_t model_cap_, backend_cap_;
   mutable std::mutex mu_;  // guards workers_ (the list, not their counts)
   std::vector<std::unique_ptr<Worker>> workers_;
 };

@@ -24,7 +24,9 @@ struct RequestRecord {
   std::string alias;               // model as the client asked
   std::string_view model;          // real model sent upstream
   std::string_view provider;
-  std::string_view backend;        // host:port of the upstream
+  std::string_view backend;        // name of the backend (default host:port) that answered last
+  int attempts = 0;                // upstream exchanges tried (more than 1: retries or fallbacks)
+  std::string_view served_by;      // the alias whose backends answered, when not the one asked (canary, fallback)
   int status = 0;
   Reason reason = Reason::ok;
   std::string error;               // short message for local replies / failures

@@ -17,6 +17,7 @@ Breaker::Breaker(BreakerSettings s) : s_(s), window_(s.window) {}
 
 void Breaker::open(Clock::time_point now) {
   state_ = State::open;
+  seen_.store(state_, std::memory_order_relaxed);
   opened_at_ = now;
   ++counts_.opened;
 }
@@ -24,12 +25,14 @@ void Breaker::open(Clock::time_point now) {
 void Breaker::advance(Clock::time_point now) {
   if (state_ == State::open && now - opened_at_ >= s_.open_for) {
     state_ = State::half_open;
+    seen_.store(state_, std::memory_order_relaxed);
     probes_sent_ = probes_ok_ = 0;
     ++counts_.half_opened;
   }
 }
 
 bool Breaker::allow(Clock::time_point now) {
+  if (seen_.load(std::memory_order_relaxed) == State::closed) return true;  // the common case, lock-free
   std::lock_guard lock(mu_);
   advance(now);
   switch (state_) {
@@ -57,6 +60,7 @@ void Breaker::record(Clock::time_point now, bool failed, double latency_ms) {
       open(now);
     } else if (++probes_ok_ >= s_.half_open_probes) {
       state_ = State::closed;
+      seen_.store(state_, std::memory_order_relaxed);
       ++counts_.closed;
       window_.clear();  // a fresh window: the old failures are what opened it
     }
@@ -84,6 +88,7 @@ void Breaker::evaluate(Clock::time_point now) {
 }
 
 Breaker::State Breaker::state(Clock::time_point now) {
+  if (seen_.load(std::memory_order_relaxed) == State::closed) return State::closed;
   std::lock_guard lock(mu_);
   advance(now);
   return state_;

@@ -4,7 +4,7 @@
 // above a threshold; after `open_for` it lets `half_open_probes` requests through, and
 // closes when they all succeed (fast enough), or opens again on the first failure.
 // Pure logic; time is passed in, so tests need no clock. Thread-safe (one mutex).
-#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -56,6 +56,7 @@ class Breaker {
   BreakerSettings s_;
   mutable std::mutex mu_;
   State state_ = State::closed;
+  std::atomic<State> seen_{State::closed};  // state_ as of the last change, read without the lock
   Clock::time_point opened_at_{};
   std::uint32_t probes_sent_ = 0, probes_ok_ = 0;
   Clock::time_point probe_at_{};  // the last half-open probe let through

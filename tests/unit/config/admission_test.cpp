@@ -70,7 +70,7 @@ TEST_F(AdmissionConfigTest, DefaultsWithoutAdmissionSections) {
   }
   for (const auto& rt : c.routes) {
     EXPECT_EQ(rt.max_in_flight, 0) << rt.alias;
-    EXPECT_EQ(rt.backend_max_in_flight, 0) << rt.alias;
+    for (const auto& b : rt.backends) EXPECT_EQ(b.max_in_flight, 0) << rt.alias;
   }
 }
 
@@ -580,11 +580,32 @@ TEST_F(AdmissionConfigTest, RouteMaxInFlight) {
       "    backend_max_in_flight: 4\n");
   ASSERT_TRUE(r.ok()) << all_errors(r);
   EXPECT_EQ(r.config->find_route("a")->max_in_flight, 8);
-  EXPECT_EQ(r.config->find_route("a")->backend_max_in_flight, 16);
+  EXPECT_EQ(r.config->find_route("a")->backends[0].max_in_flight, 16);
   EXPECT_EQ(r.config->find_route("b")->max_in_flight, 0);
-  EXPECT_EQ(r.config->find_route("b")->backend_max_in_flight, 16);
-  EXPECT_EQ(r.config->find_route("c")->backend_max_in_flight, 2);
-  EXPECT_EQ(r.config->find_route("s2")->backend_max_in_flight, 4);
+  EXPECT_EQ(r.config->find_route("b")->backends[0].max_in_flight, 16);
+  EXPECT_EQ(r.config->find_route("c")->backends[0].max_in_flight, 2);
+  EXPECT_EQ(r.config->find_route("s1")->backends[0].max_in_flight, 3);
+  EXPECT_EQ(r.config->find_route("s2")->backends[0].max_in_flight, 4);
+}
+
+TEST_F(AdmissionConfigTest, RoutesSharingABackendTakeTheLimitOneOfThemSets) {
+  // Same host:port and model: one backend (10.0.0.5:8000). Only route a sets the limit;
+  // b, which sets none, shares it.
+  auto r = load(
+      "models:\n"
+      "  - alias: a\n"
+      "    provider: openai\n"
+      "    base_url: http://10.0.0.5:8000/v1\n"
+      "    model: m\n"
+      "    backend_max_in_flight: 16\n"
+      "  - alias: b\n"
+      "    provider: openai\n"
+      "    base_url: http://10.0.0.5:8000/v1\n"
+      "    model: m\n");
+  ASSERT_TRUE(r.ok()) << all_errors(r);
+  EXPECT_EQ(r.config->find_route("a")->backends[0].name, "10.0.0.5:8000");
+  EXPECT_EQ(r.config->find_route("b")->backends[0].name, "10.0.0.5:8000");
+  EXPECT_EQ(r.config->find_route("b")->backends[0].max_in_flight, 16);
 }
 
 TEST_F(AdmissionConfigTest, RoutesToOneBackendMustAgreeOnItsLimit) {
@@ -594,27 +615,30 @@ TEST_F(AdmissionConfigTest, RoutesToOneBackendMustAgreeOnItsLimit) {
       "    provider: openai\n"                       // 3
       "    base_url: http://10.0.0.5:8000/v1\n"      // 4
       "    backend_max_in_flight: 16\n"              // 5
-      "  - alias: b\n"                               // 6
-      "    provider: ollama\n"                       // 7
-      "    base_url: http://10.0.0.5:8000\n"         // 8
-      "    backend_max_in_flight: 8\n"               // 9
-      "  - alias: c\n"                               // 10
-      "    provider: openai\n"                       // 11
-      "    base_url: http://10.0.0.5:8001/v1\n"      // 12
-      "    backend_max_in_flight: 8\n"               // 13
-      "  - alias: d\n"                               // 14
-      "    provider: openai\n"                       // 15
-      "    base_url: http://10.0.0.5:8000/v1\n"      // 16
-      "    max_in_flight: -2\n";                     // 17
+      "    model: m\n"                               // 6
+      "  - alias: b\n"                               // 7
+      "    provider: openai\n"                       // 8
+      "    base_url: http://10.0.0.5:8000/v1/\n"     // 9
+      "    backend_max_in_flight: 8\n"               // 10
+      "    model: m\n"                               // 11
+      "  - alias: c\n"                               // 12
+      "    provider: openai\n"                       // 13
+      "    base_url: http://10.0.0.5:8001/v1\n"      // 14
+      "    backend_max_in_flight: 8\n"               // 15
+      "    model: m\n"                               // 16
+      "  - alias: d\n"                               // 17
+      "    provider: openai\n"                       // 18
+      "    base_url: http://10.0.0.6:8000/v1\n"      // 19
+      "    max_in_flight: -2\n";                     // 20
   auto r = load(yaml);
   ASSERT_FALSE(r.ok());
   auto e = error_at(r, "models[1].alias");
-  EXPECT_EQ(e.line, 6);
+  EXPECT_EQ(e.line, 7);
   EXPECT_THAT(e.message, HasSubstr("backend_max_in_flight 8 differs from 16"));
   EXPECT_THAT(e.message, HasSubstr("'a'"));
-  EXPECT_THAT(e.message, HasSubstr("10.0.0.5:8000"));
+  EXPECT_THAT(e.message, HasSubstr("the same backend 10.0.0.5:8000"));
   auto m = error_at(r, "models[3].max_in_flight");
-  EXPECT_EQ(m.line, 17);
+  EXPECT_EQ(m.line, 20);
   EXPECT_EQ(r.errors.size(), 2u) << all_errors(r);
 }
 

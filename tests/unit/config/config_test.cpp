@@ -63,10 +63,10 @@ TEST_F(ConfigTest, ExampleConfigLoadsWithEmptyEnv) {
   EXPECT_EQ(c.listen_port, 8080);
   const Route* demo = c.find_route("demo");
   ASSERT_NE(demo, nullptr);
-  EXPECT_EQ(demo->backend.provider, Provider::simulated);
-  EXPECT_EQ(demo->backend.sim.ttft, Millis(150));
-  EXPECT_EQ(demo->backend.sim.inter_token, Millis(30));
-  EXPECT_EQ(demo->backend.model, "demo");
+  EXPECT_EQ(demo->backends[0].provider, Provider::simulated);
+  EXPECT_EQ(demo->backends[0].sim.ttft, Millis(150));
+  EXPECT_EQ(demo->backends[0].sim.inter_token, Millis(30));
+  EXPECT_EQ(demo->backends[0].model, "demo");
   const ApiKey* k = c.find_key("sk-demo-0000000000000000");
   ASSERT_NE(k, nullptr);
   EXPECT_EQ(k->name, "demo");
@@ -97,8 +97,16 @@ TEST_F(ConfigTest, MinimalConfigGetsDefaults) {
   EXPECT_EQ(c.access_log, "-");
   EXPECT_TRUE(c.keys.empty());
   ASSERT_EQ(c.routes.size(), 1u);
-  EXPECT_EQ(c.routes[0].backend.model, "demo");
-  EXPECT_EQ(c.routes[0].backend.sim.max_in_flight, 64);
+  ASSERT_EQ(c.routes[0].backends.size(), 1u);
+  EXPECT_EQ(c.routes[0].backends[0].model, "demo");
+  EXPECT_EQ(c.routes[0].backends[0].sim.max_in_flight, 64);
+  EXPECT_EQ(c.routes[0].backends[0].name, "simulated:demo");
+  EXPECT_EQ(c.routes[0].balance, Balance::least_connections);
+  EXPECT_EQ(c.routes[0].retries, 2);
+  EXPECT_TRUE(c.routes[0].fallbacks.empty());
+  EXPECT_FALSE(c.routes[0].canary.has_value());
+  EXPECT_FALSE(c.routes[0].breaker.has_value());
+  EXPECT_FALSE(c.routes[0].canned_reply.has_value());
   // instance defaults to "<hostname>:<port>".
   EXPECT_THAT(c.instance, ::testing::EndsWith(":8080"));
   EXPECT_GT(c.instance.size(), 5u);
@@ -399,7 +407,7 @@ TEST_F(ConfigTest, BaseUrlParsing) {
                 "    provider: openai\n"
                 "    base_url: https://[::1]:8443/\n");
   ASSERT_TRUE(r.ok()) << all_errors(r);
-  const Backend& gpt = r.config->find_route("gpt")->backend;
+  const Backend& gpt = r.config->find_route("gpt")->backends[0];
   EXPECT_TRUE(gpt.tls);
   EXPECT_EQ(gpt.host, "api.openai.com");
   EXPECT_EQ(gpt.port, 443);
@@ -407,19 +415,19 @@ TEST_F(ConfigTest, BaseUrlParsing) {
   EXPECT_EQ(gpt.model, "gpt-4o-mini");
   EXPECT_EQ(gpt.base_url, "https://api.openai.com/v1/");
   EXPECT_TRUE(gpt.tls_verify);
-  const Backend& llama = r.config->find_route("llama")->backend;
+  const Backend& llama = r.config->find_route("llama")->backends[0];
   EXPECT_EQ(llama.provider, Provider::ollama);
   EXPECT_FALSE(llama.tls);
   EXPECT_EQ(llama.host, "127.0.0.1");
   EXPECT_EQ(llama.port, 11434);
   EXPECT_EQ(llama.path_prefix, "");
   EXPECT_EQ(llama.model, "llama");
-  const Backend& plain = r.config->find_route("plain")->backend;
+  const Backend& plain = r.config->find_route("plain")->backends[0];
   EXPECT_FALSE(plain.tls);
   EXPECT_EQ(plain.port, 80);
   EXPECT_EQ(plain.path_prefix, "/a/b");
   EXPECT_FALSE(plain.tls_verify);
-  const Backend& v6 = r.config->find_route("v6")->backend;
+  const Backend& v6 = r.config->find_route("v6")->backends[0];
   EXPECT_EQ(v6.host, "::1");
   EXPECT_EQ(v6.port, 8443);
   EXPECT_EQ(v6.path_prefix, "");
@@ -469,7 +477,7 @@ TEST_F(ConfigTest, CaFileResolvedAgainstBaseDir) {
       "    ca_file: certs/ca.pem\n";
   auto r = load(yaml, dir.path());
   ASSERT_TRUE(r.ok()) << all_errors(r);
-  EXPECT_EQ(std::filesystem::path(r.config->routes[0].backend.ca_file),
+  EXPECT_EQ(std::filesystem::path(r.config->routes[0].backends[0].ca_file),
             std::filesystem::path(dir.path()) / "certs/ca.pem");
   r = load(yaml, dir.path() + "/nowhere");
   ASSERT_FALSE(r.ok());
@@ -498,7 +506,7 @@ TEST_F(ConfigTest, SimSettingsParsed) {
                 "      slow_first_token: 2s\n"
                 "      seed: 18446744073709551615\n");
   ASSERT_TRUE(r.ok()) << all_errors(r);
-  const SimSettings& s = r.config->routes[0].backend.sim;
+  const SimSettings& s = r.config->routes[0].backends[0].sim;
   EXPECT_EQ(s.ttft, Millis(1000));
   EXPECT_DOUBLE_EQ(s.ttft_per_prompt_token_ms, 0.5);
   EXPECT_EQ(s.inter_token, Millis(5));
@@ -757,10 +765,10 @@ TEST_F(ConfigTest, ModelApiKeyEnvOverride) {
                 "    provider: ollama\n"
                 "    base_url: http://127.0.0.1:11434\n");
   ASSERT_TRUE(r.ok()) << all_errors(r);
-  EXPECT_EQ(r.config->find_route("gpt-4o-mini")->backend.api_key, "sk-override-1234567890");
-  EXPECT_EQ(r.config->find_route("other")->backend.api_key, "sk-openai-default-1234");
-  EXPECT_EQ(r.config->find_route("own")->backend.api_key, "sk-own-1234567890ab");
-  EXPECT_EQ(r.config->find_route("local")->backend.api_key, "");  // OPENAI_API_KEY is openai-only
+  EXPECT_EQ(r.config->find_route("gpt-4o-mini")->backends[0].api_key, "sk-override-1234567890");
+  EXPECT_EQ(r.config->find_route("other")->backends[0].api_key, "sk-openai-default-1234");
+  EXPECT_EQ(r.config->find_route("own")->backends[0].api_key, "sk-own-1234567890ab");
+  EXPECT_EQ(r.config->find_route("local")->backends[0].api_key, "");  // OPENAI_API_KEY is openai-only
 }
 
 TEST_F(ConfigTest, AnthropicProviderTakesAnthropicApiKey) {
@@ -772,7 +780,7 @@ TEST_F(ConfigTest, AnthropicProviderTakesAnthropicApiKey) {
                 "    base_url: https://api.anthropic.com\n"
                 "    model: claude-sonnet-4-5\n");
   ASSERT_TRUE(r.ok()) << all_errors(r);
-  const auto& b = r.config->find_route("claude")->backend;
+  const auto& b = r.config->find_route("claude")->backends[0];
   EXPECT_EQ(b.provider, Provider::anthropic);
   EXPECT_EQ(b.api_key, "sk-ant-default-123456");
   EXPECT_EQ(b.path_prefix, "");
@@ -796,13 +804,13 @@ TEST_F(ConfigTest, ApiKeyEnvForProvider) {
   fake_env_vars()["MY_OPENAI"] = "sk-my-1234567890abcd";
   r = load(yaml);
   ASSERT_TRUE(r.ok()) << all_errors(r);
-  EXPECT_EQ(r.config->routes[0].backend.api_key, "sk-my-1234567890abcd");
+  EXPECT_EQ(r.config->routes[0].backends[0].api_key, "sk-my-1234567890abcd");
   // The per-route override wins even when api_key_env's variable is unset.
   fake_env_vars().clear();
   fake_env_vars()["SLUICE_MODEL_GPT_API_KEY"] = "sk-route-1234567890ab";
   r = load(yaml);
   ASSERT_TRUE(r.ok()) << all_errors(r);
-  EXPECT_EQ(r.config->routes[0].backend.api_key, "sk-route-1234567890ab");
+  EXPECT_EQ(r.config->routes[0].backends[0].api_key, "sk-route-1234567890ab");
 }
 
 TEST_F(ConfigTest, EmptyEnvValueCountsAsUnset) {
@@ -833,8 +841,9 @@ TEST_F(ConfigTest, DescribeNeverShowsSecrets) {
   ASSERT_TRUE(r.ok()) << all_errors(r);
   const std::string d = describe(*r.config);
   EXPECT_THAT(d, HasSubstr("127.0.0.1:8081"));
-  EXPECT_THAT(d, HasSubstr("demo -> simulated"));
-  EXPECT_THAT(d, HasSubstr("gpt -> openai https://api.openai.com:443/v1 model gpt-4o-mini"));
+  EXPECT_THAT(d, HasSubstr("  demo: retries 2\n    -> simulated"));
+  EXPECT_THAT(d, HasSubstr("  gpt: retries 2\n    -> openai https://api.openai.com:443/v1 model gpt-4o-mini"));
+  EXPECT_THAT(d, HasSubstr("name api.openai.com:443\n"));
   EXPECT_THAT(d, HasSubstr("app tenant=acme tier=gold"));
   EXPECT_THAT(d, HasSubstr("1a2b"));  // masked form keeps the tail
   for (const char* secret : {"sk-live-clientsecret-1a2b", "clientsecret", "sk-proj-providersecret-4242",

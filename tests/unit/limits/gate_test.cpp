@@ -53,16 +53,19 @@ config::Route make_route(std::string alias, int max_in_flight = 0, int backend_m
   config::Route r;
   r.alias = alias;
   r.max_in_flight = max_in_flight;
-  r.backend_max_in_flight = backend_max;
+  config::Backend& b = r.backends.emplace_back();
+  b.max_in_flight = backend_max;
   if (host.empty()) {
-    r.backend.provider = config::Provider::simulated;
+    b.provider = config::Provider::simulated;
+    b.name = "simulated:" + alias;
   } else {
-    r.backend.provider = config::Provider::openai;
-    r.backend.host = host;
-    r.backend.port = port;
-    r.backend.base_url = "http://" + host + ":" + std::to_string(port);
+    b.provider = config::Provider::openai;
+    b.host = host;
+    b.port = port;
+    b.base_url = "http://" + host + ":" + std::to_string(port);
+    b.name = host + ":" + std::to_string(port);  // as the loader names it
   }
-  r.backend.model = alias;
+  b.model = alias;
   return r;
 }
 

@@ -1,0 +1,779 @@
+#include "gateway/router.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/as_tuple.hpp>
+#include <algorithm>
+#include <iostream>
+#include <optional>
+#include <cstdio>
+#include <stdexcept>
+
+#include "common/text.hpp"
+#include "llm/anthropic.hpp"
+#include "llm/chat.hpp"
+#include "sim/sim.hpp"
+#include "telemetry/metrics.hpp"
+
+namespace sluice::gateway {
+
+namespace net = boost::asio;
+using Clock = std::chrono::steady_clock;
+using Ms = std::chrono::milliseconds;
+
+namespace {
+
+std::int64_t unix_ms_now() {
+  return std::chrono::duration_cast<Ms>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+upstream::HealthSettings health_settings(const config::HealthConfig& h) {
+  return {.unhealthy_after = h.unhealthy_after,
+          .healthy_after = h.healthy_after,
+          .eject_after = h.eject_after,
+          .eject_for = h.eject_for};
+}
+
+upstream::Policy policy_of(config::Balance b) {
+  switch (b) {
+    case config::Balance::round_robin: return upstream::Policy::round_robin;
+    case config::Balance::weighted: return upstream::Policy::weighted;
+    case config::Balance::least_connections: return upstream::Policy::least_connections;
+    case config::Balance::latency: return upstream::Policy::latency;
+  }
+  return upstream::Policy::least_connections;
+}
+
+bool same_breaker(const config::BreakerConfig& a, const config::BreakerConfig& b) {
+  return a.enabled == b.enabled && a.window == b.window && a.min_requests == b.min_requests &&
+         a.error_rate == b.error_rate && a.p95_ttft == b.p95_ttft && a.open_for == b.open_for &&
+         a.half_open_probes == b.half_open_probes;
+}
+
+constexpr auto nothrow = net::as_tuple(net::use_awaitable);
+
+// http[s]://host[:port][/path] (validated at load) -> where to connect, and the path.
+std::optional<std::pair<http::Target, std::string>> parse_webhook(std::string_view url) {
+  http::Target t;
+  if (url.starts_with("https://")) {
+    t.tls = true;
+    t.port = 443;
+    url.remove_prefix(8);
+  } else if (url.starts_with("http://")) {
+    url.remove_prefix(7);
+  } else {
+    return std::nullopt;
+  }
+  const auto slash = url.find('/');
+  std::string path = slash == std::string_view::npos ? "/" : std::string(url.substr(slash));
+  std::string_view hostport = url.substr(0, slash);
+  std::string_view port;
+  if (hostport.starts_with('[')) {
+    const auto close = hostport.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    t.host = std::string(hostport.substr(1, close - 1));
+    if (close + 1 < hostport.size() && hostport[close + 1] == ':') port = hostport.substr(close + 2);
+  } else if (const auto colon = hostport.rfind(':'); colon != std::string_view::npos) {
+    t.host = std::string(hostport.substr(0, colon));
+    port = hostport.substr(colon + 1);
+  } else {
+    t.host = std::string(hostport);
+  }
+  if (!port.empty()) {
+    int p = 0;
+    for (char c : port) {
+      if (c < '0' || c > '9') return std::nullopt;
+      p = p * 10 + (c - '0');
+      if (p > 65535) return std::nullopt;
+    }
+    t.port = static_cast<std::uint16_t>(p);
+  }
+  if (t.host.empty()) return std::nullopt;
+  return std::pair{std::move(t), std::move(path)};
+}
+
+}  // namespace
+
+upstream::BreakerSettings breaker_settings(const config::BreakerConfig& c) {
+  return {.window = c.window,
+          .min_requests = static_cast<std::uint32_t>(c.min_requests),
+          .error_rate = c.error_rate,
+          .p95_latency_ms = static_cast<double>(c.p95_ttft.count()),
+          .open_for = c.open_for,
+          .half_open_probes = static_cast<std::uint32_t>(c.half_open_probes)};
+}
+
+BackendRuntime::BackendRuntime(std::string n, upstream::HealthSettings hs) : name(std::move(n)), health(hs) {}
+
+BackendRuntime::~BackendRuntime() {
+  if (sim) {
+    sim->shutdown(Ms(100));
+    sim->join();
+  }
+}
+
+bool BackendRuntime::usable(Clock::time_point now) const {
+  if (!health.usable(now)) return false;
+  if (cfg.max_in_flight > 0 && in_flight.load(std::memory_order_relaxed) >= cfg.max_in_flight) return false;
+  if (breaker && breaker->state(now) == upstream::Breaker::State::open) return false;
+  if (provider && provider->breaker && provider->breaker->state(now) == upstream::Breaker::State::open) return false;
+  return true;
+}
+
+std::string_view BackendRuntime::state_word(Clock::time_point now) const {
+  const auto h = health.snapshot(now);
+  if (!h.healthy) return "unhealthy";
+  if (h.ejected) return "ejected";
+  if (breaker) {
+    const auto s = breaker->state(now);
+    if (s == upstream::Breaker::State::open) return "breaker_open";
+    if (s == upstream::Breaker::State::half_open) return "breaker_half_open";
+  }
+  if (provider && provider->breaker) {
+    const auto s = provider->breaker->state(now);
+    if (s == upstream::Breaker::State::open) return "provider_breaker_open";
+    if (s == upstream::Breaker::State::half_open) return "provider_breaker_half_open";
+  }
+  return "up";
+}
+
+// The probe and monitor thread: one event loop with its own HTTP client.
+struct Router::Impl {
+  net::io_context io;
+  std::unique_ptr<http::Client> client = http::Client::create(io.get_executor(), 4);
+  std::thread thread;
+  std::atomic<bool> started{false};
+  std::unordered_map<std::string, std::string> last_state;  // backend name -> state word (monitor)
+  std::unordered_map<std::string, bool> probing;            // backend name -> probe in flight
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+};
+
+Router::Router(std::shared_ptr<const config::Config> cfg, telemetry::Metrics* metrics)
+    : impl_(std::make_unique<Impl>()), metrics_(metrics) {
+  install(std::move(cfg));
+}
+
+Router::~Router() { stop(); }
+
+std::shared_ptr<const RoutingTable> Router::table() const {
+  std::lock_guard lock(mu_);
+  return table_;
+}
+
+std::shared_ptr<BackendRuntime> Router::backend_for(const config::Config& cfg, const config::Route& route,
+                                                    const config::Backend& b) {
+  const config::BreakerConfig& bc = route.breaker ? *route.breaker : cfg.routing.breaker;
+  if (auto it = backends_.find(b.name); it != backends_.end()) {
+    const auto& old = *it->second;
+    // Unchanged: keep its state. (For `simulated`, the embedded server's own address
+    // replaced host and port: compare what was configured.)
+    config::Backend configured = old.cfg;
+    if (b.provider == config::Provider::simulated) {
+      configured.host = b.host;
+      configured.port = b.port;
+      configured.tls = b.tls;
+      configured.path_prefix = b.path_prefix;
+    }
+    if (configured == b && same_breaker(old.breaker_cfg, bc) && old.provider &&
+        (old.provider->breaker != nullptr) == cfg.routing.provider_breaker.enabled) {
+      return it->second;
+    }
+  }
+  auto be = std::make_shared<BackendRuntime>(b.name, health_settings(cfg.routing.health));
+  be->cfg = b;
+  be->breaker_cfg = bc;
+  if (bc.enabled) be->breaker = std::make_unique<upstream::Breaker>(breaker_settings(bc));
+  if (b.provider == config::Provider::simulated) {
+    // The demo provider: the simulator's HTTP face, embedded in this process on a loopback
+    // port, so the demo exercises the same path as a real upstream.
+    sim::SimServerOptions so;
+    so.settings = b.sim;
+    so.models = {b.model};
+    so.workers = 1;
+    try {
+      be->sim = sim::SimServer::start(so);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("backend " + b.name + ": the embedded simulator did not start: " + e.what());
+    }
+    be->cfg.tls = false;
+    be->cfg.host = "127.0.0.1";
+    be->cfg.port = be->sim->port();
+    be->cfg.path_prefix = "";
+    be->wire = config::Provider::openai;
+  } else {
+    be->wire = b.provider;
+  }
+  be->target.tls = be->cfg.tls;
+  be->target.host = be->cfg.host;
+  be->target.port = be->cfg.port;
+  be->target.verify = be->cfg.tls_verify;
+  be->target.ca_file = be->cfg.ca_file;
+  if (be->wire == config::Provider::anthropic) {
+    if (!b.api_key.empty()) be->credentials.emplace_back("x-api-key", b.api_key);
+    be->credentials.emplace_back("anthropic-version", "2023-06-01");
+  } else if (!b.api_key.empty()) {
+    be->credentials.emplace_back("Authorization", "Bearer " + b.api_key);
+  }
+  be->label = be->cfg.host + ":" + std::to_string(be->cfg.port);
+  be->record_name = *interned_.insert(b.name).first;
+  be->record_model = *interned_.insert(b.model).first;
+  if (metrics_) be->metrics_backend = metrics_->add_backend(b.name);
+  // The provider endpoint: every backend on one provider's host shares its fate (an API
+  // outage, an account's rate limit).
+  const std::string pkey = b.provider == config::Provider::simulated
+                               ? "simulated://" + b.name
+                               : std::string(config::to_string(b.provider)) + "://" + b.host + ":" + std::to_string(b.port);
+  auto& prov = providers_[pkey];
+  const bool want = cfg.routing.provider_breaker.enabled;
+  if (!prov || (prov->breaker != nullptr) != want) {
+    prov = std::make_shared<ProviderRuntime>();
+    prov->key = pkey;
+    if (want) prov->breaker = std::make_unique<upstream::Breaker>(breaker_settings(cfg.routing.provider_breaker));
+  }
+  be->provider = prov;
+  return be;
+}
+
+void Router::install(std::shared_ptr<const config::Config> cfg) {
+  std::lock_guard lock(mu_);
+  auto t = std::make_shared<RoutingTable>();
+  t->cfg = cfg;
+  t->version = version_.load() + 1;
+  t->loaded_unix_ms = unix_ms_now();
+  const auto old = table_;
+  std::unordered_map<std::string, std::shared_ptr<BackendRuntime>> fresh;
+  // First every route's backends (a failure here leaves everything as it was).
+  for (const auto& route : cfg->routes) {
+    RouteRuntime rr;
+    rr.route = &route;
+    rr.record_alias = *interned_.insert(route.alias).first;
+    if (metrics_) rr.metrics_model = metrics_->add_model(route.alias);
+    std::vector<int> weights;
+    for (const auto& b : route.backends) {
+      auto it = fresh.find(b.name);
+      std::shared_ptr<BackendRuntime> be = it != fresh.end() ? it->second : backend_for(*cfg, route, b);
+      fresh[b.name] = be;
+      rr.members.push_back(be);
+      weights.push_back(b.weight);
+    }
+    // Keep the balancer (its in-flight counts and TTFT averages) and the canary judge when
+    // the route's members and policy did not change.
+    const RouteRuntime* before = old ? old->find(route.alias) : nullptr;
+    bool same_members = before && before->members.size() == rr.members.size() &&
+                        before->route->balance == route.balance;
+    for (std::size_t i = 0; same_members && i < rr.members.size(); ++i) {
+      same_members = before->members[i] == rr.members[i] && before->route->backends[i].weight == route.backends[i].weight;
+    }
+    rr.balancer = same_members ? before->balancer
+                               : std::make_shared<upstream::Balancer>(policy_of(route.balance), std::move(weights));
+    if (route.canary) {
+      const auto& c = *route.canary;
+      const bool same_canary = before && before->route->canary && before->judge &&
+                               before->route->canary->alias == c.alias && before->route->canary->window == c.window &&
+                               before->route->canary->min_requests == c.min_requests &&
+                               before->route->canary->max_error_rate_increase == c.max_error_rate_increase &&
+                               before->route->canary->max_ttft_ratio == c.max_ttft_ratio;
+      rr.judge = same_canary ? before->judge
+                             : std::make_shared<upstream::CanaryJudge>(upstream::CanarySettings{
+                                   .window = c.window,
+                                   .min_requests = static_cast<std::uint32_t>(c.min_requests),
+                                   .max_error_rate_increase = c.max_error_rate_increase,
+                                   .max_ttft_ratio = c.max_ttft_ratio});
+    }
+    auto& st = stats_[route.alias];
+    if (!st) st = std::make_shared<RouteStats>();
+    rr.stats = st;
+    t->routes.emplace(route.alias, std::move(rr));
+  }
+  // Then the links between routes (validated: every name exists).
+  for (const auto& route : cfg->routes) {
+    auto& rr = t->routes.at(route.alias);
+    if (route.canary) rr.canary = t->find(route.canary->alias);
+    for (const auto& f : route.fallbacks) {
+      if (const auto* fr = t->find(f)) rr.fallbacks.push_back(fr);
+    }
+  }
+  backends_ = std::move(fresh);
+  // Providers no backend uses any more.
+  for (auto it = providers_.begin(); it != providers_.end();) {
+    it = it->second.use_count() == 1 ? providers_.erase(it) : std::next(it);
+  }
+  table_ = std::move(t);
+  version_.store(table_->version, std::memory_order_release);
+}
+
+void Router::note_reload(bool ok, std::string message) {
+  std::lock_guard lock(mu_);
+  if (ok) {
+    ++reload_.ok;
+  } else {
+    ++reload_.failed;
+    reload_.last_error = std::move(message);
+  }
+  reload_.last_unix_ms = unix_ms_now();
+}
+
+Router::ReloadStatus Router::reload_status() const {
+  std::lock_guard lock(mu_);
+  return reload_;
+}
+
+std::vector<std::shared_ptr<BackendRuntime>> Router::backends() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<BackendRuntime>> v;
+  for (const auto& [n, b] : backends_) v.push_back(b);
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a->name < b->name; });
+  return v;
+}
+
+std::vector<std::shared_ptr<ProviderRuntime>> Router::providers() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<ProviderRuntime>> v;
+  for (const auto& [k, p] : providers_) v.push_back(p);
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a->key < b->key; });
+  return v;
+}
+
+namespace {
+
+// A probe: a real one-token completion, not an open port. OK when a 2xx answer carries a
+// completion in the backend's protocol within the timeout.
+net::awaitable<void> probe_one(http::Client& client, std::shared_ptr<BackendRuntime> be, config::Config const& cfg,
+                               Ms timeout, std::function<void(bool changed)> done) {
+  const auto t0 = Clock::now();
+  std::string error;
+  bool ok = false;
+  std::string body = R"({"model":)";
+  append_json_string(body, be->cfg.model);
+  body += R"(,"messages":[{"role":"user","content":"Reply with OK."}],"max_tokens":1,"stream":false})";
+  auto parsed = llm::parse_chat_request(body, cfg);
+  if (auto* req = std::get_if<llm::ChatRequest>(&parsed)) {
+    auto call = be->wire == config::Provider::ollama      ? llm::build_ollama_call(*req, be->cfg)
+                : be->wire == config::Provider::anthropic ? llm::build_anthropic_call(*req, be->cfg)
+                                                          : llm::build_openai_call(*req, be->cfg);
+    http::ClientRequest ureq;
+    ureq.target = std::move(call.target);
+    ureq.body = std::move(call.body);
+    ureq.headers = be->credentials;
+    ureq.headers.emplace_back("X-Sluice-Probe", "1");
+    auto sent = co_await client.send(be->target, ureq, timeout, timeout);
+    if (auto* err = std::get_if<http::ClientError>(&sent)) {
+      error = err->message.empty() ? "no answer" : err->message;
+    } else {
+      auto& resp = *std::get<std::unique_ptr<http::ClientResponse>>(sent);
+      const auto left = std::max(Ms(1), timeout - std::chrono::duration_cast<Ms>(Clock::now() - t0));
+      auto all = co_await resp.read_all(1 << 20, left);
+      if (auto* err = std::get_if<http::ClientError>(&all)) {
+        resp.abort();
+        error = "answer cut: " + err->message;
+      } else if (resp.status() < 200 || resp.status() > 299) {
+        error = "HTTP " + std::to_string(resp.status());
+      } else {
+        auto& text = std::get<std::string>(all);
+        auto done = be->wire == config::Provider::ollama      ? llm::translate_ollama_completion(text, *req, "probe")
+                    : be->wire == config::Provider::anthropic ? llm::translate_anthropic_completion(text, *req, "probe")
+                                                              : llm::read_openai_completion(std::move(text));
+        ok = done.has_value();
+        if (!ok) error = "the answer is not a completion";
+      }
+    }
+  } else {
+    error = "cannot build the probe request";
+  }
+  const auto now = Clock::now();
+  const double ms = std::chrono::duration<double, std::milli>(now - t0).count();
+  done(be->health.probe_result(now, ok, ms, error));
+}
+
+}  // namespace
+
+void Router::start() {
+  if (impl_->started) return;
+  impl_->started = true;
+  impl_->work.emplace(impl_->io.get_executor());
+  // The probe loop: every health.interval, each backend with probe on gets one probe (not
+  // two at once).
+  net::co_spawn(
+      impl_->io,
+      [this]() -> net::awaitable<void> {
+        net::steady_timer t{impl_->io};
+        for (;;) {
+          auto tab = table();
+          const auto& h = tab->cfg->routing.health;
+          if (h.interval.count() > 0) {
+            for (const auto& [name, be] : backends_snapshot_for_probes()) {
+              if (!be->cfg.probe || impl_->probing[name]) continue;
+              impl_->probing[name] = true;
+              auto done = [this, be, tab](bool changed) {
+                impl_->probing[be->name] = false;
+                if (changed) {
+                  const bool healthy = be->health.snapshot(Clock::now()).healthy;
+                  std::string f = R"("backend":)";
+                  append_json_string(f, be->name);
+                  f += R"(,"detail":)";
+                  append_json_string(f, be->health.snapshot(Clock::now()).last_probe_error);
+                  notify(healthy ? "backend.healthy" : "backend.unhealthy", std::move(f));
+                }
+              };
+              net::co_spawn(impl_->io, probe_one(*impl_->client, be, *tab->cfg, h.timeout, std::move(done)),
+                            net::detached);
+            }
+          }
+          t.expires_after(h.interval.count() > 0 ? h.interval : Ms(1000));
+          auto [ec] = co_await t.async_wait(nothrow);
+          if (ec) co_return;
+        }
+      },
+      net::detached);
+  // The monitor: every 250 ms, logs backend state changes and notices routes that lose
+  // or regain a usable backend.
+  net::co_spawn(
+      impl_->io,
+      [this]() -> net::awaitable<void> {
+        net::steady_timer t{impl_->io};
+        for (;;) {
+          t.expires_after(Ms(250));
+          auto [ec] = co_await t.async_wait(nothrow);
+          if (ec) co_return;
+          monitor_tick();
+        }
+      },
+      net::detached);
+  impl_->thread = std::thread([this] { impl_->io.run(); });
+}
+
+void Router::stop() {
+  if (!impl_->started) return;
+  impl_->started = false;
+  impl_->work.reset();
+  impl_->io.stop();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<BackendRuntime>>> Router::backends_snapshot_for_probes() const {
+  std::lock_guard lock(mu_);
+  return {backends_.begin(), backends_.end()};
+}
+
+void Router::monitor_tick() {
+  const auto now = Clock::now();
+  for (const auto& [name, be] : backends_snapshot_for_probes()) {
+    const std::string word(be->state_word(now));
+    auto& last = impl_->last_state[name];
+    if (last.empty()) last = "up";
+    if (word == last) continue;
+    std::string f = R"("backend":)";
+    append_json_string(f, name);
+    f += R"(,"from":)";
+    append_json_string(f, last);
+    f += R"(,"to":)";
+    append_json_string(f, word);
+    std::string why;
+    if (word == "breaker_open" && be->breaker) why = be->breaker->last_reason();
+    else if (word == "provider_breaker_open" && be->provider && be->provider->breaker) why = be->provider->breaker->last_reason();
+    else if (word == "unhealthy") why = be->health.snapshot(now).last_probe_error;
+    else if (word == "ejected") why = "consecutive failed requests";
+    if (!why.empty()) {
+      f += R"(,"detail":)";
+      append_json_string(f, why);
+    }
+    last = word;
+    notify("backend.state", std::move(f));
+  }
+  auto tab = table();
+  for (const auto& [alias, rr] : tab->routes) {
+    std::string down;
+    for (const auto& m : rr.members) {
+      if (m->usable(now)) continue;
+      if (!down.empty()) down += ',';
+      append_json_string(down, m->name);
+    }
+    const bool degraded = !down.empty();
+    if (rr.stats->degraded.exchange(degraded) == degraded) continue;
+    std::string f = R"("route":)";
+    append_json_string(f, alias);
+    f += R"(,"unusable":[)" + down + "]";
+    notify(degraded ? "route.degraded" : "route.recovered", std::move(f));
+  }
+}
+
+void Router::notify(std::string event, std::string fields) {
+  std::string body = R"({"event":)";
+  append_json_string(body, event);
+  body += R"(,"unix_ms":)" + std::to_string(unix_ms_now()) + "," + fields + "}";
+  std::cerr << "sluice: routing " << body << std::endl;
+  std::string url;
+  {
+    std::lock_guard lock(mu_);
+    if (table_) url = table_->cfg->routing.webhook_url;
+  }
+  if (url.empty() || !impl_->started) return;
+  auto where = parse_webhook(url);
+  if (!where) return;
+  net::post(impl_->io, [this, where = std::move(*where), body = std::move(body)]() mutable {
+    net::co_spawn(
+        impl_->io,
+        [this, where = std::move(where), body = std::move(body)]() -> net::awaitable<void> {
+          http::ClientRequest req;
+          req.target = where.second;
+          req.body = body;
+          const http::Target& t = where.first;
+          auto sent = co_await impl_->client->send(t, req, Ms(2000), Ms(5000));
+          if (auto* r = std::get_if<std::unique_ptr<http::ClientResponse>>(&sent)) {
+            co_await (*r)->read_all(64 * 1024, Ms(5000));
+          } else {
+            std::cerr << "sluice: routing webhook failed: " << std::get<http::ClientError>(sent).message << std::endl;
+          }
+        },
+        net::detached);
+  });
+}
+
+}  // namespace sluice::gateway
+
+namespace sluice::gateway {
+
+namespace {
+
+int breaker_state_value(upstream::Breaker* b, Clock::time_point now) {
+  if (!b) return 0;
+  switch (b->state(now)) {
+    case upstream::Breaker::State::closed: return 0;
+    case upstream::Breaker::State::open: return 1;
+    case upstream::Breaker::State::half_open: return 2;
+  }
+  return 0;
+}
+
+std::string label(std::string_view k, std::string_view v) {
+  std::string s(k);
+  s += "=\"";
+  for (char c : v) {
+    if (c == '\\' || c == '"') s += '\\';
+    if (c == '\n') {
+      s += "\\n";
+      continue;
+    }
+    s += c;
+  }
+  s += '"';
+  return s;
+}
+
+void append_breaker(std::string& o, upstream::Breaker* b, Clock::time_point now) {
+  if (!b) {
+    o += "null";
+    return;
+  }
+  const auto c = b->counts();
+  o += R"({"state":)";
+  append_json_string(o, upstream::to_string(b->state(now)));
+  o += R"(,"opened":)" + std::to_string(c.opened) + R"(,"half_opened":)" + std::to_string(c.half_opened) +
+       R"(,"closed":)" + std::to_string(c.closed) + R"(,"last_reason":)";
+  append_json_string(o, b->last_reason());
+  o += '}';
+}
+
+}  // namespace
+
+void Router::render_metrics(std::string& o) const {
+  const auto now = Clock::now();
+  const auto bes = backends();
+  const auto provs = providers();
+  const auto tab = table();
+  using telemetry::metric_help;
+  using telemetry::metric_line;
+  metric_help(o, "sluice_backend_up", "gauge",
+              "1 when the backend gets requests: healthy by its probes, not ejected, breakers not open.");
+  for (const auto& b : bes) metric_line(o, "sluice_backend_up", label("backend", b->name), b->usable(now) ? 1 : 0);
+  metric_help(o, "sluice_backend_healthy", "gauge", "1 when the backend's active probes say healthy.");
+  std::vector<upstream::Health::Snapshot> hs;
+  for (const auto& b : bes) hs.push_back(b->health.snapshot(now));
+  for (std::size_t i = 0; i < bes.size(); ++i)
+    metric_line(o, "sluice_backend_healthy", label("backend", bes[i]->name), hs[i].healthy ? 1 : 0);
+  metric_help(o, "sluice_backend_probes_total", "counter", "Active health probes (one-token completions), by result.");
+  for (std::size_t i = 0; i < bes.size(); ++i) {
+    metric_line(o, "sluice_backend_probes_total", label("backend", bes[i]->name) + ",result=\"ok\"",
+                static_cast<double>(hs[i].probes_ok));
+    metric_line(o, "sluice_backend_probes_total", label("backend", bes[i]->name) + ",result=\"failed\"",
+                static_cast<double>(hs[i].probes_failed));
+  }
+  metric_help(o, "sluice_backend_probe_seconds", "gauge", "Duration of the backend's last probe (-1: never probed).");
+  for (std::size_t i = 0; i < bes.size(); ++i)
+    metric_line(o, "sluice_backend_probe_seconds", label("backend", bes[i]->name),
+                hs[i].last_probe_ms < 0 ? -1 : hs[i].last_probe_ms / 1000.0);
+  metric_help(o, "sluice_backend_ejections_total", "counter", "Times the backend was ejected after consecutive failed requests.");
+  for (std::size_t i = 0; i < bes.size(); ++i)
+    metric_line(o, "sluice_backend_ejections_total", label("backend", bes[i]->name), static_cast<double>(hs[i].ejections));
+  metric_help(o, "sluice_breaker_state", "gauge", "Circuit breaker state: 0 closed, 1 open, 2 half-open.");
+  for (const auto& b : bes) {
+    if (b->breaker) metric_line(o, "sluice_breaker_state", "scope=\"backend\"," + label("name", b->name),
+                                breaker_state_value(b->breaker.get(), now));
+  }
+  for (const auto& p : provs) {
+    if (p->breaker) metric_line(o, "sluice_breaker_state", "scope=\"provider\"," + label("name", p->key),
+                                breaker_state_value(p->breaker.get(), now));
+  }
+  metric_help(o, "sluice_breaker_transitions_total", "counter", "Circuit breaker transitions, by the state entered.");
+  auto transitions = [&](std::string_view scope, const std::string& name, const upstream::Breaker& br) {
+    const auto c = br.counts();
+    const std::string l = "scope=\"" + std::string(scope) + "\"," + label("name", name);
+    metric_line(o, "sluice_breaker_transitions_total", l + ",to=\"open\"", static_cast<double>(c.opened));
+    metric_line(o, "sluice_breaker_transitions_total", l + ",to=\"half_open\"", static_cast<double>(c.half_opened));
+    metric_line(o, "sluice_breaker_transitions_total", l + ",to=\"closed\"", static_cast<double>(c.closed));
+  };
+  for (const auto& b : bes) {
+    if (b->breaker) transitions("backend", b->name, *b->breaker);
+  }
+  for (const auto& p : provs) {
+    if (p->breaker) transitions("provider", p->key, *p->breaker);
+  }
+  std::vector<std::pair<std::string, std::shared_ptr<RouteStats>>> stats;
+  {
+    std::lock_guard lock(mu_);
+    stats.assign(stats_.begin(), stats_.end());
+  }
+  std::sort(stats.begin(), stats.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  auto family = [&](std::string_view name, std::string_view text, auto get) {
+    metric_help(o, name, "counter", text);
+    for (const auto& [alias, st] : stats) metric_line(o, name, label("model", alias), static_cast<double>(get(*st)));
+  };
+  family("sluice_route_retries_total", "Further attempts on another backend of the model (before the first byte).",
+         [](const RouteStats& s) { return s.retries.load(); });
+  family("sluice_route_fallbacks_total", "Attempts on a fallback model's backends.",
+         [](const RouteStats& s) { return s.fallbacks.load(); });
+  family("sluice_route_exhausted_total", "Requests no backend could answer (503, or the canned reply).",
+         [](const RouteStats& s) { return s.exhausted.load(); });
+  family("sluice_route_canned_replies_total", "Requests answered with the route's canned reply.",
+         [](const RouteStats& s) { return s.canned.load(); });
+  family("sluice_canary_rollbacks_total", "Automatic canary rollbacks.",
+         [](const RouteStats& s) { return s.rollbacks.load(); });
+  metric_help(o, "sluice_canary_requests_total", "counter", "Requests of a model with a canary, by the set chosen first.");
+  for (const auto& [alias, st] : stats) {
+    if (st->canary_requests.load() + st->stable_requests.load() == 0) continue;
+    metric_line(o, "sluice_canary_requests_total", label("model", alias) + ",set=\"canary\"",
+                static_cast<double>(st->canary_requests.load()));
+    metric_line(o, "sluice_canary_requests_total", label("model", alias) + ",set=\"stable\"",
+                static_cast<double>(st->stable_requests.load()));
+  }
+  metric_help(o, "sluice_canary_active", "gauge", "1 while a model's canary gets traffic (0 after a rollback).");
+  for (const auto& [alias, rr] : tab->routes) {
+    if (rr.judge) metric_line(o, "sluice_canary_active", label("model", alias), rr.judge->rolled_back() ? 0 : 1);
+  }
+  const auto rs = reload_status();
+  metric_help(o, "sluice_config_reloads_total", "counter", "Configuration reloads (SIGHUP), by result.");
+  metric_line(o, "sluice_config_reloads_total", "result=\"ok\"", static_cast<double>(rs.ok));
+  metric_line(o, "sluice_config_reloads_total", "result=\"failed\"", static_cast<double>(rs.failed));
+  metric_help(o, "sluice_routing_table_version", "gauge", "Version of the routing table in use (1 at start, +1 per reload).");
+  metric_line(o, "sluice_routing_table_version", "", static_cast<double>(tab->version));
+}
+
+void Router::render_infra(std::string& o) const {
+  const auto now = Clock::now();
+  const auto tab = table();
+  const auto rs = reload_status();
+  o += R"({"table_version":)" + std::to_string(tab->version) + R"(,"loaded_unix_ms":)" +
+       std::to_string(tab->loaded_unix_ms) + R"(,"reloads":{"ok":)" + std::to_string(rs.ok) + R"(,"failed":)" +
+       std::to_string(rs.failed) + R"(,"last_error":)";
+  append_json_string(o, rs.last_error);
+  o += R"(},"probes":{"interval_ms":)" + std::to_string(tab->cfg->routing.health.interval.count()) +
+       R"(,"timeout_ms":)" + std::to_string(tab->cfg->routing.health.timeout.count()) + R"(},"backends":[)";
+  bool first = true;
+  for (const auto& b : backends()) {
+    if (!first) o += ',';
+    first = false;
+    const auto h = b->health.snapshot(now);
+    o += R"({"name":)";
+    append_json_string(o, b->name);
+    o += R"(,"provider":)";
+    append_json_string(o, config::to_string(b->cfg.provider));
+    o += R"(,"address":)";
+    append_json_string(o, b->label);
+    o += R"(,"model":)";
+    append_json_string(o, b->cfg.model);
+    o += R"(,"state":)";
+    append_json_string(o, b->state_word(now));
+    o += R"(,"usable":)";
+    o += b->usable(now) ? "true" : "false";
+    o += R"(,"in_flight":)" + std::to_string(b->in_flight.load()) +
+         R"(,"max_in_flight":)" + std::to_string(b->cfg.max_in_flight);
+    o += R"(,"health":{"healthy":)";
+    o += h.healthy ? "true" : "false";
+    o += R"(,"ejected":)";
+    o += h.ejected ? "true" : "false";
+    o += R"(,"ejected_for_ms":)" + std::to_string(static_cast<std::int64_t>(h.ejected_for_ms)) +
+         R"(,"failed_streak":)" + std::to_string(h.failed_streak) + R"(,"ejections":)" + std::to_string(h.ejections) +
+         R"(,"probes_ok":)" + std::to_string(h.probes_ok) + R"(,"probes_failed":)" + std::to_string(h.probes_failed) +
+         R"(,"probe_streak":)" + std::to_string(h.probe_streak) + R"(,"last_probe_ms":)" +
+         std::to_string(static_cast<std::int64_t>(h.last_probe_ms)) + R"(,"last_probe_error":)";
+    append_json_string(o, h.last_probe_error);
+    o += R"(},"breaker":)";
+    append_breaker(o, b->breaker.get(), now);
+    o += R"(,"provider_breaker":)";
+    append_breaker(o, b->provider ? b->provider->breaker.get() : nullptr, now);
+    o += '}';
+  }
+  o += R"(],"routes":[)";
+  std::vector<const RouteRuntime*> routes;
+  for (const auto& [alias, rr] : tab->routes) routes.push_back(&rr);
+  std::sort(routes.begin(), routes.end(), [](auto* a, auto* b) { return a->route->alias < b->route->alias; });
+  first = true;
+  for (const auto* rr : routes) {
+    if (!first) o += ',';
+    first = false;
+    const auto& r = *rr->route;
+    o += R"({"model":)";
+    append_json_string(o, r.alias);
+    o += R"(,"balance":)";
+    append_json_string(o, config::to_string(r.balance));
+    o += R"(,"retries":)" + std::to_string(r.retries) + R"(,"backends":[)";
+    for (std::size_t i = 0; i < rr->members.size(); ++i) {
+      if (i) o += ',';
+      o += R"({"name":)";
+      append_json_string(o, rr->members[i]->name);
+      o += R"(,"weight":)" + std::to_string(r.backends[i].weight) + R"(,"in_flight":)" +
+           std::to_string(rr->balancer->in_flight(static_cast<int>(i))) + R"(,"ttft_ewma_ms":)" +
+           std::to_string(static_cast<std::int64_t>(rr->balancer->ttft_ewma_ms(static_cast<int>(i)))) + "}";
+    }
+    o += R"(],"fallbacks":[)";
+    for (std::size_t i = 0; i < r.fallbacks.size(); ++i) {
+      if (i) o += ',';
+      append_json_string(o, r.fallbacks[i]);
+    }
+    o += "]";
+    const auto& st = *rr->stats;
+    o += R"(,"degraded":)";
+    o += st.degraded.load() ? "true" : "false";
+    o += R"(,"counts":{"retries":)" + std::to_string(st.retries.load()) + R"(,"fallbacks":)" +
+         std::to_string(st.fallbacks.load()) + R"(,"exhausted":)" + std::to_string(st.exhausted.load()) +
+         R"(,"canned":)" + std::to_string(st.canned.load()) + "}";
+    if (r.canary) {
+      o += R"(,"canary":{"model":)";
+      append_json_string(o, r.canary->alias);
+      o += R"(,"weight":)" + std::to_string(r.canary->weight) + R"(,"active":)";
+      o += rr->judge && !rr->judge->rolled_back() ? "true" : "false";
+      o += R"(,"requests":{"canary":)" + std::to_string(st.canary_requests.load()) + R"(,"stable":)" +
+           std::to_string(st.stable_requests.load()) + "}";
+      if (rr->judge) {
+        const auto sides = rr->judge->sides(now);
+        char buf[256];
+        std::snprintf(buf, sizeof buf,
+                      R"(,"window":{"stable":{"requests":%llu,"error_rate":%.4f,"p95_ttft_ms":%.0f},"canary":{"requests":%llu,"error_rate":%.4f,"p95_ttft_ms":%.0f}})",
+                      static_cast<unsigned long long>(sides.stable.total), sides.stable.error_rate(), sides.stable.p95_ms,
+                      static_cast<unsigned long long>(sides.canary.total), sides.canary.error_rate(), sides.canary.p95_ms);
+        o += buf;
+        o += R"(,"rollback_reason":)";
+        append_json_string(o, rr->judge->reason());
+      }
+      o += '}';
+    }
+    o += '}';
+  }
+  o += "]}";
+}
+
+}  // namespace sluice::gateway

@@ -1,0 +1,159 @@
+#pragma once
+// Routing state: the backends with their breakers and health, and an immutable table of
+// routes built from a configuration. A reload builds a new table and swaps it in; requests
+// in flight keep the table they started with; backends whose settings did not change keep
+// their state (breaker window, health, in-flight count). See docs/routing.md.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "config/config.hpp"
+#include "http/client.hpp"
+#include "upstream/balancer.hpp"
+#include "upstream/breaker.hpp"
+#include "upstream/canary.hpp"
+#include "upstream/health.hpp"
+
+namespace sluice::sim {
+class SimServer;
+}
+namespace sluice::telemetry {
+class Metrics;
+}
+
+namespace sluice::gateway {
+
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
+
+// A provider endpoint's breaker (provider + host:port), shared by its backends.
+struct ProviderRuntime {
+  std::string key;  // e.g. "anthropic://api.anthropic.com:443"
+  std::unique_ptr<upstream::Breaker> breaker;
+};
+
+// One backend: where to connect and how to speak to it, with its live state. Shared by
+// every route that names it.
+struct BackendRuntime {
+  std::string name;
+  config::Backend cfg;  // as configured; for `simulated`, host/port of the embedded server
+  config::Provider wire = config::Provider::openai;  // protocol spoken: openai, ollama or anthropic
+  http::Target target;
+  http::HeaderList credentials;  // Authorization: Bearer, or x-api-key + anthropic-version
+  std::string label;             // host:port, for logs
+  // `name` and `cfg.model` as request records hold them: interned by the router, so they
+  // outlive this backend (a record may still be in the access log's queue after a reload).
+  std::string_view record_name, record_model;
+  int metrics_backend = -1;
+  std::unique_ptr<upstream::Breaker> breaker;  // null when breakers are off
+  config::BreakerConfig breaker_cfg;
+  std::shared_ptr<ProviderRuntime> provider;   // its breaker null when provider breakers are off
+  upstream::Health health;
+  std::atomic<std::int64_t> in_flight{0};
+  std::unique_ptr<sim::SimServer> sim;  // the embedded simulator behind a `simulated` backend
+
+  BackendRuntime(std::string n, upstream::HealthSettings hs);
+  ~BackendRuntime();
+  // Whether a request may go here now (health, ejection, breakers not open, room).
+  bool usable(std::chrono::steady_clock::time_point now) const;
+  std::string_view state_word(std::chrono::steady_clock::time_point now) const;  // for logs and /infra
+};
+
+// Counters of one alias, kept across reloads.
+struct RouteStats {
+  std::atomic<std::uint64_t> retries{0}, fallbacks{0}, exhausted{0}, canned{0};
+  std::atomic<std::uint64_t> canary_requests{0}, stable_requests{0}, rollbacks{0};
+  std::atomic<bool> degraded{false};  // some backend of the route is not usable (for notices)
+  std::mutex mu;
+  std::string rollback_reason;
+};
+
+struct RouteRuntime {
+  const config::Route* route = nullptr;  // inside the table's config
+  std::string_view record_alias;         // route->alias, interned (see BackendRuntime)
+  int metrics_model = -1;
+  std::vector<std::shared_ptr<BackendRuntime>> members;
+  std::shared_ptr<upstream::Balancer> balancer;
+  const RouteRuntime* canary = nullptr;             // the canary's backend set
+  std::shared_ptr<upstream::CanaryJudge> judge;     // with a canary
+  std::vector<const RouteRuntime*> fallbacks;
+  std::shared_ptr<RouteStats> stats;
+};
+
+struct RoutingTable {
+  std::shared_ptr<const config::Config> cfg;
+  std::unordered_map<std::string, RouteRuntime, StringHash, std::equal_to<>> routes;
+  std::uint64_t version = 0;
+  std::int64_t loaded_unix_ms = 0;
+
+  const RouteRuntime* find(std::string_view alias) const {
+    auto it = routes.find(alias);
+    return it == routes.end() ? nullptr : &it->second;
+  }
+};
+
+class Router {
+ public:
+  // Builds the first table (starting embedded simulators); throws std::runtime_error.
+  Router(std::shared_ptr<const config::Config> cfg, telemetry::Metrics* metrics);
+  ~Router();
+
+  std::shared_ptr<const RoutingTable> table() const;
+  std::uint64_t version() const noexcept { return version_.load(std::memory_order_acquire); }
+
+  // Builds a table from `cfg` and swaps it in. Throws std::runtime_error (the old table
+  // stays) when it cannot be built (an embedded simulator fails to start).
+  void install(std::shared_ptr<const config::Config> cfg);
+
+  // Active probes, the monitor (logs transitions, webhook notices): a thread of its own.
+  void start();
+  void stop();
+
+  // Reload bookkeeping for /infra.
+  void note_reload(bool ok, std::string message);
+  struct ReloadStatus {
+    std::uint64_t ok = 0, failed = 0;
+    std::string last_error;
+    std::int64_t last_unix_ms = 0;
+  };
+  ReloadStatus reload_status() const;
+
+  // Writes a notice to the log and, with routing.webhook_url, POSTs it (JSON).
+  void notify(std::string event, std::string json_fields);
+  std::vector<std::shared_ptr<BackendRuntime>> backends() const;  // by name
+  // The routing families of GET /metrics, and the "routing" section of GET /infra.
+  void render_metrics(std::string& out) const;
+  void render_infra(std::string& out) const;
+  std::vector<std::shared_ptr<ProviderRuntime>> providers() const;
+
+ private:
+  std::vector<std::pair<std::string, std::shared_ptr<BackendRuntime>>> backends_snapshot_for_probes() const;
+  void monitor_tick();
+  std::shared_ptr<BackendRuntime> backend_for(const config::Config& cfg, const config::Route& route,
+                                              const config::Backend& b);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  telemetry::Metrics* metrics_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const RoutingTable> table_;
+  std::atomic<std::uint64_t> version_{0};
+  std::unordered_map<std::string, std::shared_ptr<BackendRuntime>> backends_;   // by name
+  std::unordered_map<std::string, std::shared_ptr<ProviderRuntime>> providers_;  // by key
+  std::unordered_map<std::string, std::shared_ptr<RouteStats>> stats_;          // by alias
+  ReloadStatus reload_;
+  std::unordered_set<std::string> interned_;  // never shrinks: strings records point to
+};
+
+upstream::BreakerSettings breaker_settings(const config::BreakerConfig& c);
+
+}  // namespace sluice::gateway
