@@ -611,11 +611,16 @@ class WorkerHandler {
           continue;
         }
         --attempts_left;
-        if (attempts++ > 0) {
-          (&set == &rr || &set == rr.canary ? rr.stats->retries : rr.stats->fallbacks).fetch_add(1, std::memory_order_relaxed);
-        }
+        // Retries: further attempts on the model's own backends; fallbacks: every attempt
+        // on a fallback model's.
+        const bool own = &set == &rr || &set == rr.canary;
+        if (!own) rr.stats->fallbacks.fetch_add(1, std::memory_order_relaxed);
+        else if (attempts > 0) rr.stats->retries.fetch_add(1, std::memory_order_relaxed);
+        ++attempts;
+        // The canary judge compares the two sides only (not the fallbacks).
         const bool is_canary = rr.judge && &set == rr.canary;
-        auto f = co_await attempt(ex, ctx, creq, set, pick, be, rr.judge.get(), is_canary);
+        upstream::CanaryJudge* judge = is_canary || &set == &rr ? rr.judge.get() : nullptr;
+        auto f = co_await attempt(ex, ctx, creq, set, pick, be, judge, is_canary);
         if (!f) {
           ctx.rec.attempts = attempts;
           if (&set != &rr) ctx.rec.served_by = set.record_alias;
