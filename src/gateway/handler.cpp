@@ -374,7 +374,7 @@ class WorkerHandler {
     ctx.metrics_model = rr->metrics_model;
     record_options(creq, ctx.rec);
     const config::Backend& primary = rr->route->primary();
-    ctx.rec.model = primary.model;
+    ctx.rec.model = rr->members.front()->record_model;  // interned: the record outlives the table
     ctx.rec.provider = config::to_string(primary.provider);
 
     // Admit: rate limits and the token reservation, then the concurrency gate.
@@ -587,6 +587,12 @@ class WorkerHandler {
       tried += ": ";
       tried += why;
     };
+    // Backends tried for this request, across the sets (routes may share backends).
+    std::array<const BackendRuntime*, 32> tried_backends{};
+    std::size_t n_tried = 0;
+    auto was_tried = [&](const BackendRuntime* b) {
+      return std::find(tried_backends.begin(), tried_backends.begin() + n_tried, b) != tried_backends.begin() + n_tried;
+    };
     for (std::size_t k = 0; k < n_sets && attempts_left > 0; ++k) {
       const RouteRuntime& set = *order[k];
       std::uint64_t tried_mask = 0;
@@ -594,7 +600,10 @@ class WorkerHandler {
       while (attempts_left > 0 && left_until(deadline).count() > 0) {
         const auto now = Clock::now();
         const std::size_t n = std::min<std::size_t>(set.members.size(), usable.size());
-        for (std::size_t i = 0; i < n; ++i) usable[i] = set.members[i]->usable(now);
+        for (std::size_t i = 0; i < n; ++i) {
+          if (was_tried(set.members[i].get())) tried_mask |= std::uint64_t{1} << i;
+          usable[i] = set.members[i]->usable(now);
+        }
         const int pick = set.balancer->pick(std::span<const bool>(usable.data(), n), tried_mask);
         if (pick < 0) {
           for (std::size_t i = 0; i < n; ++i) {
@@ -604,9 +613,15 @@ class WorkerHandler {
         }
         tried_mask |= std::uint64_t{1} << pick;
         BackendRuntime& be = *set.members[static_cast<std::size_t>(pick)];
+        if (n_tried < tried_backends.size()) tried_backends[n_tried++] = &be;
         // A half-open breaker lets only its probe requests through.
-        if ((be.breaker && !be.breaker->allow(now)) ||
-            (be.provider->breaker && !be.provider->breaker->allow(now))) {
+        Passes passes;
+        if (be.breaker) passes.backend = be.breaker->allow(now);
+        if (passes.backend && be.provider->breaker) {
+          passes.provider = be.provider->breaker->allow(now);
+          if (!passes.provider && be.breaker) be.breaker->release(passes.backend);
+        }
+        if (!passes.backend || !passes.provider) {
           note(be, "breaker half-open, probes in flight");
           continue;
         }
@@ -619,8 +634,8 @@ class WorkerHandler {
         ++attempts;
         // The canary judge compares the two sides only (not the fallbacks).
         const bool is_canary = rr.judge && &set == rr.canary;
-        upstream::CanaryJudge* judge = is_canary || &set == &rr ? rr.judge.get() : nullptr;
-        auto f = co_await attempt(ex, ctx, creq, set, pick, be, judge, is_canary);
+        const bool judged = rr.judge && (is_canary || &set == &rr);
+        auto f = co_await attempt(ex, ctx, creq, rr, set, pick, be, passes, judged, is_canary);
         if (!f) {
           ctx.rec.attempts = attempts;
           if (&set != &rr) ctx.rec.served_by = set.record_alias;
@@ -720,12 +735,17 @@ class WorkerHandler {
     if (!co_await ex.reply(json_reply(200, std::move(out), ctx))) ctx.rec.client_cancelled = true;
   }
 
+  // What a request got from a backend's breakers before going there.
+  struct Passes {
+    upstream::Breaker::Pass backend{true, false, 0}, provider{true, false, 0};
+  };
+
   // One upstream exchange on one backend, with its bookkeeping (in flight, balancer,
   // breakers, health, canary judge, metrics). Returns the failure when nothing reached the
   // client and it was not answered; nullopt when the exchange concluded.
   awaitable<std::optional<Failure>> attempt(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
-                                            const RouteRuntime& set, int member, BackendRuntime& be,
-                                            upstream::CanaryJudge* judge, bool is_canary) {
+                                            const RouteRuntime& owner, const RouteRuntime& set, int member,
+                                            BackendRuntime& be, Passes passes, bool judged, bool is_canary) {
     const auto t0 = Clock::now();
     ctx.rec.model = be.record_model;
     ctx.rec.provider = config::to_string(be.cfg.provider);
@@ -735,59 +755,66 @@ class WorkerHandler {
     be.in_flight.fetch_add(1, std::memory_order_relaxed);
     set.balancer->started(member);
     if (metrics_) metrics_->upstream_started(be.metrics_backend);
-    std::optional<Failure> f;
-    // Settled however the exchange ends (also when the request is torn down mid-way).
+    // Settled however the exchange ends; when it ends by an exception (the request torn
+    // down), nothing is held against the backend.
     struct Settle {
       WorkerHandler& h;
       Context& ctx;
+      const RouteRuntime& owner;
       const RouteRuntime& set;
       int member;
       BackendRuntime& be;
-      upstream::CanaryJudge* judge;
-      bool is_canary;
+      Passes passes;
+      bool judged, is_canary;
       Clock::time_point t0;
-      const std::optional<Failure>& f;
+      bool known = false, failed = false, client_left = true;
+
+      void outcome(const std::optional<Failure>& f) {
+        known = true;
+        client_left = f ? f->reason == Reason::client_closed : ctx.rec.reason == Reason::client_closed;
+        failed = f ? retryable(*f) || f->reason == Reason::upstream_timeout : upstream_failed(ctx.rec);
+      }
       ~Settle() {
         const auto now = Clock::now();
-        const bool client_left = f ? f->reason == Reason::client_closed : ctx.rec.reason == Reason::client_closed;
-        const bool failed = f ? retryable(*f) || f->reason == Reason::upstream_timeout : upstream_failed(ctx.rec);
         // Latency as this backend served it: time to first token (whole answer when not streamed).
         const double since_t0 = ms_since(t0, now);
         double latency = since_t0;
         if (ctx.rec.ttft_ms >= 0) latency = ctx.rec.ttft_ms - ms_since(ctx.start, t0);
         be.in_flight.fetch_sub(1, std::memory_order_relaxed);
-        set.balancer->finished(member, failed ? -1 : latency);
-        if (!client_left) {
-          if (be.breaker) be.breaker->record(now, failed, failed ? -1 : latency);
-          if (be.provider->breaker) be.provider->breaker->record(now, failed, failed ? -1 : latency);
+        set.balancer->finished(member, !known || failed ? -1 : latency);
+        if (!known || client_left) {
+          // No verdict on the backend; a half-open probe slot goes back.
+          if (be.breaker) be.breaker->release(passes.backend);
+          if (be.provider->breaker) be.provider->breaker->release(passes.provider);
+        } else {
+          const double l = failed ? -1 : latency;
+          if (be.breaker) be.breaker->record(now, failed, l, passes.backend);
+          if (be.provider->breaker) be.provider->breaker->record(now, failed, l, passes.provider);
           if (be.health.request_result(now, failed)) {
             std::string fields = R"("backend":)";
             append_json_string(fields, be.name);
             fields += R"(,"detail":"consecutive failed requests")";
             h.g_.router->notify("backend.ejected", std::move(fields));
           }
-          if (judge && judge->record(now, is_canary, failed, failed ? -1 : latency)) h.rolled_back(set, *judge);
+          if (judged && owner.judge->record(now, is_canary, failed, l)) h.rolled_back(owner);
         }
-        if (h.metrics_) h.metrics_->upstream_finished(be.metrics_backend, failed, since_t0 / 1000.0);
+        if (h.metrics_) h.metrics_->upstream_finished(be.metrics_backend, known && failed, since_t0 / 1000.0);
       }
-    } settle{*this, ctx, set, member, be, judge, is_canary, t0, f};
-    f = co_await relay(ex, ctx, creq, be);
-    co_return std::move(f);
+    } settle{*this, ctx, owner, set, member, be, passes, judged, is_canary, t0};
+    auto f = co_await relay(ex, ctx, creq, be);
+    settle.outcome(f);
+    co_return f;
   }
 
-  void rolled_back(const RouteRuntime& set, const upstream::CanaryJudge& judge) {
-    // `set` is either side; the route that owns the judge is found by it.
-    for (const auto& [alias, rr] : table_->routes) {
-      if (rr.judge.get() != &judge) continue;
-      rr.stats->rollbacks.fetch_add(1, std::memory_order_relaxed);
-      std::string fields = R"("route":)";
-      append_json_string(fields, alias);
-      fields += R"(,"canary":)";
-      append_json_string(fields, rr.canary ? rr.canary->route->alias : set.route->alias);
-      fields += R"(,"detail":)";
-      append_json_string(fields, judge.reason());
-      g_.router->notify("canary.rolled_back", std::move(fields));
-    }
+  void rolled_back(const RouteRuntime& rr) {
+    rr.stats->rollbacks.fetch_add(1, std::memory_order_relaxed);
+    std::string fields = R"("route":)";
+    append_json_string(fields, rr.route->alias);
+    fields += R"(,"canary":)";
+    append_json_string(fields, rr.canary ? rr.canary->route->alias : std::string_view());
+    fields += R"(,"detail":)";
+    append_json_string(fields, rr.judge->reason());
+    g_.router->notify("canary.rolled_back", std::move(fields));
   }
 
   // Phases 7..13: the upstream call and the relay.
@@ -978,6 +1005,8 @@ class WorkerHandler {
       co_await (send_it() || until_stopped());
       if (auto* err = std::get_if<http::ClientError>(&sent)) {
         auto [reason, message] = classify(*err, true);
+        // The request's whole time ran out (not this attempt's first-token time): no retry.
+        if (reason == Reason::first_token_timeout && left_until(deadline).count() == 0) reason = Reason::upstream_timeout;
         fail(reason, std::move(message));
       } else {
         resp = std::move(std::get<std::unique_ptr<http::ClientResponse>>(sent));
@@ -1114,9 +1143,10 @@ class WorkerHandler {
       frames.clear();
       if (auto* err = std::get_if<http::ClientError>(&piece)) {
         if (err->kind == http::ClientErrc::timeout) {
-          fail(!tr.first_token_seen()               ? Reason::first_token_timeout
-               : left_until(deadline).count() == 0 ? Reason::upstream_timeout
-                                                   : Reason::upstream_idle_timeout,
+          const bool out_of_time = left_until(deadline).count() == 0;
+          fail(out_of_time                ? Reason::upstream_timeout
+               : !tr.first_token_seen()  ? Reason::first_token_timeout
+                                         : Reason::upstream_idle_timeout,
                "upstream stream timed out");
         } else if (err->kind == http::ClientErrc::cancelled) {
           fail(Reason::client_closed, "cancelled");

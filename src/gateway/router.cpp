@@ -48,6 +48,11 @@ upstream::Policy policy_of(config::Balance b) {
   return upstream::Policy::least_connections;
 }
 
+bool same_health(const config::HealthConfig& a, const config::HealthConfig& b) {
+  return a.interval == b.interval && a.timeout == b.timeout && a.unhealthy_after == b.unhealthy_after &&
+         a.healthy_after == b.healthy_after && a.eject_after == b.eject_after && a.eject_for == b.eject_for;
+}
+
 bool same_breaker(const config::BreakerConfig& a, const config::BreakerConfig& b) {
   return a.enabled == b.enabled && a.window == b.window && a.min_requests == b.min_requests &&
          a.error_rate == b.error_rate && a.p95_ttft == b.p95_ttft && a.open_for == b.open_for &&
@@ -145,11 +150,22 @@ std::string_view BackendRuntime::state_word(Clock::time_point now) const {
 struct Router::Impl {
   net::io_context io;
   std::unique_ptr<http::Client> client = http::Client::create(io.get_executor(), 4);
+  net::steady_timer probe_timer{io}, monitor_timer{io};
   std::thread thread;
-  std::atomic<bool> started{false};
+  std::atomic<bool> started{false}, stopping{false};
   std::unordered_map<std::string, std::string> last_state;  // backend name -> state word (monitor)
   std::unordered_map<std::string, bool> probing;            // backend name -> probe in flight
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+
+  // A backend nobody uses any more is destroyed on this thread, not on the worker that
+  // dropped the last reference: an embedded simulator takes a while to stop.
+  void dispose(BackendRuntime* b) {
+    if (started.load() && !stopping.load()) {
+      net::post(io, [b] { delete b; });
+    } else {
+      delete b;
+    }
+  }
 };
 
 Router::Router(std::shared_ptr<const config::Config> cfg, telemetry::Metrics* metrics)
@@ -165,7 +181,7 @@ std::shared_ptr<const RoutingTable> Router::table() const {
 }
 
 std::shared_ptr<BackendRuntime> Router::backend_for(const config::Config& cfg, const config::Route& route,
-                                                    const config::Backend& b) {
+                                                    const config::Backend& b, ProviderMap& providers) {
   const config::BreakerConfig& bc = route.breaker ? *route.breaker : cfg.routing.breaker;
   if (auto it = backends_.find(b.name); it != backends_.end()) {
     const auto& old = *it->second;
@@ -178,12 +194,14 @@ std::shared_ptr<BackendRuntime> Router::backend_for(const config::Config& cfg, c
       configured.tls = b.tls;
       configured.path_prefix = b.path_prefix;
     }
-    if (configured == b && same_breaker(old.breaker_cfg, bc) && old.provider &&
-        (old.provider->breaker != nullptr) == cfg.routing.provider_breaker.enabled) {
+    if (configured == b && same_breaker(old.breaker_cfg, bc) && same_health(old.health_cfg, cfg.routing.health) &&
+        old.provider && same_breaker(old.provider->cfg, cfg.routing.provider_breaker)) {
       return it->second;
     }
   }
-  auto be = std::make_shared<BackendRuntime>(b.name, health_settings(cfg.routing.health));
+  std::shared_ptr<BackendRuntime> be(new BackendRuntime(b.name, health_settings(cfg.routing.health)),
+                                     [impl = impl_.get()](BackendRuntime* p) { impl->dispose(p); });
+  be->health_cfg = cfg.routing.health;
   be->cfg = b;
   be->breaker_cfg = bc;
   if (bc.enabled) be->breaker = std::make_unique<upstream::Breaker>(breaker_settings(bc));
@@ -227,12 +245,13 @@ std::shared_ptr<BackendRuntime> Router::backend_for(const config::Config& cfg, c
   const std::string pkey = b.provider == config::Provider::simulated
                                ? "simulated://" + b.name
                                : std::string(config::to_string(b.provider)) + "://" + b.host + ":" + std::to_string(b.port);
-  auto& prov = providers_[pkey];
-  const bool want = cfg.routing.provider_breaker.enabled;
-  if (!prov || (prov->breaker != nullptr) != want) {
+  auto& prov = providers[pkey];
+  const auto& pc = cfg.routing.provider_breaker;
+  if (!prov || !same_breaker(prov->cfg, pc)) {
     prov = std::make_shared<ProviderRuntime>();
     prov->key = pkey;
-    if (want) prov->breaker = std::make_unique<upstream::Breaker>(breaker_settings(cfg.routing.provider_breaker));
+    prov->cfg = pc;
+    if (pc.enabled) prov->breaker = std::make_unique<upstream::Breaker>(breaker_settings(pc));
   }
   be->provider = prov;
   return be;
@@ -245,7 +264,10 @@ void Router::install(std::shared_ptr<const config::Config> cfg) {
   t->version = version_.load() + 1;
   t->loaded_unix_ms = unix_ms_now();
   const auto old = table_;
+  // Built aside and committed at the end: a failure leaves everything as it was.
   std::unordered_map<std::string, std::shared_ptr<BackendRuntime>> fresh;
+  ProviderMap providers = providers_;
+  auto stats = stats_;
   // First every route's backends (a failure here leaves everything as it was).
   for (const auto& route : cfg->routes) {
     RouteRuntime rr;
@@ -255,7 +277,7 @@ void Router::install(std::shared_ptr<const config::Config> cfg) {
     std::vector<int> weights;
     for (const auto& b : route.backends) {
       auto it = fresh.find(b.name);
-      std::shared_ptr<BackendRuntime> be = it != fresh.end() ? it->second : backend_for(*cfg, route, b);
+      std::shared_ptr<BackendRuntime> be = it != fresh.end() ? it->second : backend_for(*cfg, route, b, providers);
       fresh[b.name] = be;
       rr.members.push_back(be);
       weights.push_back(b.weight);
@@ -284,7 +306,7 @@ void Router::install(std::shared_ptr<const config::Config> cfg) {
                                    .max_error_rate_increase = c.max_error_rate_increase,
                                    .max_ttft_ratio = c.max_ttft_ratio});
     }
-    auto& st = stats_[route.alias];
+    auto& st = stats[route.alias];
     if (!st) st = std::make_shared<RouteStats>();
     rr.stats = st;
     t->routes.emplace(route.alias, std::move(rr));
@@ -298,10 +320,14 @@ void Router::install(std::shared_ptr<const config::Config> cfg) {
     }
   }
   backends_ = std::move(fresh);
-  // Providers no backend uses any more.
-  for (auto it = providers_.begin(); it != providers_.end();) {
-    it = it->second.use_count() == 1 ? providers_.erase(it) : std::next(it);
+  stats_ = std::move(stats);
+  // Providers no backend of this table uses.
+  for (auto it = providers.begin(); it != providers.end();) {
+    bool used = false;
+    for (const auto& [n, be] : backends_) used = used || be->provider == it->second;
+    it = used ? std::next(it) : providers.erase(it);
   }
+  providers_ = std::move(providers);
   table_ = std::move(t);
   version_.store(table_->version, std::memory_order_release);
 }
@@ -340,53 +366,58 @@ std::vector<std::shared_ptr<ProviderRuntime>> Router::providers() const {
 
 namespace {
 
-// A probe: a real one-token completion, not an open port. OK when a 2xx answer carries a
-// completion in the backend's protocol within the timeout.
-net::awaitable<void> probe_one(http::Client& client, std::shared_ptr<BackendRuntime> be, config::Config const& cfg,
+// A probe: a real one-token completion, not an open port. OK (an empty error) when a 2xx
+// answer carries a completion in the backend's protocol within the timeout.
+net::awaitable<std::string> probe_exchange(http::Client& client, const BackendRuntime& be, const config::Config& cfg,
+                                           Ms timeout, Clock::time_point t0) {
+  std::string body = R"({"model":)";
+  append_json_string(body, be.cfg.model);
+  body += R"(,"messages":[{"role":"user","content":"Reply with OK."}],"max_tokens":1,"stream":false})";
+  auto parsed = llm::parse_chat_request(body, cfg);
+  auto* req = std::get_if<llm::ChatRequest>(&parsed);
+  if (!req) co_return "cannot build the probe request";
+  auto call = be.wire == config::Provider::ollama      ? llm::build_ollama_call(*req, be.cfg)
+              : be.wire == config::Provider::anthropic ? llm::build_anthropic_call(*req, be.cfg)
+                                                       : llm::build_openai_call(*req, be.cfg);
+  http::ClientRequest ureq;
+  ureq.target = std::move(call.target);
+  ureq.body = std::move(call.body);
+  ureq.headers = be.credentials;
+  ureq.headers.emplace_back("X-Sluice-Probe", "1");
+  auto sent = co_await client.send(be.target, ureq, timeout, timeout);
+  if (auto* err = std::get_if<http::ClientError>(&sent)) {
+    std::string why = err->message;
+    if (why.empty()) why = "no answer";
+    co_return why;
+  }
+  auto& resp = *std::get<std::unique_ptr<http::ClientResponse>>(sent);
+  const auto left = std::max(Ms(1), timeout - std::chrono::duration_cast<Ms>(Clock::now() - t0));
+  auto all = co_await resp.read_all(1 << 20, left);
+  if (auto* err = std::get_if<http::ClientError>(&all)) {
+    resp.abort();
+    co_return "answer cut: " + err->message;
+  }
+  if (resp.status() < 200 || resp.status() > 299) co_return "HTTP " + std::to_string(resp.status());
+  auto& text = std::get<std::string>(all);
+  auto completion = be.wire == config::Provider::ollama      ? llm::translate_ollama_completion(text, *req, "probe")
+                    : be.wire == config::Provider::anthropic ? llm::translate_anthropic_completion(text, *req, "probe")
+                                                             : llm::read_openai_completion(std::move(text));
+  if (!completion) co_return "the answer is not a completion";
+  co_return std::string();
+}
+
+net::awaitable<void> probe_one(http::Client& client, std::shared_ptr<BackendRuntime> be, const config::Config& cfg,
                                Ms timeout, std::function<void(bool changed)> done) {
   const auto t0 = Clock::now();
   std::string error;
-  bool ok = false;
-  std::string body = R"({"model":)";
-  append_json_string(body, be->cfg.model);
-  body += R"(,"messages":[{"role":"user","content":"Reply with OK."}],"max_tokens":1,"stream":false})";
-  auto parsed = llm::parse_chat_request(body, cfg);
-  if (auto* req = std::get_if<llm::ChatRequest>(&parsed)) {
-    auto call = be->wire == config::Provider::ollama      ? llm::build_ollama_call(*req, be->cfg)
-                : be->wire == config::Provider::anthropic ? llm::build_anthropic_call(*req, be->cfg)
-                                                          : llm::build_openai_call(*req, be->cfg);
-    http::ClientRequest ureq;
-    ureq.target = std::move(call.target);
-    ureq.body = std::move(call.body);
-    ureq.headers = be->credentials;
-    ureq.headers.emplace_back("X-Sluice-Probe", "1");
-    auto sent = co_await client.send(be->target, ureq, timeout, timeout);
-    if (auto* err = std::get_if<http::ClientError>(&sent)) {
-      error = err->message.empty() ? "no answer" : err->message;
-    } else {
-      auto& resp = *std::get<std::unique_ptr<http::ClientResponse>>(sent);
-      const auto left = std::max(Ms(1), timeout - std::chrono::duration_cast<Ms>(Clock::now() - t0));
-      auto all = co_await resp.read_all(1 << 20, left);
-      if (auto* err = std::get_if<http::ClientError>(&all)) {
-        resp.abort();
-        error = "answer cut: " + err->message;
-      } else if (resp.status() < 200 || resp.status() > 299) {
-        error = "HTTP " + std::to_string(resp.status());
-      } else {
-        auto& text = std::get<std::string>(all);
-        auto done = be->wire == config::Provider::ollama      ? llm::translate_ollama_completion(text, *req, "probe")
-                    : be->wire == config::Provider::anthropic ? llm::translate_anthropic_completion(text, *req, "probe")
-                                                              : llm::read_openai_completion(std::move(text));
-        ok = done.has_value();
-        if (!ok) error = "the answer is not a completion";
-      }
-    }
-  } else {
-    error = "cannot build the probe request";
+  try {
+    error = co_await probe_exchange(client, *be, cfg, timeout, t0);
+  } catch (const std::exception& e) {
+    error = std::string("probe failed: ") + e.what();
   }
   const auto now = Clock::now();
   const double ms = std::chrono::duration<double, std::milli>(now - t0).count();
-  done(be->health.probe_result(now, ok, ms, error));
+  done(be->health.probe_result(now, error.empty(), ms, error));  // also clears the in-flight mark
 }
 
 }  // namespace
@@ -400,8 +431,8 @@ void Router::start() {
   net::co_spawn(
       impl_->io,
       [this]() -> net::awaitable<void> {
-        net::steady_timer t{impl_->io};
-        for (;;) {
+        auto& t = impl_->probe_timer;
+        while (!impl_->stopping) {
           auto tab = table();
           const auto& h = tab->cfg->routing.health;
           if (h.interval.count() > 0) {
@@ -424,8 +455,7 @@ void Router::start() {
             }
           }
           t.expires_after(h.interval.count() > 0 ? h.interval : Ms(1000));
-          auto [ec] = co_await t.async_wait(nothrow);
-          if (ec) co_return;
+          co_await t.async_wait(nothrow);  // cancelled by stop()
         }
       },
       net::detached);
@@ -434,24 +464,30 @@ void Router::start() {
   net::co_spawn(
       impl_->io,
       [this]() -> net::awaitable<void> {
-        net::steady_timer t{impl_->io};
-        for (;;) {
+        auto& t = impl_->monitor_timer;
+        while (!impl_->stopping) {
           t.expires_after(Ms(250));
-          auto [ec] = co_await t.async_wait(nothrow);
-          if (ec) co_return;
-          monitor_tick();
+          co_await t.async_wait(nothrow);
+          if (!impl_->stopping) monitor_tick();
         }
       },
       net::detached);
   impl_->thread = std::thread([this] { impl_->io.run(); });
 }
 
+// Lets the thread's work end by itself (a probe or webhook call in flight ends within its
+// timeout), so no coroutine is left suspended on the HTTP client.
 void Router::stop() {
-  if (!impl_->started) return;
-  impl_->started = false;
+  if (!impl_->started || impl_->stopping.exchange(true)) return;
+  net::post(impl_->io, [this] {
+    impl_->probe_timer.cancel();
+    impl_->monitor_timer.cancel();
+  });
   impl_->work.reset();
-  impl_->io.stop();
   if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->io.restart();
+  impl_->io.poll();  // disposals posted while it stopped
+  impl_->started = false;
 }
 
 std::vector<std::pair<std::string, std::shared_ptr<BackendRuntime>>> Router::backends_snapshot_for_probes() const {
@@ -511,7 +547,7 @@ void Router::notify(std::string event, std::string fields) {
     std::lock_guard lock(mu_);
     if (table_) url = table_->cfg->routing.webhook_url;
   }
-  if (url.empty() || !impl_->started) return;
+  if (url.empty() || !impl_->started || impl_->stopping) return;
   auto where = parse_webhook(url);
   if (!where) return;
   net::post(impl_->io, [this, where = std::move(*where), body = std::move(body)]() mutable {

@@ -39,7 +39,8 @@ struct StringHash {
 // A provider endpoint's breaker (provider + host:port), shared by its backends.
 struct ProviderRuntime {
   std::string key;  // e.g. "anthropic://api.anthropic.com:443"
-  std::unique_ptr<upstream::Breaker> breaker;
+  config::BreakerConfig cfg;
+  std::unique_ptr<upstream::Breaker> breaker;  // null when provider breakers are off
 };
 
 // One backend: where to connect and how to speak to it, with its live state. Shared by
@@ -57,6 +58,7 @@ struct BackendRuntime {
   int metrics_backend = -1;
   std::unique_ptr<upstream::Breaker> breaker;  // null when breakers are off
   config::BreakerConfig breaker_cfg;
+  config::HealthConfig health_cfg;  // a change replaces the backend (its health starts afresh)
   std::shared_ptr<ProviderRuntime> provider;   // its breaker null when provider breakers are off
   upstream::Health health;
   std::atomic<std::int64_t> in_flight{0};
@@ -139,8 +141,9 @@ class Router {
  private:
   std::vector<std::pair<std::string, std::shared_ptr<BackendRuntime>>> backends_snapshot_for_probes() const;
   void monitor_tick();
+  using ProviderMap = std::unordered_map<std::string, std::shared_ptr<ProviderRuntime>>;
   std::shared_ptr<BackendRuntime> backend_for(const config::Config& cfg, const config::Route& route,
-                                              const config::Backend& b);
+                                              const config::Backend& b, ProviderMap& providers);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   telemetry::Metrics* metrics_;

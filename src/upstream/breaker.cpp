@@ -27,34 +27,47 @@ void Breaker::advance(Clock::time_point now) {
     state_ = State::half_open;
     seen_.store(state_, std::memory_order_relaxed);
     probes_sent_ = probes_ok_ = 0;
+    ++round_;
     ++counts_.half_opened;
   }
 }
 
-bool Breaker::allow(Clock::time_point now) {
-  if (seen_.load(std::memory_order_relaxed) == State::closed) return true;  // the common case, lock-free
+Breaker::Pass Breaker::allow(Clock::time_point now) {
+  if (seen_.load(std::memory_order_relaxed) == State::closed) return {true, false, 0};  // the common case, lock-free
   std::lock_guard lock(mu_);
   advance(now);
   switch (state_) {
-    case State::closed: return true;
-    case State::open: return false;
+    case State::closed: return {true, false, 0};
+    case State::open: return {};
     case State::half_open:
       if (probes_sent_ >= s_.half_open_probes) {
-        if (now - probe_at_ < s_.open_for) return false;
-        probes_sent_ = probes_ok_;  // the missing outcomes are lost: let as many through again
+        if (now - probe_at_ < s_.open_for) return {};
+        ++round_;  // the missing outcomes are lost: a new round, as many probes again
+        probes_sent_ = probes_ok_ = 0;
       }
       ++probes_sent_;
       probe_at_ = now;
-      return true;
+      return {true, true, round_};
   }
-  return false;
+  return {};
 }
 
 void Breaker::record(Clock::time_point now, bool failed, double latency_ms) {
+  record(now, failed, latency_ms, Pass{true, false, 0});
+}
+
+void Breaker::release(Pass pass) {
+  if (!pass.probe) return;
+  std::lock_guard lock(mu_);
+  if (state_ == State::half_open && pass.round == round_ && probes_sent_ > probes_ok_) --probes_sent_;
+}
+
+void Breaker::record(Clock::time_point now, bool failed, double latency_ms, Pass pass) {
   std::lock_guard lock(mu_);
   advance(now);
   const bool slow = s_.p95_latency_ms > 0 && latency_ms > s_.p95_latency_ms;
   if (state_ == State::half_open) {
+    if (!pass.probe || pass.round != round_) return;  // admitted before, or an older round
     if (failed || slow) {
       std::snprintf(reason_, sizeof reason_, "a half-open probe %s", failed ? "failed" : "was slow");
       open(now);
@@ -66,7 +79,7 @@ void Breaker::record(Clock::time_point now, bool failed, double latency_ms) {
     }
     return;
   }
-  if (state_ == State::open) return;  // outcomes of requests that started before it opened
+  if (state_ == State::open || pass.probe) return;  // admitted before it opened; or a late probe
   window_.add(now, failed, latency_ms);
   evaluate(now);
 }

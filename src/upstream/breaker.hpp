@@ -31,13 +31,23 @@ class Breaker {
 
   explicit Breaker(BreakerSettings s = {});
 
-  // Whether a request may go now (half-open: one of the probes; the caller must then
-  // record() its outcome; a probe round whose outcomes never came is renewed after
-  // open_for, so a lost probe cannot hold the breaker half-open forever).
-  bool allow(Clock::time_point now);
+  // Whether a request may go now. While half-open only `half_open_probes` requests get a
+  // pass, each marked as a probe of the current round; the caller hands the pass back
+  // with record() (its outcome) or release() (no outcome: the request never went, or its
+  // client left). A round whose outcomes never came is renewed after open_for.
+  struct Pass {
+    bool ok = false;
+    bool probe = false;         // a half-open probe
+    std::uint32_t round = 0;    // which half-open round it belongs to
+    explicit operator bool() const noexcept { return ok; }
+  };
+  Pass allow(Clock::time_point now);
   // An outcome: failed (connect failure, 5xx, timeout...) and its latency in ms (< 0:
-  // unknown, counts for the error rate only).
-  void record(Clock::time_point now, bool failed, double latency_ms);
+  // unknown, counts for the error rate only). While half-open only the current round's
+  // probes count; outcomes of requests admitted earlier are ignored, as while open.
+  void record(Clock::time_point now, bool failed, double latency_ms, Pass pass);
+  void record(Clock::time_point now, bool failed, double latency_ms);  // admitted while closed
+  void release(Pass pass);
 
   State state(Clock::time_point now);
   // Transitions so far, for the metrics and the log.
@@ -59,6 +69,7 @@ class Breaker {
   std::atomic<State> seen_{State::closed};  // state_ as of the last change, read without the lock
   Clock::time_point opened_at_{};
   std::uint32_t probes_sent_ = 0, probes_ok_ = 0;
+  std::uint32_t round_ = 0;  // half-open rounds so far
   Clock::time_point probe_at_{};  // the last half-open probe let through
   SlidingWindow window_;
   Counts counts_;

@@ -40,18 +40,25 @@ TEST(Breaker, HalfOpenLetsProbesThroughThenClosesOrReopens) {
   EXPECT_FALSE(b.allow(t + 4s));
   t += 5s;
   EXPECT_EQ(b.state(t), Breaker::State::half_open);
-  EXPECT_TRUE(b.allow(t));
+  const auto p1 = b.allow(t);
+  EXPECT_TRUE(p1);
+  EXPECT_TRUE(p1.probe);
   EXPECT_TRUE(b.allow(t));
   EXPECT_FALSE(b.allow(t));  // only the probes
-  b.record(t, true, 10);     // a probe fails: open again
+  b.record(t, false, 10);    // a request admitted before it opened: ignored
+  EXPECT_EQ(b.state(t), Breaker::State::half_open);
+  b.record(t, true, 10, p1);  // a probe fails: open again
   EXPECT_EQ(b.state(t), Breaker::State::open);
   EXPECT_EQ(b.counts().opened, 2u);
   t += 5s;
-  ASSERT_TRUE(b.allow(t));
-  ASSERT_TRUE(b.allow(t));
-  b.record(t, false, 10);
+  const auto q1 = b.allow(t);
+  const auto q2 = b.allow(t);
+  ASSERT_TRUE(q1);
+  ASSERT_TRUE(q2);
+  b.record(t, false, 10, p1);  // a late outcome of the previous round: ignored
+  b.record(t, false, 10, q1);
   EXPECT_EQ(b.state(t), Breaker::State::half_open);
-  b.record(t, false, 10);
+  b.record(t, false, 10, q2);
   EXPECT_EQ(b.state(t), Breaker::State::closed);
   EXPECT_TRUE(b.allow(t));
   // A fresh window after closing: one failure does not reopen it.
@@ -72,12 +79,14 @@ TEST(Breaker, OpensWhenTheWindowsP95IsTooSlow) {
   EXPECT_EQ(b.state(t), Breaker::State::open);
   EXPECT_NE(b.last_reason().find("p95"), std::string::npos) << b.last_reason();
   t += 2s;
-  ASSERT_TRUE(b.allow(t));
-  b.record(t, false, 2500);  // the probe succeeds but is slow: still open
+  auto p = b.allow(t);
+  ASSERT_TRUE(p);
+  b.record(t, false, 2500, p);  // the probe succeeds but is slow: still open
   EXPECT_EQ(b.state(t), Breaker::State::open);
   t += 2s;
-  ASSERT_TRUE(b.allow(t));
-  b.record(t, false, 300);  // recovered
+  p = b.allow(t);
+  ASSERT_TRUE(p);
+  b.record(t, false, 300, p);  // recovered
   EXPECT_EQ(b.state(t), Breaker::State::closed);
 }
 
@@ -100,9 +109,26 @@ TEST(Breaker, ALostHalfOpenProbeDoesNotHoldItHalfOpenForever) {
   b.record(t += 10ms, true, 10);
   ASSERT_EQ(b.state(t), Breaker::State::open);
   t += 5s;
-  ASSERT_TRUE(b.allow(t));   // the probe, whose outcome never comes (its client left)
+  ASSERT_TRUE(b.allow(t));   // the probe, whose outcome never comes
   EXPECT_FALSE(b.allow(t + 1s));
-  EXPECT_TRUE(b.allow(t + 5s));  // a new probe after open_for
-  b.record(t + 5s, false, 10);
+  const auto p = b.allow(t + 5s);  // a new probe after open_for
+  EXPECT_TRUE(p);
+  b.record(t + 5s, false, 10, p);
   EXPECT_EQ(b.state(t + 5s), Breaker::State::closed);
+}
+
+TEST(Breaker, AReleasedProbeSlotGoesToTheNextRequest) {
+  Breaker b({.window = 10s, .min_requests = 2, .error_rate = 0.5, .open_for = 5s, .half_open_probes = 1});
+  auto t = T0;
+  b.record(t += 10ms, true, 10);
+  b.record(t += 10ms, true, 10);
+  t += 5s;
+  const auto p = b.allow(t);
+  ASSERT_TRUE(p);
+  EXPECT_FALSE(b.allow(t));
+  b.release(p);  // its client left before an answer
+  const auto q = b.allow(t);
+  ASSERT_TRUE(q);
+  b.record(t, false, 10, q);
+  EXPECT_EQ(b.state(t), Breaker::State::closed);
 }
