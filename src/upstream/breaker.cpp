@@ -81,6 +81,12 @@ void Breaker::record(Clock::time_point now, bool failed, double latency_ms, Pass
   }
   if (state_ == State::open || pass.probe) return;  // admitted before it opened; or a late probe
   window_.add(now, failed, latency_ms);
+  // A fast success can only open it by the error rate (reaching min_requests): that is
+  // checked on the counts alone, without the latency summary.
+  if (!failed && !slow) {
+    const auto c = window_.counts(now);
+    if (c.total < s_.min_requests || s_.error_rate <= 0 || c.error_rate() < s_.error_rate) return;
+  }
   evaluate(now);
 }
 

@@ -41,7 +41,7 @@ class CanaryJudge {
  private:
   CanarySettings s_;
   mutable std::mutex mu_;
-  SlidingWindow stable_, canary_;
+  mutable SlidingWindow stable_, canary_;  // a summary expires old buckets
   std::atomic<bool> rolled_back_{false};
   std::string reason_;
 };

@@ -20,33 +20,46 @@ double SlidingWindow::bin_upper(std::size_t bin) { return std::exp2(static_cast<
 
 std::int64_t SlidingWindow::epoch_of(Clock::time_point t) const { return t.time_since_epoch() / slice_; }
 
-void SlidingWindow::add(Clock::time_point now, bool failed, double latency_ms) {
-  const auto e = epoch_of(now);
-  Bucket& b = buckets_[static_cast<std::size_t>(e) % kBuckets];
-  if (b.epoch != e) b = Bucket{e};
-  ++b.total;
-  if (failed) ++b.failed;
-  if (latency_ms >= 0) ++b.latency[bin_of(latency_ms)];
+void SlidingWindow::expire(std::int64_t current) {
+  for (auto& b : buckets_) {
+    // (A bucket newer than `current` stays: callers' clocks are read before their lock.)
+    if (b.epoch < 0 || b.epoch > current - static_cast<std::int64_t>(kBuckets)) continue;
+    sum_.total -= b.total;
+    sum_.failed -= b.failed;
+    for (std::size_t i = 0; i < kBins; ++i) sum_.latency[i] -= b.latency[i];
+    b = Bucket{};
+  }
 }
 
-SlidingWindow::Summary SlidingWindow::summary(Clock::time_point now) const {
-  const auto current = epoch_of(now);
-  Summary s;
-  std::array<std::uint64_t, kBins> hist{};
-  for (const auto& b : buckets_) {
-    if (b.epoch < 0 || b.epoch <= current - static_cast<std::int64_t>(kBuckets) || b.epoch > current) continue;
-    s.total += b.total;
-    s.failed += b.failed;
-    for (std::size_t i = 0; i < kBins; ++i) {
-      hist[i] += b.latency[i];
-      s.timed += b.latency[i];
-    }
+void SlidingWindow::add(Clock::time_point now, bool failed, double latency_ms) {
+  const auto e = epoch_of(now);
+  expire(e);
+  Bucket& b = buckets_[static_cast<std::size_t>(e) % kBuckets];
+  if (b.epoch < 0) b.epoch = e;  // an older epoch in this slot was expired above
+  ++b.total;
+  ++sum_.total;
+  if (failed) {
+    ++b.failed;
+    ++sum_.failed;
   }
+  if (latency_ms >= 0) {
+    const auto bin = bin_of(latency_ms);
+    ++b.latency[bin];
+    ++sum_.latency[bin];
+  }
+}
+
+SlidingWindow::Summary SlidingWindow::summary(Clock::time_point now) {
+  expire(epoch_of(now));
+  Summary s;
+  s.total = sum_.total;
+  s.failed = sum_.failed;
+  for (std::size_t i = 0; i < kBins; ++i) s.timed += sum_.latency[i];
   if (s.timed > 0) {
     const auto rank = static_cast<std::uint64_t>(std::ceil(0.95 * static_cast<double>(s.timed)));
     std::uint64_t cum = 0;
     for (std::size_t i = 0; i < kBins; ++i) {
-      cum += hist[i];
+      cum += sum_.latency[i];
       if (cum >= rank) {
         s.p95_ms = bin_upper(i);
         break;

@@ -103,3 +103,47 @@ TEST(CanaryJudge, RollsBackWhenTheCanaryIsSlowerButNotWhenItIsAsGood) {
   EXPECT_TRUE(slow.rolled_back());
   EXPECT_NE(slow.reason().find("time to first token"), std::string::npos) << slow.reason();
 }
+
+TEST(SlidingWindow, RunningSumsMatchARecountOverManyRotations) {
+  SlidingWindow w(10s);  // ten 1 s buckets
+  struct Event {
+    std::int64_t epoch;
+    bool failed;
+  };
+  std::vector<Event> events;
+  std::uint64_t x = 42;
+  auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  auto t = T0;
+  for (int i = 0; i < 5000; ++i) {
+    t += std::chrono::milliseconds(next() % 700);
+    const bool failed = next() % 3 == 0;
+    w.add(t, failed, 5);
+    const auto epoch = t.time_since_epoch() / 1s;
+    events.push_back({epoch, failed});
+    std::uint64_t total = 0, bad = 0;
+    for (const auto& e : events) {
+      if (e.epoch > epoch - 10) {
+        ++total;
+        bad += e.failed;
+      }
+    }
+    const auto s = w.summary(t);
+    ASSERT_EQ(s.total, total) << "at step " << i;
+    ASSERT_EQ(s.failed, bad) << "at step " << i;
+    ASSERT_EQ(s.timed, total);
+  }
+}
+
+TEST(SlidingWindow, AnOutcomeStampedAlittleEarlierKeepsTheNewerBucket) {
+  SlidingWindow w(10s);
+  w.add(T0 + 5s, false, 10);
+  w.add(T0 + 4s, true, 10);  // its clock was read before the other's, its lock taken after
+  const auto s = w.summary(T0 + 4s);
+  EXPECT_EQ(s.total, 2u);
+  EXPECT_EQ(s.failed, 1u);
+}
