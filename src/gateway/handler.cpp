@@ -597,14 +597,23 @@ class WorkerHandler {
       const RouteRuntime& set = *order[k];
       std::uint64_t tried_mask = 0;
       std::array<bool, 64> usable{};
+      bool despite_ejection = false;  // set when nothing else is left in this set
       while (attempts_left > 0 && left_until(deadline).count() > 0) {
         const auto now = Clock::now();
         const std::size_t n = std::min<std::size_t>(set.members.size(), usable.size());
         for (std::size_t i = 0; i < n; ++i) {
           if (was_tried(set.members[i].get())) tried_mask |= std::uint64_t{1} << i;
-          usable[i] = set.members[i]->usable(now);
+          usable[i] = set.members[i]->usable(now, despite_ejection);
         }
         const int pick = set.balancer->pick(std::span<const bool>(usable.data(), n), tried_mask);
+        if (pick < 0 && !despite_ejection && attempts == 0 && k + 1 == n_sets) {
+          // Like nginx with a single server: passive ejection steers traffic to the other
+          // backends and sets, but when the last set has only ejected backends left and
+          // nothing was tried, they are tried anyway (probes and breakers, explicit
+          // verdicts, still keep a backend out).
+          despite_ejection = true;
+          continue;
+        }
         if (pick < 0) {
           for (std::size_t i = 0; i < n; ++i) {
             if (!usable[i] && !(tried_mask >> i & 1)) note(*set.members[i], set.members[i]->state_word(now));

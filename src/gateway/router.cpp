@@ -121,8 +121,8 @@ BackendRuntime::~BackendRuntime() {
   }
 }
 
-bool BackendRuntime::usable(Clock::time_point now) const {
-  if (!health.usable(now)) return false;
+bool BackendRuntime::usable(Clock::time_point now, bool despite_ejection) const {
+  if (despite_ejection ? !health.healthy() : !health.usable(now)) return false;
   if (cfg.max_in_flight > 0 && in_flight.load(std::memory_order_relaxed) >= cfg.max_in_flight) return false;
   if (breaker && breaker->state(now) == upstream::Breaker::State::open) return false;
   if (provider && provider->breaker && provider->breaker->state(now) == upstream::Breaker::State::open) return false;

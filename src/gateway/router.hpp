@@ -66,8 +66,10 @@ struct BackendRuntime {
 
   BackendRuntime(std::string n, upstream::HealthSettings hs);
   ~BackendRuntime();
-  // Whether a request may go here now (health, ejection, breakers not open, room).
-  bool usable(std::chrono::steady_clock::time_point now) const;
+  // Whether a request may go here now (health, ejection, breakers not open, room). With
+  // `despite_ejection`, an ejected backend counts as usable (see dispatch: passive
+  // ejection steers traffic away, it never leaves a set with nothing to try).
+  bool usable(std::chrono::steady_clock::time_point now, bool despite_ejection = false) const;
   std::string_view state_word(std::chrono::steady_clock::time_point now) const;  // for logs and /infra
 };
 

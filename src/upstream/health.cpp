@@ -42,8 +42,12 @@ bool Health::probe_result(Clock::time_point now, bool ok, double ms, std::string
 bool Health::request_result(Clock::time_point now, bool failed) {
   if (s_.eject_after <= 0) return false;
   if (!failed) {
-    // The common case: no lock, and no write unless a streak was running.
+    // The common case: no lock, and no write unless a streak was running. A success of an
+    // ejected backend (tried when nothing else was left) ends its ejection.
     if (failed_streak_.load(std::memory_order_relaxed) != 0) failed_streak_.store(0, std::memory_order_relaxed);
+    if (ejected_until_.load(std::memory_order_relaxed) > now.time_since_epoch().count()) {
+      ejected_until_.store(0, std::memory_order_relaxed);
+    }
     return false;
   }
   std::lock_guard lock(mu_);

@@ -26,6 +26,7 @@ class Health {
 
   // Whether requests may go to the backend now: healthy by its probes and not ejected.
   bool usable(Clock::time_point now) const noexcept;
+  bool healthy() const noexcept { return healthy_.load(std::memory_order_relaxed); }  // by the probes
 
   // A probe's outcome. Returns true when it changed the probe verdict (healthy <-> not).
   bool probe_result(Clock::time_point now, bool ok, double ms, std::string_view error = {});

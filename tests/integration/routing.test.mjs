@@ -135,6 +135,25 @@ describe('failures before the first byte', () => {
     });
   });
 
+  test('passive ejection never leaves a route with nothing to try', async () => {
+    const solo = await sim({ 'error-rate-500': 1 });
+    const gw = await gateway({
+      routing: { health: { eject_after: 2, eject_for: '60s' }, breaker: { enabled: false } },
+      models: [{ alias: 'solo', backends: [backend(solo)] }],
+    });
+    for (const r of await many(2, () => chat(gw, { model: 'solo', messages: USER, max_tokens: 1 }))) {
+      assert.equal(r.status, 502, r.text);  // its only backend: the upstream's own error
+      assert.equal(r.json.error.code, 'upstream_error');
+    }
+    const name = `127.0.0.1:${solo.port}`;
+    assert.equal((await infra(gw)).backends.find((x) => x.name === name).state, 'ejected');
+    // Ejected, but the only one: still tried, and its first success ends the ejection.
+    await solo.configure({ error_rate_500: 0 });
+    const r = await chat(gw, { model: 'solo', messages: USER, max_tokens: 1 });
+    assert.equal(r.status, 200, r.text);
+    assert.equal((await infra(gw)).backends.find((x) => x.name === name).state, 'up');
+  });
+
   test('the error-rate breaker opens on a backend and says why', async () => {
     const [bad, good] = await Promise.all([sim({ 'error-rate-503': 1 }), sim()]);
     const gw = await gateway({

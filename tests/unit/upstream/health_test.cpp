@@ -53,6 +53,14 @@ TEST(Health, ConsecutiveRequestFailuresEjectForAWhile) {
   EXPECT_GT(h.snapshot(t + 1s).ejected_for_ms, 8000);
 }
 
+TEST(Health, ASuccessfulRequestEndsAnEjection) {
+  Health h({.eject_after = 1, .eject_for = 60s});
+  EXPECT_TRUE(h.request_result(T0, true));
+  EXPECT_FALSE(h.usable(T0 + 1s));
+  EXPECT_FALSE(h.request_result(T0 + 2s, false));
+  EXPECT_TRUE(h.usable(T0 + 2s));
+}
+
 TEST(Health, AGoodProbeEndsAnEjection) {
   Health h({.eject_after = 1, .eject_for = 60s});
   EXPECT_TRUE(h.request_result(T0, true));
