@@ -180,6 +180,40 @@ describe('failures before the first byte', () => {
     assert.equal(metricValue(m, 'sluice_breaker_transitions_total', `scope="backend",name="${name}",to="open"`), 1);
   });
 
+  test('the provider breaker takes every model of a failing provider endpoint out at once', async () => {
+    const [provider, other] = await Promise.all([sim({ 'error-rate-503': 1 }), sim()]);
+    const gw = await gateway({
+      routing: {
+        health: { eject_after: 0 },
+        breaker: { enabled: false },
+        provider_breaker: { min_requests: 4, error_rate: 0.5, open_for: '60s' },
+      },
+      models: [
+        // Two models on one endpoint (one provider account), each falling back elsewhere.
+        { alias: 'p1', backends: [backend(provider, { model: 'm1' })], fallbacks: ['spare'] },
+        { alias: 'p2', backends: [backend(provider, { model: 'm2' })], fallbacks: ['spare'] },
+        { alias: 'spare', backends: [backend(other)] },
+      ],
+    });
+    // Failures of both models count for the endpoint: two each open its breaker.
+    for (const m of ['p1', 'p2', 'p1', 'p2']) {
+      assert.equal((await chat(gw, { model: m, messages: USER, max_tokens: 1 })).status, 200);
+    }
+    assert.equal((await provider.stats()).errors_503, 4);
+    const key = `openai://127.0.0.1:${provider.port}`;
+    assert.equal(metricValue(await metrics(gw), 'sluice_breaker_state', `scope="provider",name="${key}"`), 1);
+    // Now neither model's backend is tried: both go straight to the spare.
+    for (const m of ['p1', 'p2']) {
+      const r = await chat(gw, { model: m, messages: USER, max_tokens: 1 });
+      assert.equal(r.status, 200);
+      assert.equal((await gw.logFor(r.headers.get('x-request-id'))).served_by, 'spare');
+    }
+    assert.equal((await provider.stats()).requests, 4);
+    const b = (await infra(gw)).backends.find((x) => x.name === `127.0.0.1:${provider.port}/m2`);
+    assert.equal(b.state, 'provider_breaker_open');
+    assert.match(b.provider_breaker.last_reason, /error rate 1\.00 over 4 requests/);
+  });
+
   test('a failure after the first byte is never retried: no second generation starts', async () => {
     const [aborting, good] = await Promise.all([sim({ 'abort-rate': 1 }), sim()]);
     const gw = await gateway({
