@@ -4,7 +4,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 CONFIG     ?= config/sluice.example.yaml
 
-.PHONY: build run test unit-test asan-test integration-test bench bench-limits bench-records clean
+.PHONY: build run test unit-test asan-test integration-test bench bench-limits bench-routing bench-records clean
 
 build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -38,6 +38,9 @@ bench: build
 
 bench-limits: build
 	bench/limits.sh
+
+bench-routing: build
+	bench/routing.sh
 
 # Needs the test tools too (build/kafka-mock): configured like unit-test.
 bench-records:
