@@ -196,6 +196,10 @@ EOF
   die "nginx did not listen on 127.0.0.1:$NGINX_PORT within ${START_TIMEOUT}s"
 }
 
+metric() {  # metric TARGET NAME_AND_LABELS: a value from the target's /metrics (PORT[TARGET])
+  curl -s -m 10 "http://127.0.0.1:${PORT[$1]}/metrics" | awk -v m="$2" '$1 == m { v = $2 } END { print v }'
+}
+
 # sluice_config NAME [EXTRA_YAML [MODELS_YAML]] -> writes $TMP/NAME.yaml: WORKERS workers,
 # auth on (KEY), access log on ($TMP/NAME.access.log), shutdown_grace 1s, the routes (one
 # openai route sluice-sim to the simulator, or MODELS_YAML when given: the entries of the

@@ -5,6 +5,7 @@
 // of the per-round ratios/differences (each round measures all targets back to back).
 import {
   median, fmt, signed, int, table, readRows, rps, secs, wrkUse, metaLines, rounds as roundsOf,
+  latencyRows,
 } from './report.mjs';
 
 const meta = JSON.parse(process.env.BENCH_META || '{}');
@@ -51,10 +52,7 @@ const bothUs = perTarget(gwRedisUs);
 const errs = Object.fromEntries(TARGETS.map((t) => [t, ns.filter((r) => r.target === t).reduce((s, r) => s + r.errors, 0)]));
 out.push(table(['', ...TARGETS.map((t) => NAMES[t])], [
   row('requests/s', (t) => int(R[t])),
-  row(`latency p50, ${meta.wrk_conns} connections`, (t) => fmt(p50[t], 3, ' ms')),
-  row(`latency p99, ${meta.wrk_conns} connections`, (t) => fmt(p99[t], 3, ' ms')),
-  row('latency p50, 1 connection', (t) => fmt(l50[t], 3, ' ms')),
-  row('latency p99, 1 connection', (t) => fmt(l99[t], 3, ' ms')),
+  ...latencyRows(row, meta.wrk_conns, p50, p99, l50, l99),
   row('proxy CPU per request', (t) => fmt(gwUs[t], 1, ' µs')),
   row('redis-server CPU per request', redisOnly((t) => fmt(rdUs[t], 1, ' µs'))),
   row('sluice + redis-server CPU per request', sluiceOnly((t) => fmt(bothUs[t], 1, ' µs'))),

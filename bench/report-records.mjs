@@ -3,7 +3,9 @@
 // Usage: BENCH_META='{...}' node bench/report-records.mjs RAW.jsonl > report.md
 // Per-target figures are medians over the rounds; ratios are medians of the per-round
 // ratios (each round measures all targets back to back).
-import { median, fmt, int, table, readRows, rps, secs, wrkUse, metaLines, rounds as roundsOf } from './report.mjs';
+import {
+  median, fmt, int, table, readRows, rps, secs, wrkUse, metaLines, rounds as roundsOf, latencyRows,
+} from './report.mjs';
 
 const meta = JSON.parse(process.env.BENCH_META || '{}');
 const rows = readRows(process.argv[2]);
@@ -45,10 +47,7 @@ const all = perTarget(withDeps);
 const errs = Object.fromEntries(TARGETS.map((t) => [t, ns.filter((r) => r.target === t).reduce((s, r) => s + r.errors, 0)]));
 out.push(table(['', ...TARGETS.map((t) => NAMES[t])], [
   row('requests/s', (t) => int(R[t])),
-  row(`latency p50, ${meta.wrk_conns} connections`, (t) => fmt(p50[t], 3, ' ms')),
-  row(`latency p99, ${meta.wrk_conns} connections`, (t) => fmt(p99[t], 3, ' ms')),
-  row('latency p50, 1 connection', (t) => fmt(l50[t], 3, ' ms')),
-  row('latency p99, 1 connection', (t) => fmt(l99[t], 3, ' ms')),
+  ...latencyRows(row, meta.wrk_conns, p50, p99, l50, l99),
   row('proxy CPU per request', (t) => fmt(gw[t], 1, ' µs')),
   row('proxy + Kafka mock + PostgreSQL CPU per request', (t) => (t === 'nginx' || t === 'off' ? '—' : fmt(all[t], 1, ' µs'))),
   row('simulator CPU use (cores)', (t) => fmt(median(ns.filter((r) => r.target === t).map((r) => cores(r, 'sim_ticks'))), 2)),

@@ -209,3 +209,14 @@ function report(rows, meta) {
 if (import.meta.url === pathToFileURL(process.argv[1]).href) {
   process.stdout.write(report(readRows(process.argv[2]), JSON.parse(process.env.BENCH_META || '{}')));
 }
+
+// The four latency rows of a report's main table (medians per target: p50 and p99 with
+// `conns` connections, then with one).
+export function latencyRows(row, conns, p50, p99, l50, l99) {
+  return [
+    row(`latency p50, ${conns} connections`, (t) => fmt(p50[t], 3, ' ms')),
+    row(`latency p99, ${conns} connections`, (t) => fmt(p99[t], 3, ' ms')),
+    row('latency p50, 1 connection', (t) => fmt(l50[t], 3, ' ms')),
+    row('latency p99, 1 connection', (t) => fmt(l99[t], 3, ' ms')),
+  ];
+}

@@ -35,10 +35,6 @@ TARGETS=(nginx single defaults set canary)
 
 # nginx, and sluice variants named in PID/PORT: lib.sh's target_url and proxy_pids.
 
-metric() {  # metric TARGET NAME_AND_LABELS: a value from the target's /metrics
-  curl -s -m 10 "http://127.0.0.1:${PORT[$1]}/metrics" | awk -v m="$2" '$1 == m { v = $2 } END { print v }'
-}
-
 # ---- start --------------------------------------------------------------------------------
 log "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); ulimit -n $NOFILE"
 start_sim --ttft 0 --inter-token 0 --jitter 0 --default-output-tokens 8
