@@ -325,6 +325,51 @@ TEST_F(RoutingConfigTest, DefaultNames) {
   EXPECT_EQ(c.find_route("demo")->backends[0].name, "simulated:demo");
 }
 
+TEST_F(RoutingConfigTest, DefaultNamesTellApartProvidersCredentialsAndTls) {
+  auto r = load("models:\n"
+                // One server speaking two APIs with the same model name: provider:host:port/model.
+                "  - alias: oa\n"
+                "    provider: openai\n"
+                "    base_url: http://10.0.0.3:8080/v1\n"
+                "    model: m\n"
+                "  - alias: an\n"
+                "    provider: anthropic\n"
+                "    base_url: http://10.0.0.3:8080\n"
+                "    model: m\n"
+                // Same model with two credentials, and with other TLS settings: host:port#k.
+                "  - alias: k1\n"
+                "    backends:\n"
+                "      - {provider: openai, base_url: 'https://10.0.0.4/v1', model: m, api_key: sk-one-1111111111}\n"
+                "      - {provider: openai, base_url: 'https://10.0.0.4/v1', model: m, api_key: sk-two-2222222222}\n"
+                "  - alias: k2\n"
+                "    backends:\n"
+                "      - {provider: openai, base_url: 'https://10.0.0.4/v1', model: m, api_key: sk-two-2222222222}\n"
+                "      - {provider: openai, base_url: 'https://10.0.0.4/v1', model: m, api_key: sk-two-2222222222, tls_verify: false}\n");
+  ASSERT_TRUE(r.ok()) << all_errors(r);
+  const Config& c = *r.config;
+  EXPECT_EQ(c.find_route("oa")->backends[0].name, "openai:10.0.0.3:8080/m");
+  EXPECT_EQ(c.find_route("an")->backends[0].name, "anthropic:10.0.0.3:8080/m");
+  EXPECT_EQ(names_of(*c.find_route("k1")), (std::vector<std::string>{"10.0.0.4:443#1", "10.0.0.4:443#2"}));
+  // The same backend as k1's second (same credential): the same name; then a third one.
+  EXPECT_EQ(names_of(*c.find_route("k2")), (std::vector<std::string>{"10.0.0.4:443#2", "10.0.0.4:443#3"}));
+}
+
+TEST_F(RoutingConfigTest, NamedBackendsMustAgreeOnCredentialAndTls) {
+  auto r = load("models:\n"
+                "  - alias: a\n"
+                "    backends:\n"
+                "      - {name: x, provider: openai, base_url: 'https://10.0.0.5/v1', api_key: sk-aaaa-1111111111}\n"
+                "  - alias: b\n"
+                "    backends:\n"
+                "      - {name: x, provider: openai, base_url: 'https://10.0.0.5/v1', api_key: sk-bbbb-2222222222, tls_verify: false}\n");
+  ASSERT_FALSE(r.ok());
+  const std::string all = all_errors(r);
+  EXPECT_NE(all.find("tls_verify"), std::string::npos) << all;
+  EXPECT_NE(all.find("credential"), std::string::npos) << all;
+  EXPECT_EQ(all.find("sk-aaaa"), std::string::npos) << "a secret in an error: " << all;
+  EXPECT_EQ(all.find("sk-bbbb"), std::string::npos) << "a secret in an error: " << all;
+}
+
 TEST_F(RoutingConfigTest, ExplicitNameKeepsItsValueAndCountsForTheModelRule) {
   // A named backend at the same host:port with another model still makes the unnamed
   // ones there take host:port/model.
