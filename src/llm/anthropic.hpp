@@ -16,16 +16,21 @@
 namespace sluice::llm {
 
 // A Messages request -> a chat-completions body (JSON). Checks the Messages schema: model,
-// max_tokens (required, >= 1), messages (user/assistant turns; content a string or text
-// blocks), system (a string or text blocks), stream, temperature, top_p, top_k,
-// stop_sequences, metadata.user_id. Anything else, or a non-text block, is refused with
-// a clear 400 rather than silently dropped. Streams ask for usage (for message_delta).
+// max_tokens (required, >= 1), messages (user/assistant turns; content a string or text,
+// tool_use (assistant) and tool_result (user) blocks), system (a string or text blocks),
+// stream, temperature, top_p, top_k, stop_sequences, metadata.user_id, tools (client
+// tools) and tool_choice. tool_use blocks become the assistant message's tool_calls,
+// tool_result blocks `tool` messages ("Error: " before the content when is_error).
+// Anything else (server tools, thinking, image blocks...) is refused with a clear 400
+// naming the field rather than silently dropped. Streams ask for usage (for message_delta).
 // `for_count`: a count_tokens request, which has no max_tokens.
 using AnthropicConversion = std::variant<std::string, RequestError>;
 AnthropicConversion anthropic_to_chat(std::string_view body, bool for_count = false);
 
-// A chat.completion body -> a Messages answer ("message" with one text block, stop_reason,
-// usage). `model` is the alias the client asked for; `id` becomes "msg_<id>".
+// A chat.completion body -> a Messages answer ("message" with a text block, then one
+// tool_use block per tool call (input = the parsed arguments, {} when they are not a JSON
+// object), stop_reason, usage). The text block is left out when empty and there are tool
+// calls. `model` is the alias the client asked for; `id` becomes "msg_<id>".
 std::string chat_to_anthropic(const Completion& done, std::string_view model, std::string_view id);
 
 // An error in the Messages API's shape: {"type":"error","error":{"type","message"}}.
@@ -39,8 +44,9 @@ std::string anthropic_error_from_chat(int status, std::string_view chat_error_bo
 std::string anthropic_error_event(Reason reason, std::string_view message);
 
 // Wraps a translator that produces chat.completion.chunk frames and re-encodes them as
-// Messages events: message_start, content_block_start, content_block_delta (text_delta)...,
-// content_block_stop, message_delta (stop_reason, usage), message_stop. An error frame
+// Messages events: message_start, then per content block content_block_start,
+// content_block_delta (text_delta, or input_json_delta for a tool call's arguments)...,
+// content_block_stop, then message_delta (stop_reason, usage), message_stop. An error frame
 // becomes an `error` event. Counters (content chunks, usage, finish reason, errors) are
 // those of the inner translator.
 std::unique_ptr<StreamTranslator> make_anthropic_output(std::unique_ptr<StreamTranslator> inner,
@@ -54,19 +60,24 @@ inline constexpr std::int64_t kAnthropicDefaultMaxTokens = 4096;
 
 // A chat request -> POST <prefix>/v1/messages: system and developer messages become
 // `system`; user and assistant turns keep their text (consecutive turns of one role are
-// joined, as the Messages API wants them alternating); a tool result becomes a user turn
-// marked "[tool result]"; temperature is capped at 1 (the Messages range); stop ->
-// stop_sequences; user -> metadata.user_id. Credentials go in headers (the gateway's).
+// joined, as the Messages API wants them alternating); assistant tool_calls become tool_use
+// blocks (arguments that are not a JSON object: input {}), tool messages tool_result
+// blocks of a user turn (one without tool_call_id stays text marked "[tool result]");
+// function tools -> tools, tool_choice/parallel_tool_calls -> tool_choice; temperature is
+// capped at 1 (the Messages range); stop -> stop_sequences; user -> metadata.user_id.
+// Credentials go in headers (the gateway's).
 UpstreamCall build_anthropic_call(const ChatRequest& req, const config::Backend& backend);
 
 // A Messages answer -> the chat.completion body (id "chatcmpl-<request_id>", model = the
-// client's alias, usage from input_tokens/output_tokens). nullopt for anything else.
+// client's alias, text blocks joined, tool_use blocks -> tool_calls, usage from
+// input_tokens/output_tokens). nullopt for anything else.
 std::optional<Completion> translate_anthropic_completion(std::string_view upstream_body, const ChatRequest& req,
                                                          std::string_view request_id);
 // An Anthropic error body -> the OpenAI error shape, keeping type and message.
 std::string chat_error_from_anthropic(std::string_view anthropic_error_body);
 
-// Messages events -> chat.completion.chunk frames; an `error` event becomes an error frame.
+// Messages events -> chat.completion.chunk frames (tool_use blocks -> delta.tool_calls);
+// an `error` event becomes an error frame.
 std::unique_ptr<StreamTranslator> make_anthropic_stream(const ChatRequest& req, std::string_view request_id);
 
 }  // namespace sluice::llm

@@ -260,9 +260,15 @@ describe('anthropic SDK: errors in the Messages shape', () => {
     });
     assert.equal(image.status, 400);
     assert.match(image.json.error.message, /messages\[0\]\.content\[0\].*image.*not supported/);
-    const tools = await post({ model: 'demo', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }], tools: [] });
+    const tools = await post({
+      model: 'demo', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }],
+      tools: [{ type: 'web_search_20250305', name: 'web_search' }],
+    });
     assert.equal(tools.status, 400);
-    assert.match(tools.json.error.message, /'tools' is not supported/);
+    assert.match(tools.json.error.message, /tools\[0\]\.type.*web_search_20250305.*not supported/);
+    const thinking = await post({ model: 'demo', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }], thinking: { type: 'enabled', budget_tokens: 1024 } });
+    assert.equal(thinking.status, 400);
+    assert.match(thinking.json.error.message, /'thinking' is not supported/);
     const role = await post({ model: 'demo', max_tokens: 5, messages: [{ role: 'system', content: 'hi' }] });
     assert.equal(role.status, 400);
     assert.match(role.json.error.message, /role must be 'user' or 'assistant'/);
@@ -279,5 +285,277 @@ describe('anthropic SDK: errors in the Messages shape', () => {
     } finally {
       await sim.configure({ abort_rate: 0 });
     }
+  });
+});
+
+// ---- tool use ----------------------------------------------------------------------------
+
+const WEATHER_TOOL = {
+  name: 'get_weather',
+  description: 'The weather of a city',
+  input_schema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+};
+const OPENAI_WEATHER_TOOL = {
+  type: 'function',
+  function: { name: 'get_weather', description: 'The weather of a city', parameters: WEATHER_TOOL.input_schema },
+};
+
+// An upstream that calls tools: OpenAI-compatible (tool_calls) on /v1/chat/completions,
+// the Messages API (tool_use) on /v1/messages; a Messages request whose last turn carries
+// tool_result blocks gets a text answer instead.
+function toolsApi(req, res, json) {
+  const sse = (lines) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    for (const l of lines) res.write(l);
+    res.end();
+  };
+  if (req.url.endsWith('/chat/completions')) {
+    const base = { id: 'chatcmpl-tools', created: 1, model: json.model };
+    if (!json.stream) {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({
+        ...base, object: 'chat.completion',
+        choices: [{
+          index: 0, finish_reason: 'tool_calls',
+          message: {
+            role: 'assistant', content: null,
+            tool_calls: [
+              { id: 'call_w1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } },
+              { id: 'call_w2', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Rome"}' } },
+            ],
+          },
+        }],
+        usage: { prompt_tokens: 30, completion_tokens: 12, total_tokens: 42 },
+      }));
+      return true;
+    }
+    const chunk = (delta, finish = null) =>
+      `data: ${JSON.stringify({ ...base, object: 'chat.completion.chunk', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+    sse([
+      chunk({ role: 'assistant', content: 'Checking.' }),
+      chunk({ tool_calls: [{ index: 0, id: 'call_s1', type: 'function', function: { name: 'get_weather', arguments: '' } }] }),
+      chunk({ tool_calls: [{ index: 0, function: { arguments: '{"city":' } }] }),
+      chunk({ tool_calls: [{ index: 0, function: { arguments: '"Oslo"}' } }] }),
+      chunk({ tool_calls: [{ index: 1, id: 'call_s2', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Bergen"}' } }] }),
+      chunk({}, 'tool_calls'),
+      `data: ${JSON.stringify({ ...base, object: 'chat.completion.chunk', choices: [], usage: { prompt_tokens: 30, completion_tokens: 9, total_tokens: 39 } })}\n\n`,
+      'data: [DONE]\n\n',
+    ]);
+    return true;
+  }
+  if (!req.url.endsWith('/v1/messages')) return false;
+  const last = json.messages.at(-1);
+  const answered = Array.isArray(last.content) && last.content.some((b) => b.type === 'tool_result');
+  const usage = { input_tokens: 40, output_tokens: 15 };
+  if (!json.stream) {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({
+      id: 'msg_tools', type: 'message', role: 'assistant', model: json.model, stop_sequence: null, usage,
+      ...(answered
+        ? { content: [{ type: 'text', text: 'It is sunny in Paris.' }], stop_reason: 'end_turn' }
+        : {
+          content: [
+            { type: 'text', text: 'Let me check.' },
+            { type: 'tool_use', id: 'toolu_01Paris', name: 'get_weather', input: { city: 'Paris' } },
+          ],
+          stop_reason: 'tool_use',
+        }),
+    }));
+    return true;
+  }
+  const ev = (type, data) => `event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`;
+  sse([
+    ev('message_start', { message: { id: 'msg_tools', type: 'message', role: 'assistant', model: json.model, content: [], stop_reason: null, usage: { input_tokens: 40, output_tokens: 1 } } }),
+    ev('content_block_start', { index: 0, content_block: { type: 'tool_use', id: 'toolu_01Lyon', name: 'get_weather', input: {} } }),
+    ev('ping', {}),
+    ev('content_block_delta', { index: 0, delta: { type: 'input_json_delta', partial_json: '' } }),
+    ev('content_block_delta', { index: 0, delta: { type: 'input_json_delta', partial_json: '{"city": "Ly' } }),
+    ev('content_block_delta', { index: 0, delta: { type: 'input_json_delta', partial_json: 'on"}' } }),
+    ev('content_block_stop', { index: 0 }),
+    ev('message_delta', { delta: { stop_reason: 'tool_use', stop_sequence: null }, usage: { output_tokens: 15 } }),
+    ev('message_stop', {}),
+  ]);
+  return true;
+}
+
+describe('tool use', () => {
+  let tgw;
+  let up;
+  before(async () => {
+    up = await startRecorder(toolsApi);
+    tgw = await startGateway({
+      instance: 'it-anthropic-tools',
+      keys: [{ name: 'test-app', key: KEY, models: ['*'] }],
+      models: [
+        { alias: 'tools-openai', provider: 'openai', base_url: `${up.url}/v1`, model: 'gpt-up' },
+        { alias: 'tools-claude', provider: 'anthropic', base_url: up.url, model: 'claude-up', api_key: 'sk-ant-tools-123456' },
+      ],
+    });
+  });
+  after(async () => {
+    await Promise.all([tgw?.stop(), up?.close()]);
+  });
+  const anthropic = () => new Anthropic({ apiKey: KEY, baseURL: tgw.url, maxRetries: 0, timeout: 15000 });
+  const oai = () => new OpenAI({ apiKey: KEY, baseURL: `${tgw.url}/v1`, maxRetries: 0, timeout: 15000 });
+
+  test('Anthropic SDK -> OpenAI upstream: tools go as OpenAI tools, tool_calls come back as tool_use blocks', async () => {
+    const n = up.requests.length;
+    const m = await anthropic().messages.create({
+      model: 'tools-openai', max_tokens: 100, tools: [WEATHER_TOOL],
+      tool_choice: { type: 'any', disable_parallel_tool_use: false },
+      messages: [{ role: 'user', content: 'Weather in Paris and Rome?' }],
+    });
+    assert.equal(m.stop_reason, 'tool_use');
+    assert.deepEqual(m.content, [
+      { type: 'tool_use', id: 'call_w1', name: 'get_weather', input: { city: 'Paris' } },
+      { type: 'tool_use', id: 'call_w2', name: 'get_weather', input: { city: 'Rome' } },
+    ]);
+    assert.equal(m.usage.output_tokens, 12);
+    const sent = up.requests[n].json;
+    assert.deepEqual(sent.tools, [OPENAI_WEATHER_TOOL]);
+    assert.equal(sent.tool_choice, 'required');
+    assert.equal(sent.parallel_tool_calls, undefined);
+
+    // The next turn: the history with tool_use and tool_result blocks becomes tool_calls
+    // and tool messages.
+    await anthropic().messages.create({
+      model: 'tools-openai', max_tokens: 100, tools: [WEATHER_TOOL],
+      messages: [
+        { role: 'user', content: 'Weather in Paris and Rome?' },
+        { role: 'assistant', content: m.content },
+        {
+          role: 'user',
+          content: [
+            { type: 'tool_result', tool_use_id: 'call_w1', content: '18C' },
+            { type: 'tool_result', tool_use_id: 'call_w2', content: [{ type: 'text', text: 'unknown city' }], is_error: true },
+          ],
+        },
+      ],
+    });
+    assert.deepEqual(up.requests[n + 1].json.messages.slice(1), [
+      {
+        role: 'assistant', content: null,
+        tool_calls: [
+          { id: 'call_w1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } },
+          { id: 'call_w2', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Rome"}' } },
+        ],
+      },
+      { role: 'tool', tool_call_id: 'call_w1', content: '18C' },
+      { role: 'tool', tool_call_id: 'call_w2', content: 'Error: unknown city' },
+    ]);
+  });
+
+  test('Anthropic SDK -> OpenAI upstream, streamed: tool_use blocks with input_json_delta', async () => {
+    const n = up.requests.length;
+    const types = [];
+    let json = '';
+    const stream = anthropic().messages.stream({
+      model: 'tools-openai', max_tokens: 100, tools: [WEATHER_TOOL],
+      messages: [{ role: 'user', content: 'Weather in Oslo and Bergen?' }],
+    });
+    stream.on('streamEvent', (e) => types.push(e.type === 'content_block_start' ? `start:${e.content_block.type}:${e.index}` : e.type));
+    stream.on('inputJson', (delta) => (json += delta));
+    const final = await stream.finalMessage();
+    assert.equal(final.stop_reason, 'tool_use');
+    assert.deepEqual(final.content, [
+      { type: 'text', text: 'Checking.' },
+      { type: 'tool_use', id: 'call_s1', name: 'get_weather', input: { city: 'Oslo' } },
+      { type: 'tool_use', id: 'call_s2', name: 'get_weather', input: { city: 'Bergen' } },
+    ]);
+    assert.equal(json, '{"city":"Oslo"}{"city":"Bergen"}');
+    assert.deepEqual(types.filter((t) => t.startsWith('start:')), ['start:text:0', 'start:tool_use:1', 'start:tool_use:2']);
+    assert.equal(final.usage.output_tokens, 9);
+    assert.deepEqual(up.requests[n].json.tools, [OPENAI_WEATHER_TOOL]);
+    assert.equal(up.requests[n].json.stream, true);
+  });
+
+  test('OpenAI SDK -> Anthropic upstream: tools go as Messages tools, tool_use comes back as tool_calls; tool results as tool_result', async () => {
+    const n = up.requests.length;
+    const messages = [{ role: 'user', content: 'Weather in Paris?' }];
+    const c = await oai().chat.completions.create({
+      model: 'tools-claude', max_tokens: 100, tools: [OPENAI_WEATHER_TOOL], tool_choice: 'auto', parallel_tool_calls: false, messages,
+    });
+    assert.equal(c.choices[0].finish_reason, 'tool_calls');
+    assert.equal(c.choices[0].message.content, 'Let me check.');
+    assert.deepEqual(c.choices[0].message.tool_calls, [
+      { id: 'toolu_01Paris', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } },
+    ]);
+    const first = up.requests[n];
+    assert.equal(first.url, '/v1/messages');
+    assert.deepEqual(first.json.tools, [WEATHER_TOOL]);
+    assert.deepEqual(first.json.tool_choice, { type: 'auto', disable_parallel_tool_use: true });
+
+    // Second turn: the assistant's tool_calls and the tool message.
+    const again = await oai().chat.completions.create({
+      model: 'tools-claude', max_tokens: 100, tools: [OPENAI_WEATHER_TOOL],
+      messages: [
+        ...messages,
+        c.choices[0].message,
+        { role: 'tool', tool_call_id: 'toolu_01Paris', content: '{"temp":18,"sky":"clear"}' },
+      ],
+    });
+    assert.equal(again.choices[0].message.content, 'It is sunny in Paris.');
+    assert.equal(again.choices[0].finish_reason, 'stop');
+    assert.deepEqual(up.requests[n + 1].json.messages, [
+      { role: 'user', content: 'Weather in Paris?' },
+      {
+        role: 'assistant',
+        content: [
+          { type: 'text', text: 'Let me check.' },
+          { type: 'tool_use', id: 'toolu_01Paris', name: 'get_weather', input: { city: 'Paris' } },
+        ],
+      },
+      { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_01Paris', content: '{"temp":18,"sky":"clear"}' }] },
+    ]);
+  });
+
+  test('OpenAI SDK -> Anthropic upstream, streamed: tool_use events become tool_calls deltas', async () => {
+    const n = up.requests.length;
+    const stream = await oai().chat.completions.create({
+      model: 'tools-claude', max_tokens: 100, stream: true, tools: [OPENAI_WEATHER_TOOL], tool_choice: 'required',
+      messages: [{ role: 'user', content: 'Weather in Lyon?' }],
+    });
+    const calls = [];
+    let finish;
+    for await (const ch of stream) {
+      for (const tc of ch.choices[0]?.delta?.tool_calls ?? []) {
+        calls[tc.index] ??= { id: '', name: '', arguments: '' };
+        if (tc.id) calls[tc.index].id = tc.id;
+        if (tc.function?.name) calls[tc.index].name = tc.function.name;
+        calls[tc.index].arguments += tc.function?.arguments ?? '';
+      }
+      if (ch.choices[0]?.finish_reason) finish = ch.choices[0].finish_reason;
+    }
+    assert.equal(finish, 'tool_calls');
+    assert.equal(calls.length, 1);
+    assert.equal(calls[0].id, 'toolu_01Lyon');
+    assert.equal(calls[0].name, 'get_weather');
+    assert.deepEqual(JSON.parse(calls[0].arguments), { city: 'Lyon' });
+    assert.deepEqual(up.requests[n].json.tool_choice, { type: 'any' });
+    assert.deepEqual(up.requests[n].json.tools, [WEATHER_TOOL]);
+  });
+
+  test('Anthropic SDK -> Anthropic upstream (both translations): tools, tool_use and tool_result survive', async () => {
+    const n = up.requests.length;
+    const history = [
+      { role: 'user', content: 'Weather in Paris?' },
+      { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_01Paris', name: 'get_weather', input: { city: 'Paris' } }] },
+      { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_01Paris', content: 'sunny' }] },
+    ];
+    const m = await anthropic().messages.create({
+      model: 'tools-claude', max_tokens: 100, tools: [WEATHER_TOOL], tool_choice: { type: 'tool', name: 'get_weather' }, messages: history,
+    });
+    assert.equal(m.content[0].text, 'It is sunny in Paris.');
+    assert.equal(m.stop_reason, 'end_turn');
+    const sent = up.requests[n].json;
+    assert.deepEqual(sent.tools, [WEATHER_TOOL]);
+    assert.deepEqual(sent.tool_choice, { type: 'tool', name: 'get_weather' });
+    assert.deepEqual(sent.messages, history);
+    const stream = anthropic().messages.stream({
+      model: 'tools-claude', max_tokens: 100, tools: [WEATHER_TOOL], messages: [{ role: 'user', content: 'Weather in Lyon?' }],
+    });
+    const final = await stream.finalMessage();
+    assert.equal(final.stop_reason, 'tool_use');
+    assert.deepEqual(final.content, [{ type: 'tool_use', id: 'toolu_01Lyon', name: 'get_weather', input: { city: 'Lyon' } }]);
   });
 });

@@ -7,44 +7,14 @@
 #include <vector>
 
 #include "llm/anthropic.hpp"
+#include "anthropic_helpers.hpp"
 
 using namespace sluice;
 using namespace sluice::llm;
 namespace json = boost::json;
+using namespace sluice::llm::testing;
 
 namespace {
-
-json::object converted(std::string_view body) {
-  auto r = anthropic_to_chat(body);
-  if (auto* e = std::get_if<RequestError>(&r)) {
-    ADD_FAILURE() << e->message;
-    return {};
-  }
-  return json::parse(std::get<std::string>(r)).as_object();
-}
-
-RequestError refused(std::string_view body) {
-  auto r = anthropic_to_chat(body);
-  EXPECT_TRUE(std::holds_alternative<RequestError>(r)) << body;
-  return std::holds_alternative<RequestError>(r) ? std::get<RequestError>(r) : RequestError{};
-}
-
-// "event: T\ndata: D\n\n" -> (T, D) pairs; fails on anything else.
-std::vector<std::pair<std::string, json::object>> events(std::string_view out) {
-  std::vector<std::pair<std::string, json::object>> v;
-  while (!out.empty()) {
-    const auto nl = out.find('\n');
-    const auto end = out.find("\n\n");
-    if (!out.starts_with("event: ") || nl == std::string_view::npos || end == std::string_view::npos ||
-        !out.substr(nl + 1).starts_with("data: ")) {
-      ADD_FAILURE() << "not an SSE event: " << out;
-      break;
-    }
-    v.emplace_back(std::string(out.substr(7, nl - 7)), json::parse(out.substr(nl + 7, end - nl - 7)).as_object());
-    out.remove_prefix(end + 2);
-  }
-  return v;
-}
 
 std::string chunk(std::string_view delta, std::string_view finish = "null") {
   return "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":" + std::string(delta) +
@@ -80,9 +50,9 @@ TEST(AnthropicRequest, RefusesWhatItCannotCarryNamingTheField) {
   auto img = refused(R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image"}]}]})");
   EXPECT_EQ(img.param, "messages[0].content[0].type");
   EXPECT_NE(img.message.find("'image' are not supported"), std::string::npos) << img.message;
-  auto tools = refused(R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}],"tools":[]})");
+  auto tools = refused(R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}],"thinking":{"type":"enabled"}})");
   EXPECT_EQ(tools.reason, Reason::option_not_allowed);
-  EXPECT_EQ(tools.param, "tools");
+  EXPECT_EQ(tools.param, "thinking");
   EXPECT_EQ(refused(R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}],"stop_sequences":[1]})").param,
             "stop_sequences");
 }
