@@ -221,6 +221,27 @@ const ROWS = [
         [`sum by (reason) (rate(sluice_gate_rejected_total{${I}}${W}))`, 'rejected {{reason}}'],
         [`sum by (class) (rate(sluice_gate_demoted_total{${I}}${W}))`, 'demoted {{class}}'],
       ], { unit: 'ops', w: 12 }),
+      upStat('Backends up', 'Backends that get requests (healthy by their probes, not ejected, breakers not open); the lowest over the selected instances.', `min by (backend) (sluice_backend_up{${I}})`, '{{backend}}', { w: 6, h: 8 }),
+      timeseries('Circuit breakers', 'Breaker state per backend and provider endpoint: 0 closed, 1 open, 2 half-open (the highest over the instances).', [
+        [`max by (scope, name) (sluice_breaker_state{${I}})`, '{{scope}} {{name}}'],
+      ], { max: 2, decimals: 0, w: 6 }),
+      timeseries('Retries, fallbacks and exhaustion/s', 'Further attempts on another backend of the model, attempts on a fallback model, and requests no backend could answer (503 or the canned reply), per model.', [
+        [`sum by (model) (rate(sluice_route_retries_total{${I}}${W}))`, 'retry {{model}}'],
+        [`sum by (model) (rate(sluice_route_fallbacks_total{${I}}${W}))`, 'fallback {{model}}'],
+        [`sum by (model) (rate(sluice_route_exhausted_total{${I}}${W}))`, 'exhausted {{model}}'],
+      ], { unit: 'ops', w: 6 }),
+      timeseries('Probes and ejections', 'Failed active health probes per second, and passive ejections in the interval, per backend.', [
+        [`sum by (backend) (rate(sluice_backend_probes_total{${I},result="failed"}${W}))`, 'probe failed {{backend}}'],
+        [`sum by (backend) (increase(sluice_backend_ejections_total{${I}}${W}))`, 'ejected {{backend}}'],
+      ], { w: 6 }),
+      timeseries('Canary share', 'Share of a model\'s requests sent to its canary first, and whether the canary is active (0 after an automatic rollback).', [
+        [`sum by (model) (rate(sluice_canary_requests_total{${I},set="canary"}${W})) / sum by (model) (rate(sluice_canary_requests_total{${I}}${W}))`, 'canary share {{model}}'],
+        [`min by (model) (sluice_canary_active{${I}})`, 'active {{model}}'],
+      ], { unit: 'percentunit', w: 12 }),
+      timeseries('Configuration reloads', 'Reloads (SIGHUP) in the interval by result, and the routing table version in use, per instance.', [
+        [`sum by (result) (increase(sluice_config_reloads_total{${I}}${W}))`, 'reload {{result}}'],
+        [`max by (instance) (sluice_routing_table_version{${I}})`, 'table version {{instance}}'],
+      ], { w: 12 }),
     ],
   },
   {

@@ -255,7 +255,11 @@ describe('against a live gateway', () => {
     const dir = tempDir('sluice-dash-');
     gw = await startGateway({
       keys: [{ name: 'dash-app', key: KEY, tenant: 'acme', tier: 'gold' }],
-      models: [{ alias: 'demo', provider: 'simulated', max_in_flight: 4, sim: { ttft: '5ms', inter_token: '1ms', jitter: 0 } }],
+      models: [
+        // With a canary, so that the routing families have their series too.
+        { alias: 'demo', provider: 'simulated', max_in_flight: 4, sim: { ttft: '5ms', inter_token: '1ms', jitter: 0 }, canary: { alias: 'demo-v2', weight: 50 } },
+        { alias: 'demo-v2', provider: 'simulated', sim: { ttft: '5ms', inter_token: '1ms', jitter: 0 } },
+      ],
       redis: { url: redis.url, retry_interval: '500ms' },
       rate_limits: {
         backend: 'redis',
@@ -294,6 +298,8 @@ describe('against a live gateway', () => {
     assert.match(page, /^sluice_upstream_duration_seconds_count\{backend="[^"]+"\} [1-9]/m);
     assert.match(page, /^sluice_ratelimit_decisions_total\{decision="allowed",reason="ok"\} [1-9]/m);
     assert.match(page, /^# TYPE sluice_queue_wait_seconds histogram$/m);
+    assert.match(page, /^sluice_canary_requests_total\{model="demo",set="stable"\} [0-9]/m);
+    assert.match(page, /^sluice_backend_up\{backend="simulated:demo-v2"\} 1$/m);
   });
 
   test('every metric and label the dashboard and the alert rules use is exposed (except history and events)', () => {
