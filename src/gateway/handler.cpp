@@ -2,6 +2,7 @@
 // relay (streaming or not), record. See docs/phases.md.
 #include <boost/asio/experimental/channel.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <charconv>
 #include <chrono>
 #include <random>
 
@@ -161,11 +162,12 @@ class WorkerHandler {
   }
 
  private:
-  http::Response json_reply(int status, std::string body, const Context& ctx) {
+  // The request's reply: takes the headers collected for it (a request has one reply).
+  http::Response json_reply(int status, std::string body, Context& ctx) {
     http::Response r;
     r.status = status;
     r.body = std::move(body);
-    r.headers = ctx.headers;
+    r.headers = std::move(ctx.headers);
     return r;
   }
 
@@ -432,24 +434,40 @@ class WorkerHandler {
     return std::max<std::int64_t>(r.prompt_tokens, 0) + completion;
   }
 
+  // The x-ratelimit-* headers, formatted into one block (one allocation, no per-header
+  // strings: they are on every limited request).
   static void add_ratelimit_headers(http::HeaderList& h, const limits::Admission& a) {
     const limits::HeaderLimit& main = a.requests.set ? a.requests : a.tokens;
-    h.reserve(h.size() + 9);
-    if (main.set) {
-      h.emplace_back("x-ratelimit-limit", std::to_string(main.limit));
-      h.emplace_back("x-ratelimit-remaining", std::to_string(std::max<std::int64_t>(main.remaining, 0)));
-      h.emplace_back("x-ratelimit-reset", std::to_string((main.reset_ms + 999) / 1000));
-    }
+    if (!main.set) return;
+    std::string block;
+    block.reserve(320);
+    auto line = [&block](std::string_view name, std::int64_t v) {
+      if (!block.empty()) block += "\r\n";
+      block += name;
+      block += ": ";
+      char buf[24];
+      block.append(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+    };
+    auto reset = [&block](std::string_view name, std::int64_t ms) {
+      block += "\r\n";
+      block += name;
+      block += ": ";
+      limits::append_reset(block, ms);
+    };
+    line("x-ratelimit-limit", main.limit);
+    line("x-ratelimit-remaining", std::max<std::int64_t>(main.remaining, 0));
+    line("x-ratelimit-reset", (main.reset_ms + 999) / 1000);
     if (a.requests.set) {
-      h.emplace_back("x-ratelimit-limit-requests", std::to_string(a.requests.limit));
-      h.emplace_back("x-ratelimit-remaining-requests", std::to_string(std::max<std::int64_t>(a.requests.remaining, 0)));
-      h.emplace_back("x-ratelimit-reset-requests", limits::format_reset(a.requests.reset_ms));
+      line("x-ratelimit-limit-requests", a.requests.limit);
+      line("x-ratelimit-remaining-requests", std::max<std::int64_t>(a.requests.remaining, 0));
+      reset("x-ratelimit-reset-requests", a.requests.reset_ms);
     }
     if (a.tokens.set) {
-      h.emplace_back("x-ratelimit-limit-tokens", std::to_string(a.tokens.limit));
-      h.emplace_back("x-ratelimit-remaining-tokens", std::to_string(std::max<std::int64_t>(a.tokens.remaining, 0)));
-      h.emplace_back("x-ratelimit-reset-tokens", limits::format_reset(a.tokens.reset_ms));
+      line("x-ratelimit-limit-tokens", a.tokens.limit);
+      line("x-ratelimit-remaining-tokens", std::max<std::int64_t>(a.tokens.remaining, 0));
+      reset("x-ratelimit-reset-tokens", a.tokens.reset_ms);
     }
+    h.emplace_back(std::string(), std::move(block));
   }
 
   // A 429/503 of admission, with Retry-After in whole seconds (at least 1).

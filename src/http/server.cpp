@@ -283,9 +283,11 @@ std::string ExchangeImpl::format_head(int status, std::string_view content_type,
   }
   for (const auto& [k, v] : headers) {
     h += "\r\n";
-    h += k;
-    h += ": ";
-    h += v;
+    if (!k.empty()) {
+      h += k;
+      h += ": ";
+    }
+    h += v;  // an empty name: v is lines already formatted (see HeaderList)
   }
   if (content_length >= 0) {
     h += "\r\nContent-Length: ";

@@ -14,6 +14,10 @@
 
 namespace sluice::http {
 
+// Header lists. In a response, an entry with an empty name is a block of header lines
+// written as is ("Name: value" lines joined with "\r\n", no trailing CRLF): several
+// headers formatted into one string (the x-ratelimit-* set) cost one allocation. (Upstream
+// requests, http::ClientRequest, take named entries only.)
 using HeaderList = std::vector<std::pair<std::string, std::string>>;
 
 // A parsed request. Views stay valid until the handler returns.

@@ -81,7 +81,7 @@ std::string describe_window(std::int64_t ms) {
 
 }  // namespace
 
-std::string format_reset(std::int64_t ms) {
+void append_reset(std::string& out, std::int64_t ms) {
   // Formatted in place: it is on every limited request's headers (twice).
   char buf[48];
   char* p = buf;
@@ -94,7 +94,8 @@ std::string format_reset(std::int64_t ms) {
   if (ms < 1000) {
     put(ms, 'm');
     if (p < end) *p++ = 's';
-    return std::string(buf, p);
+    out.append(buf, p);
+    return;
   }
   std::int64_t s = (ms + 999) / 1000;
   if (s >= 3600) {
@@ -107,7 +108,13 @@ std::string format_reset(std::int64_t ms) {
     s %= 60;
   }
   put(s, 's');
-  return std::string(buf, p);
+  out.append(buf, p);
+}
+
+std::string format_reset(std::int64_t ms) {
+  std::string s;
+  append_reset(s, ms);
+  return s;
 }
 
 // What this process took from Redis in advance, shared by its workers.

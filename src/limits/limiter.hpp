@@ -172,5 +172,6 @@ class WorkerLimiter {
 
 // OpenAI's reset format: "20ms", "1s", "6m0s", "1h2m3s".
 std::string format_reset(std::int64_t ms);
+void append_reset(std::string& out, std::int64_t ms);  // the same, appended
 
 }  // namespace sluice::limits
