@@ -946,7 +946,8 @@ void Loader::parse_breaker(const YAML::Node& n, const std::string& path, Breaker
 
 void Loader::parse_canary(const YAML::Node& n, const std::string& path, CanaryConfig& cc, Origin& alias_at) {
   Fields f;
-  if (!fields(n, path, {"alias", "weight", "window", "min_requests", "max_error_rate_increase", "max_ttft_ratio"}, f)) {
+  if (!fields(n, path, {"alias", "weight", "sticky", "window", "min_requests", "max_error_rate_increase", "max_ttft_ratio"},
+              f)) {
     return;
   }
   auto p = [&](std::string_view k) { return join(path, k); };
@@ -960,6 +961,15 @@ void Loader::parse_canary(const YAML::Node& n, const std::string& path, CanaryCo
     get_double(*v, p("weight"), 0, 100, cc.weight);
   } else {
     error(path, line_of(n), "missing required key 'weight' (percent of requests, 0 to 100)");
+  }
+  if (auto v = get(f, "sticky")) {
+    std::string name;
+    if (get_string(*v, p("sticky"), name)) {
+      if (name == "none") cc.sticky = CanarySticky::none;
+      else if (name == "key") cc.sticky = CanarySticky::key;
+      else if (name == "user") cc.sticky = CanarySticky::user;
+      else error(p("sticky"), line_of(*v), "unknown value " + q(name) + " (expected none, key or user)");
+    }
   }
   if (auto v = get(f, "window")) get_duration(*v, p("window"), Millis{1}, cc.window);
   if (auto v = get(f, "min_requests")) get_int(*v, p("min_requests"), 1, 1'000'000'000, cc.min_requests);
@@ -2009,6 +2019,15 @@ std::string_view to_string(Provider p) noexcept {
   return "unknown";
 }
 
+std::string_view to_string(CanarySticky s) noexcept {
+  switch (s) {
+    case CanarySticky::none: return "none";
+    case CanarySticky::key: return "key";
+    case CanarySticky::user: return "user";
+  }
+  return "?";
+}
+
 std::string_view to_string(Balance b) noexcept {
   switch (b) {
     case Balance::round_robin: return "round_robin";
@@ -2112,7 +2131,10 @@ std::string describe(const Config& c) {
       for (size_t i = 0; i < r.fallbacks.size(); ++i) fb += (i ? "," : "") + r.fallbacks[i];
       parts.push_back(fb);
     }
-    if (r.canary) parts.push_back("canary " + r.canary->alias + " " + fmt_num(r.canary->weight) + "%");
+    if (r.canary) {
+      parts.push_back("canary " + r.canary->alias + " " + fmt_num(r.canary->weight) + "%" +
+                      (r.canary->sticky == CanarySticky::none ? "" : " sticky by " + std::string(to_string(r.canary->sticky))));
+    }
     if (r.breaker) parts.push_back("own breaker");
     if (r.canned_reply) parts.push_back("canned reply");
     out += "  " + r.alias + ":";

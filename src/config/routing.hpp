@@ -37,10 +37,17 @@ struct HealthConfig {
   std::chrono::milliseconds eject_for{30'000};  // an ejected backend gets traffic again after this
 };
 
+// What keeps a client on one side of a canary: nothing (each request drawn), its API key,
+// or the request's `user` field (OpenAI `user`, Anthropic `metadata.user_id`; requests
+// without one are drawn).
+enum class CanarySticky : std::uint8_t { none, key, user };
+std::string_view to_string(CanarySticky) noexcept;
+
 // Weighted canary between a route's own backends (stable) and another route's (canary).
 struct CanaryConfig {
   std::string alias;           // the route whose backends serve the canary share
-  double weight = 0;           // percent of requests sent to the canary, 0..100
+  double weight = 0;           // percent of requests (or keys, users) sent to the canary, 0..100
+  CanarySticky sticky = CanarySticky::none;
   // Automatic rollback: compared over `window`, once each side has `min_requests`.
   std::chrono::milliseconds window{60'000};
   int min_requests = 20;

@@ -583,7 +583,7 @@ class WorkerHandler {
       const auto h = ex.request().header("x-canary");
       if (h == "true" || h == "1") canary_first = true;
       else if (h == "false" || h == "0") canary_first = false;
-      else canary_first = rr.route->canary->weight > 0 && next_unit() * 100.0 < rr.route->canary->weight;
+      else canary_first = rr.route->canary->weight > 0 && canary_draw(ctx, creq, *rr.route->canary) * 100.0 < rr.route->canary->weight;
       (canary_first ? rr.stats->canary_requests : rr.stats->stable_requests).fetch_add(1, std::memory_order_relaxed);
     }
     if (canary_first) order[n_sets++] = rr.canary;
@@ -692,6 +692,27 @@ class WorkerHandler {
     if (!tried.empty()) message += " (" + tried + ")";
     ctx.headers.emplace_back("Retry-After", "1");
     co_await local_reply(ex, ctx, Reason::no_backend, std::move(message));
+  }
+
+  // Where a request falls in [0, 1) for the canary split: a hash of the key or the user
+  // when the canary is sticky (the same client stays on one side while the weight holds),
+  // else a draw.
+  double canary_draw(const Context& ctx, const llm::ChatRequest& creq, const config::CanaryConfig& c) noexcept {
+    std::string_view id;
+    if (c.sticky == config::CanarySticky::key && ctx.key) {
+      id = ctx.key->name;
+    } else if (c.sticky == config::CanarySticky::user) {
+      if (const auto* u = creq.body.if_contains("user"); u && u->is_string()) id = u->get_string();
+    }
+    if (id.empty()) return next_unit();
+    std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the canary's alias and the id
+    for (char ch : c.alias) h = (h ^ static_cast<unsigned char>(ch)) * 0x100000001b3ull;
+    h = (h ^ 0xff) * 0x100000001b3ull;
+    for (char ch : id) h = (h ^ static_cast<unsigned char>(ch)) * 0x100000001b3ull;
+    h ^= h >> 33;  // spread the low bits
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return static_cast<double>(h >> 11) * 0x1.0p-53;
   }
 
   // A uniform number in [0, 1) (canary split), per worker.

@@ -407,6 +407,38 @@ describe('canary', () => {
   });
 });
 
+describe('sticky canary', () => {
+  test('sticky by key: each key stays on one side; by user: each user does', async () => {
+    const [stable, canary] = await Promise.all([sim(), sim()]);
+    const KEYS = ['k-a', 'k-b', 'k-c', 'k-d'].map((name, i) => ({ name, key: `sk-sticky-${i}-0000000000000000`, tenant: 't' }));
+    const gw = await gateway({
+      keys: keysAll(KEYS),
+      routing: { health: { eject_after: 0 }, breaker: { enabled: false } },
+      models: [
+        { alias: 'byk', backends: [backend(stable)], canary: { alias: 'byk-v2', weight: 50, sticky: 'key' } },
+        { alias: 'byu', backends: [backend(stable)], canary: { alias: 'byu-v2', weight: 50, sticky: 'user' } },
+        { alias: 'byk-v2', backends: [backend(canary)] },
+        { alias: 'byu-v2', backends: [backend(canary)] },
+      ],
+    });
+    // Per-request draws at 50 % would put 8 requests on one side with probability 2^-7.
+    const sides = async (model, who) => {
+      const seen = new Set();
+      for (let i = 0; i < 8; i++) {
+        const body = { model, messages: USER, max_tokens: 1, ...(who.user ? { user: who.user } : {}) };
+        const r = await chat(gw, body, { key: who.key ?? KEY });
+        assert.equal(r.status, 200, r.text);
+        seen.add((await gw.logFor(r.headers.get('x-request-id'))).served_by ?? 'stable');
+      }
+      return [...seen];
+    };
+    for (const k of KEYS) assert.equal((await sides('byk', { key: k.key })).length, 1, `key ${k.name} moved between sides`);
+    for (const user of ['u1', 'u2', 'u3', 'u4']) {
+      assert.equal((await sides('byu', { user })).length, 1, `user ${user} moved between sides`);
+    }
+  });
+});
+
 describe('configuration reload', () => {
   test('SIGHUP swaps the routes without dropping a request; a broken file is refused', async () => {
     const [a, b] = await Promise.all([sim({ 'inter-token': '20ms' }), sim()]);

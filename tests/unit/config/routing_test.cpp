@@ -325,6 +325,29 @@ TEST_F(RoutingConfigTest, DefaultNames) {
   EXPECT_EQ(c.find_route("demo")->backends[0].name, "simulated:demo");
 }
 
+TEST_F(RoutingConfigTest, CanaryStickiness) {
+  const std::string base =
+      "models:\n"
+      "  - alias: chat\n"
+      "    provider: simulated\n"
+      "    canary: {alias: chat-v2, weight: 10";
+  const std::string rest = "}\n  - alias: chat-v2\n    provider: simulated\n";
+  auto r = load(base + rest);
+  ASSERT_TRUE(r.ok()) << all_errors(r);
+  EXPECT_EQ(r.config->find_route("chat")->canary->sticky, CanarySticky::none);
+  r = load(base + ", sticky: key" + rest);
+  ASSERT_TRUE(r.ok()) << all_errors(r);
+  EXPECT_EQ(r.config->find_route("chat")->canary->sticky, CanarySticky::key);
+  EXPECT_NE(describe(*r.config).find("canary chat-v2 10% sticky by key"), std::string::npos) << describe(*r.config);
+  r = load(base + ", sticky: user" + rest);
+  ASSERT_TRUE(r.ok()) << all_errors(r);
+  EXPECT_EQ(r.config->find_route("chat")->canary->sticky, CanarySticky::user);
+  r = load(base + ", sticky: cookie" + rest);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(all_errors(r).find("models[0].canary.sticky"), std::string::npos) << all_errors(r);
+  EXPECT_NE(all_errors(r).find("expected none, key or user"), std::string::npos) << all_errors(r);
+}
+
 TEST_F(RoutingConfigTest, DefaultNamesTellApartProvidersCredentialsAndTls) {
   auto r = load("models:\n"
                 // One server speaking two APIs with the same model name: provider:host:port/model.
