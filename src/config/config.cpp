@@ -1447,8 +1447,8 @@ void Loader::parse_history(const YAML::Node& n, Config& c) {
 void Loader::parse_events(const YAML::Node& n, Config& c) {
   Fields f;
   if (n.IsNull() || !fields(n, "events",
-                            {"brokers", "topic", "fallback_file", "queue_messages", "linger", "delivery_timeout",
-                             "include_completed"},
+                            {"brokers", "topic", "fallback_file", "fallback_max_bytes", "queue_messages", "linger",
+                             "delivery_timeout", "include_completed"},
                             f)) {
     return;
   }
@@ -1466,6 +1466,12 @@ void Loader::parse_events(const YAML::Node& n, Config& c) {
   }
   if (auto v = get(f, "fallback_file")) {
     if (get_string(*v, "events.fallback_file", e.fallback_file)) e.fallback_file = resolve_path(e.fallback_file);
+  }
+  if (auto v = get(f, "fallback_max_bytes")) {
+    std::int64_t max = 0;
+    if (get_int(*v, "events.fallback_max_bytes", 0, std::int64_t{1} << 50, max)) {
+      e.fallback_max_bytes = static_cast<std::uint64_t>(max);
+    }
   }
   if (auto v = get(f, "queue_messages")) get_int(*v, "events.queue_messages", 1, 10'000'000, e.queue_messages);
   if (auto v = get(f, "linger")) get_duration(*v, "events.linger", Millis{0}, e.linger);

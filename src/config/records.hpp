@@ -32,6 +32,9 @@ struct EventSettings {
   std::string brokers;             // librdkafka bootstrap.servers, e.g. "127.0.0.1:9092"
   std::string topic = "sluice.requests";
   std::string fallback_file;       // "" = <data_dir>/events-fallback.jsonl
+  // Beyond this size, events that cannot go to Kafka are dropped (and counted) until the
+  // file is moved away (after a replay); 0 = no limit.
+  std::uint64_t fallback_max_bytes = 1ull << 30;
   std::size_t queue_messages = 100000;  // librdkafka queue.buffering.max.messages
   std::chrono::milliseconds linger{5};  // batching delay (linger.ms)
   std::chrono::milliseconds delivery_timeout{30000};  // message.timeout.ms: then the fallback file

@@ -1,5 +1,7 @@
 #include "events/events.hpp"
 
+#include <sys/stat.h>
+
 #include <librdkafka/rdkafka.h>
 
 #include <atomic>
@@ -85,6 +87,7 @@ struct EventSink::Impl {
 
   std::mutex file_mu;
   std::FILE* file = nullptr;
+  std::uint64_t file_bytes = 0;  // size of the open fallback file
 
   std::mutex flush_mu;
   std::condition_variable settled_cv;
@@ -121,13 +124,31 @@ struct EventSink::Impl {
     line += "}\n";
 
     std::lock_guard lk(file_mu);
+    // Moved away (replayed) or deleted since it was opened: a new file at the path, so no
+    // line lands in a file the operator already handled.
+    struct stat at_path{}, open_one{};
+    if (file && (::stat(settings.fallback_file.c_str(), &at_path) != 0 || ::fstat(::fileno(file), &open_one) != 0 ||
+                 at_path.st_ino != open_one.st_ino || at_path.st_dev != open_one.st_dev)) {
+      std::fclose(file);
+      file = nullptr;
+    }
     if (!file) {
       const std::filesystem::path path(settings.fallback_file);
       std::error_code ec;
       if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
       file = std::fopen(path.c_str(), "a");
+      struct stat st{};
+      file_bytes = file && ::fstat(::fileno(file), &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
+    }
+    const auto max = settings.fallback_max_bytes;
+    if (file && max > 0 && file_bytes + line.size() > max) {
+      dropped.fetch_add(1);
+      note_error("fallback file " + settings.fallback_file + " is full (fallback_max_bytes " + std::to_string(max) +
+                 "): events are dropped until it is replayed and moved away");
+      return;
     }
     if (file && std::fwrite(line.data(), 1, line.size(), file) == line.size() && std::fflush(file) == 0) {
+      file_bytes += line.size();
       fallback_written.fetch_add(1);
       return;
     }

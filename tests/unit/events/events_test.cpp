@@ -467,6 +467,57 @@ TEST_F(EventsTest, FullQueueGoesToTheFallbackFileAtOnce) {
   EXPECT_EQ(all, want);
 }
 
+// The operator replays the fallback file and moves it away while the gateway runs: later
+// lines go to a new file at the path, none into the moved one.
+TEST_F(EventsTest, AFallbackFileMovedAwayIsStartedAgain) {
+  settings_.queue_messages = 1;
+  auto sink = make();
+  ASSERT_NE(sink, nullptr);
+  ASSERT_TRUE(wait_until([&] { return sink->status().up; }));
+  mock_.set_down();
+  ASSERT_TRUE(wait_until([&] { return !sink->status().up; }));
+  for (int i = 0; i < 4; ++i) sink->consume(completed("m-" + std::to_string(i)));
+  const auto first = sink->status().fallback_written;
+  ASSERT_GE(first, 3u);
+  const std::string moved = settings_.fallback_file + ".replayed";
+  std::filesystem::rename(settings_.fallback_file, moved);
+  for (int i = 4; i < 8; ++i) sink->consume(completed("m-" + std::to_string(i)));
+  EXPECT_EQ(read_fallback(moved).size(), first);
+  const auto fresh = read_fallback(settings_.fallback_file);
+  EXPECT_EQ(fresh.size(), sink->status().fallback_written - first);
+  ASSERT_FALSE(fresh.empty());
+  for (const auto& l : fresh) {
+    const auto id = request_id_of(l.at("event").as_object());
+    EXPECT_GE(std::stoi(id.substr(2)), 4) << id << " should have gone to the moved file";
+  }
+  mock_.set_up();
+  ASSERT_TRUE(sink->flush(kWait));
+}
+
+// A long outage cannot fill the disk: past fallback_max_bytes, events are dropped and
+// counted, and the file stays under the limit.
+TEST_F(EventsTest, TheFallbackFileStopsAtItsLimit) {
+  settings_.queue_messages = 1;
+  settings_.fallback_max_bytes = 2000;  // a few lines
+  auto sink = make();
+  ASSERT_NE(sink, nullptr);
+  ASSERT_TRUE(wait_until([&] { return sink->status().up; }));
+  mock_.set_down();
+  ASSERT_TRUE(wait_until([&] { return !sink->status().up; }));
+  for (int i = 0; i < 30; ++i) sink->consume(completed("f-" + std::to_string(i)));
+  const auto st = sink->status();
+  EXPECT_GT(st.fallback_written, 0u);
+  EXPECT_GT(st.dropped, 0u);
+  EXPECT_EQ(st.rejected, st.fallback_written + st.dropped);
+  EXPECT_LE(std::filesystem::file_size(settings_.fallback_file), 2000u);
+  // Moved away (replayed): writing resumes.
+  std::filesystem::rename(settings_.fallback_file, settings_.fallback_file + ".1");
+  sink->consume(completed("f-after"));
+  EXPECT_EQ(read_fallback(settings_.fallback_file).size(), 1u);
+  mock_.set_up();
+  ASSERT_TRUE(sink->flush(kWait));
+}
+
 // A fatal idempotent-producer error: the producer is recreated, what the old one held goes
 // to the fallback file, and later events flow again.
 TEST_F(EventsTest, FatalErrorRecreatesTheProducer) {
