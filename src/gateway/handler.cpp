@@ -731,38 +731,15 @@ class WorkerHandler {
     ctx.rec.error = tried.empty() ? "no backend could answer" : "no backend could answer (" + tried + ")";
     ctx.rec.completion_tokens = 0;
     ctx.rec.prompt_tokens = 0;
-    std::string id = "chatcmpl-" + ctx.request_id;
-    const std::string created = std::to_string(unix_ms_now() / 1000);
-    auto chunk = [&](std::string_view delta, std::string_view finish) {
-      std::string c = R"(data: {"id":)";
-      append_json_string(c, id);
-      c += R"(,"object":"chat.completion.chunk","created":)" + created + R"(,"model":)";
-      append_json_string(c, creq.model);
-      c += R"(,"choices":[{"index":0,"delta":)";
-      c += delta;
-      c += R"(,"finish_reason":)";
-      c += finish;
-      c += "}]}\n\n";
-      return c;
-    };
+    ctx.rec.status = 200;
+    std::string upstream = llm::canned_openai_answer(creq, ctx.request_id, text);
     if (creq.stream) {
-      std::string role_and_text = R"({"role":"assistant","content":)";
-      append_json_string(role_and_text, text);
-      role_and_text += '}';
-      std::string upstream = chunk(role_and_text, "null") + chunk("{}", R"("stop")");
-      upstream += "data: {\"id\":";
-      append_json_string(upstream, id);
-      upstream += R"(,"object":"chat.completion.chunk","created":)" + created + R"(,"model":)";
-      append_json_string(upstream, creq.model);
-      upstream += R"(,"choices":[],"usage":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}})";
-      upstream += "\n\ndata: [DONE]\n\n";
       auto tr = llm::make_openai_stream(creq);
       if (ctx.anthropic) tr = llm::make_anthropic_output(std::move(tr), creq.model, ctx.request_id, 0);
       std::string frames;
       tr->feed(upstream, frames);
       tr->finish(frames);
-      ctx.rec.status = 200;
-      http::HeaderList h = ctx.headers;
+      http::HeaderList h = std::move(ctx.headers);
       h.emplace_back("Cache-Control", "no-cache");
       if (!co_await ex.begin_stream(200, "text/event-stream", h) || !co_await ex.write_chunk(frames) ||
           !co_await ex.end_stream()) {
@@ -770,15 +747,7 @@ class WorkerHandler {
       }
       co_return;
     }
-    std::string body = R"({"id":)";
-    append_json_string(body, id);
-    body += R"(,"object":"chat.completion","created":)" + created + R"(,"model":)";
-    append_json_string(body, creq.model);
-    body += R"(,"choices":[{"index":0,"message":{"role":"assistant","content":)";
-    append_json_string(body, text);
-    body += R"(},"finish_reason":"stop"}],"usage":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}})";
-    auto done = llm::read_openai_completion(std::move(body));
-    ctx.rec.status = 200;
+    auto done = llm::read_openai_completion(std::move(upstream));
     std::string out = ctx.anthropic ? llm::chat_to_anthropic(*done, creq.model, ctx.request_id) : std::move(done->body);
     if (!co_await ex.reply(json_reply(200, std::move(out), ctx))) ctx.rec.client_cancelled = true;
   }

@@ -657,13 +657,7 @@ class AnthropicUpstreamStream final : public StreamTranslator {
  public:
   AnthropicUpstreamStream(const ChatRequest& req, std::string_view request_id)
       : include_usage_(req.include_usage), prompt_estimate_(req.prompt_tokens_estimate) {
-    prefix_ = R"(data: {"id":"chatcmpl-)";
-    prefix_ += request_id;
-    prefix_ += R"(","object":"chat.completion.chunk","created":)";
-    prefix_ += std::to_string(static_cast<std::int64_t>(std::time(nullptr)));
-    prefix_ += R"(,"model":)";
-    append_json_string(prefix_, req.model);
-    prefix_ += R"(,"choices":[)";
+    prefix_ = chunk_prefix(request_id, req.model);
   }
 
   bool feed(std::string_view bytes, std::string& out) override {
@@ -792,14 +786,9 @@ class AnthropicUpstreamStream final : public StreamTranslator {
       finish_reason_ = finish_from_stop(stop_);
       if (!tool_index_.empty() && finish_reason_ == "stop") finish_reason_ = "tool_calls";
       chunk(out, {}, finish_reason_);
-      if (include_usage_) {
-        out += prefix_;
-        out += R"(],"usage":)";
-        append_usage(out, usage_.prompt_tokens >= 0 ? usage_.prompt_tokens : prompt_estimate_,
-                     usage_.completion_tokens >= 0 ? usage_.completion_tokens : content_chunks_);
-        out += "}\n\n";
-      }
-      out += "data: [DONE]\n\n";
+      append_stream_end(out, prefix_, include_usage_,
+                        usage_.prompt_tokens >= 0 ? usage_.prompt_tokens : prompt_estimate_,
+                        usage_.completion_tokens >= 0 ? usage_.completion_tokens : content_chunks_);
     } else if (type == "error") {
       std::string message = "upstream error";
       if (const auto* er = o.if_contains("error"); er && er->is_object()) {
@@ -998,13 +987,9 @@ std::optional<Completion> translate_anthropic_completion(std::string_view upstre
     if (const auto* x = uo.if_contains("output_tokens"); x && x->is_int64()) c.usage.completion_tokens = x->get_int64();
   }
   std::string& out = c.body;
-  out = R"({"id":"chatcmpl-)";
-  out += request_id;
-  out += R"(","object":"chat.completion","created":)";
-  out += std::to_string(static_cast<std::int64_t>(std::time(nullptr)));
-  out += R"(,"model":)";
-  append_json_string(out, req.model);
-  out += R"(,"choices":[{"index":0,"message":{"role":"assistant","content":)";
+  out.clear();
+  append_completion_head(out, request_id, req.model);
+  out += R"({"index":0,"message":{"role":"assistant","content":)";
   if (text.empty() && !tool_calls.empty()) out += "null";
   else append_json_string(out, text);
   if (!tool_calls.empty()) {

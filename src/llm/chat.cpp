@@ -1,5 +1,7 @@
 #include "llm/chat.hpp"
 
+#include <ctime>
+
 #include <boost/json/monotonic_resource.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -656,6 +658,63 @@ void append_usage(std::string& out, std::int64_t prompt, std::int64_t completion
   out += R"(,"total_tokens":)";
   out += std::to_string(prompt + completion);
   out += '}';
+}
+
+namespace {
+void append_head(std::string& out, std::string_view request_id, std::string_view object, std::string_view model) {
+  out += R"({"id":"chatcmpl-)";
+  out += request_id;
+  out += R"(","object":")";
+  out += object;
+  out += R"(","created":)";
+  out += std::to_string(static_cast<std::int64_t>(std::time(nullptr)));
+  out += R"(,"model":)";
+  append_json_string(out, model);
+  out += R"(,"choices":[)";
+}
+}  // namespace
+
+void append_completion_head(std::string& out, std::string_view request_id, std::string_view model) {
+  append_head(out, request_id, "chat.completion", model);
+}
+
+std::string chunk_prefix(std::string_view request_id, std::string_view model) {
+  std::string p = "data: ";
+  append_head(p, request_id, "chat.completion.chunk", model);
+  return p;
+}
+
+void append_stream_end(std::string& out, std::string_view prefix, bool include_usage, std::int64_t prompt,
+                       std::int64_t completion) {
+  if (include_usage) {
+    out += prefix;
+    out += R"(],"usage":)";
+    append_usage(out, prompt, completion);
+    out += "}\n\n";
+  }
+  out += "data: [DONE]\n\n";
+}
+
+std::string canned_openai_answer(const ChatRequest& req, std::string_view request_id, std::string_view text) {
+  std::string out;
+  if (!req.stream) {
+    append_completion_head(out, request_id, req.model);
+    out += R"({"index":0,"message":{"role":"assistant","content":)";
+    append_json_string(out, text);
+    out += R"(},"finish_reason":"stop"}],"usage":)";
+    append_usage(out, 0, 0);
+    out += '}';
+    return out;
+  }
+  const std::string prefix = chunk_prefix(request_id, req.model);
+  out += prefix;
+  out += R"({"index":0,"delta":{"role":"assistant","content":)";
+  append_json_string(out, text);
+  out += R"(},"finish_reason":null}]})" "\n\n";
+  out += prefix;
+  out += R"({"index":0,"delta":{},"finish_reason":"stop"}]})" "\n\n";
+  append_stream_end(out, prefix, true, 0, 0);
+  return out;
 }
 
 }  // namespace sluice::llm

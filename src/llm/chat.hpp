@@ -125,6 +125,21 @@ std::unique_ptr<StreamTranslator> make_ollama_stream(const ChatRequest& req,
 // The OpenAI usage object: {"prompt_tokens":P,"completion_tokens":C,"total_tokens":P+C}.
 void append_usage(std::string& out, std::int64_t prompt, std::int64_t completion);
 
+// What translated answers start with (id "chatcmpl-<request_id>", created now, the
+// client's model), up to and including `"choices":[`: a chat.completion body, and a
+// "data: " chat.completion.chunk frame.
+void append_completion_head(std::string& out, std::string_view request_id, std::string_view model);
+std::string chunk_prefix(std::string_view request_id, std::string_view model);
+// What ends a translated stream after its finish chunk: the usage chunk (`prefix` from
+// chunk_prefix) when the client asked for it, then "data: [DONE]".
+void append_stream_end(std::string& out, std::string_view prefix, bool include_usage, std::int64_t prompt,
+                       std::int64_t completion);
+
+// An answer made by the gateway itself (a route's canned reply), as an OpenAI upstream
+// would have sent it: a chat.completion body, or when `req.stream` its SSE frames (role
+// and content, the finish chunk, usage, [DONE]). Zero tokens in the usage.
+std::string canned_openai_answer(const ChatRequest& req, std::string_view request_id, std::string_view text);
+
 // "data: {"error":{...}}\n\n" — how a failure mid-stream reaches the client, followed by
 // "data: [DONE]\n\n" so SDKs end cleanly.
 std::string error_frame(Reason reason, std::string_view message);

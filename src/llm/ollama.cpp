@@ -60,13 +60,7 @@ class OllamaStream final : public StreamTranslator {
       : include_usage_(req.include_usage),
         prompt_estimate_(req.prompt_tokens_estimate),
         request_id_(request_id) {
-    prefix_ = R"(data: {"id":"chatcmpl-)";
-    prefix_ += request_id;
-    prefix_ += R"(","object":"chat.completion.chunk","created":)";
-    append_int(prefix_, static_cast<std::int64_t>(std::time(nullptr)));
-    prefix_ += R"(,"model":)";
-    append_json_string(prefix_, req.model);
-    prefix_ += R"(,"choices":[)";
+    prefix_ = chunk_prefix(request_id, req.model);
   }
 
   bool feed(std::string_view bytes, std::string& out) override {
@@ -237,14 +231,8 @@ class OllamaStream final : public StreamTranslator {
     out += R"(},"finish_reason":)";
     append_json_string(out, finish_reason_);
     out += "}]}\n\n";
-    if (include_usage_) {
-      out += prefix_;
-      out += R"(],"usage":)";
-      append_usage(out, l.prompt_eval_count >= 0 ? l.prompt_eval_count : prompt_estimate_,
-                   l.eval_count >= 0 ? l.eval_count : content_chunks_);
-      out += "}\n\n";
-    }
-    out += "data: [DONE]\n\n";
+    append_stream_end(out, prefix_, include_usage_, l.prompt_eval_count >= 0 ? l.prompt_eval_count : prompt_estimate_,
+                      l.eval_count >= 0 ? l.eval_count : content_chunks_);
   }
 
   bool include_usage_;
@@ -316,13 +304,8 @@ std::optional<Completion> translate_ollama_completion(std::string_view upstream_
 
   std::string& out = c.body;
   out.reserve(256 + content.size() + tool_calls.size());
-  out += R"({"id":"chatcmpl-)";
-  out += request_id;
-  out += R"(","object":"chat.completion","created":)";
-  append_int(out, static_cast<std::int64_t>(std::time(nullptr)));
-  out += R"(,"model":)";
-  append_json_string(out, req.model);
-  out += R"(,"choices":[{"index":0,"message":{"role":"assistant","content":)";
+  append_completion_head(out, request_id, req.model);
+  out += R"({"index":0,"message":{"role":"assistant","content":)";
   if (content.empty() && n_calls > 0) {
     out += "null";
   } else {
