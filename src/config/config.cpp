@@ -1021,6 +1021,9 @@ void Loader::parse_route(const YAML::Node& n, const std::string& path, const Con
       error(lp, line_of(*list), std::string("expected a list of backends, got ") + kind_of(*list));
     } else if (list->size() == 0) {
       error(lp, line_of(*list), "must list at least one backend");
+    } else if (list->size() > Route::kMaxBackends) {
+      error(lp, line_of(*list), "at most " + std::to_string(Route::kMaxBackends) + " backends per route, got " +
+                                    std::to_string(list->size()));
     } else {
       for (size_t i = 0; i < list->size(); ++i) {
         const YAML::Node bn = (*list)[i];
@@ -1056,6 +1059,9 @@ void Loader::parse_route(const YAML::Node& n, const std::string& path, const Con
   if (auto v = get(f, "fallbacks"); v && !v->IsNull()) {
     if (!v->IsSequence()) {
       error(p("fallbacks"), line_of(*v), std::string("expected a list of model aliases, got ") + kind_of(*v));
+    } else if (v->size() > Route::kMaxFallbacks) {
+      error(p("fallbacks"), line_of(*v), "at most " + std::to_string(Route::kMaxFallbacks) + " fallbacks, got " +
+                                             std::to_string(v->size()));
     } else {
       for (size_t i = 0; i < v->size(); ++i) {
         const YAML::Node a = (*v)[i];

@@ -65,6 +65,11 @@ struct Backend {
 };
 
 struct Route {
+  // Bounds the data path relies on (a request's tried set is a 64-bit mask; its list of
+  // sets to try is fixed-size).
+  static constexpr std::size_t kMaxBackends = 64;
+  static constexpr std::size_t kMaxFallbacks = 16;
+
   std::string alias;           // what clients put in "model"
   // One or more backends. A route written with provider/base_url/model at its top level
   // (the short form) has exactly one.

@@ -576,7 +576,7 @@ class WorkerHandler {
   // Phase: choose a backend and call it; retry elsewhere, then on the fallbacks, while
   // nothing has reached the client. The canary or the stable set first, then the other.
   awaitable<void> dispatch(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq, const RouteRuntime& rr) {
-    const RouteRuntime* order[2 + 16];
+    const RouteRuntime* order[2 + config::Route::kMaxFallbacks];
     std::size_t n_sets = 0;
     bool canary_first = false;
     if (rr.canary && rr.judge && !rr.judge->rolled_back()) {
@@ -614,7 +614,7 @@ class WorkerHandler {
     for (std::size_t k = 0; k < n_sets && attempts_left > 0; ++k) {
       const RouteRuntime& set = *order[k];
       std::uint64_t tried_mask = 0;
-      std::array<bool, 64> usable{};
+      std::array<bool, config::Route::kMaxBackends> usable{};
       bool despite_ejection = false;  // set when nothing else is left in this set
       while (attempts_left > 0 && left_until(deadline).count() > 0) {
         const auto now = Clock::now();

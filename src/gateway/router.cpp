@@ -436,9 +436,9 @@ void Router::start() {
           auto tab = table();
           const auto& h = tab->cfg->routing.health;
           if (h.interval.count() > 0) {
-            for (const auto& [name, be] : backends_snapshot_for_probes()) {
-              if (!be->cfg.probe || impl_->probing[name]) continue;
-              impl_->probing[name] = true;
+            for (const auto& be : backends()) {
+              if (!be->cfg.probe || impl_->probing[be->name]) continue;
+              impl_->probing[be->name] = true;
               auto done = [this, be, tab](bool changed) {
                 impl_->probing[be->name] = false;
                 if (changed) {
@@ -490,14 +490,10 @@ void Router::stop() {
   impl_->started = false;
 }
 
-std::vector<std::pair<std::string, std::shared_ptr<BackendRuntime>>> Router::backends_snapshot_for_probes() const {
-  std::lock_guard lock(mu_);
-  return {backends_.begin(), backends_.end()};
-}
-
 void Router::monitor_tick() {
   const auto now = Clock::now();
-  for (const auto& [name, be] : backends_snapshot_for_probes()) {
+  for (const auto& be : backends()) {
+    const std::string& name = be->name;
     const std::string word(be->state_word(now));
     auto& last = impl_->last_state[name];
     if (last.empty()) last = "up";

@@ -141,7 +141,6 @@ class Router {
   std::vector<std::shared_ptr<ProviderRuntime>> providers() const;
 
  private:
-  std::vector<std::pair<std::string, std::shared_ptr<BackendRuntime>>> backends_snapshot_for_probes() const;
   void monitor_tick();
   using ProviderMap = std::unordered_map<std::string, std::shared_ptr<ProviderRuntime>>;
   std::shared_ptr<BackendRuntime> backend_for(const config::Config& cfg, const config::Route& route,

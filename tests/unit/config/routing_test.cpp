@@ -325,6 +325,19 @@ TEST_F(RoutingConfigTest, DefaultNames) {
   EXPECT_EQ(c.find_route("demo")->backends[0].name, "simulated:demo");
 }
 
+TEST_F(RoutingConfigTest, BackendsAndFallbacksAreBounded) {
+  std::string yaml = "models:\n  - alias: big\n    backends:\n";
+  for (int i = 0; i < 65; ++i) yaml += "      - {provider: simulated, name: s" + std::to_string(i) + "}\n";
+  yaml += "  - alias: many\n    provider: simulated\n    fallbacks: [";
+  for (int i = 0; i < 17; ++i) yaml += std::string(i ? "," : "") + "big";
+  yaml += "]\n";
+  auto r = load(yaml);
+  ASSERT_FALSE(r.ok());
+  const std::string all = all_errors(r);
+  EXPECT_NE(all.find("models[0].backends: at most 64 backends per route, got 65"), std::string::npos) << all;
+  EXPECT_NE(all.find("models[1].fallbacks: at most 16 fallbacks, got 17"), std::string::npos) << all;
+}
+
 TEST_F(RoutingConfigTest, CanaryStickiness) {
   const std::string base =
       "models:\n"
