@@ -51,7 +51,7 @@ struct BackendRuntime {
   config::Provider wire = config::Provider::openai;  // protocol spoken: openai, ollama or anthropic
   http::Target target;
   http::HeaderList credentials;  // Authorization: Bearer, or x-api-key + anthropic-version
-  std::string label;             // host:port, for logs
+  std::string label;             // host:port it connects to (/infra "address")
   // `name` and `cfg.model` as request records hold them: interned by the router, so they
   // outlive this backend (a record may still be in the access log's queue after a reload).
   std::string_view record_name, record_model;
@@ -78,8 +78,6 @@ struct RouteStats {
   std::atomic<std::uint64_t> retries{0}, fallbacks{0}, exhausted{0}, canned{0};
   std::atomic<std::uint64_t> canary_requests{0}, stable_requests{0}, rollbacks{0};
   std::atomic<bool> degraded{false};  // some backend of the route is not usable (for notices)
-  std::mutex mu;
-  std::string rollback_reason;
 };
 
 struct RouteRuntime {
