@@ -153,6 +153,8 @@ struct Router::Impl {
   net::steady_timer probe_timer{io}, monitor_timer{io};
   std::thread thread;
   std::atomic<bool> started{false}, stopping{false};
+  static constexpr int kMaxWebhookPosts = 64;
+  std::atomic<int> webhook_posts{0};  // notices being sent
   std::unordered_map<std::string, std::string> last_state;  // backend name -> state word (monitor)
   std::unordered_map<std::string, bool> probing;            // backend name -> probe in flight
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
@@ -546,6 +548,14 @@ void Router::notify(std::string event, std::string fields) {
   if (url.empty() || !impl_->started || impl_->stopping) return;
   auto where = parse_webhook(url);
   if (!where) return;
+  // Bounded: while the webhook is slow, notices beyond kMaxWebhookPosts in flight are only
+  // logged (above).
+  if (impl_->webhook_posts.fetch_add(1) >= Impl::kMaxWebhookPosts) {
+    impl_->webhook_posts.fetch_sub(1);
+    std::cerr << "sluice: routing webhook busy (" << Impl::kMaxWebhookPosts << " notices in flight): notice not sent"
+              << std::endl;
+    return;
+  }
   net::post(impl_->io, [this, where = std::move(*where), body = std::move(body)]() mutable {
     net::co_spawn(
         impl_->io,
@@ -560,6 +570,7 @@ void Router::notify(std::string event, std::string fields) {
           } else {
             std::cerr << "sluice: routing webhook failed: " << std::get<http::ClientError>(sent).message << std::endl;
           }
+          impl_->webhook_posts.fetch_sub(1);
         },
         net::detached);
   });
