@@ -4,14 +4,17 @@
 #
 #   bench/instructions.sh [VARIANT...]     variants: off (no limits, the default config of
 #                                          bench/run.sh), memory (three limits and a token
-#                                          quota counted in memory); default: both
+#                                          quota counted in memory), redis (the same limits
+#                                          counted in a redis-server started here);
+#                                          default: off memory
 #
 # For each variant: one simulator (zero delays, 8 output tokens), `sluice serve` with one
 # worker under callgrind with instrumentation off; WARMUP requests (one at a time, curl),
 # then instrumentation on for REQUESTS requests, then a dump. Prints the instructions per
 # request of the whole process (workers and the access log's thread), and the difference
 # of each variant to the first. Knobs: REQUESTS (200), WARMUP (50), SLUICE_BIN
-# (build/sluice), KEEP_TMP (0). Needs valgrind and curl.
+# (build/sluice), KEEP_TMP (0: 1 keeps the callgrind files, cg.VARIANT.1, for
+# callgrind_annotate). Needs valgrind and curl; the redis variant also redis-server.
 set -Eeuo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${SLUICE_BIN:-$ROOT/build/sluice}
@@ -49,6 +52,20 @@ wait_port() {  # wait_port FILE PATTERN PID -> the port printed in FILE
 PIDS+=($!)
 SIM_PORT=$(wait_port "$TMP/sim.out" 'listening on 127\.0\.0\.1:[0-9]+' "${PIDS[0]}")
 
+REDIS_PORT=""
+if [[ " ${VARIANTS[*]} " == *" redis "* ]]; then
+  command -v redis-server >/dev/null || { echo "instructions.sh: redis-server is missing" >&2; exit 1; }
+  REDIS_PORT=$(node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')
+  redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --dir "$TMP" \
+    --daemonize no --logfile '' >"$TMP/redis.out" 2>&1 &
+  PIDS+=($!)
+  for ((i = 0; i < 100; i++)); do
+    grep -q 'Ready to accept connections' "$TMP/redis.out" && break
+    kill -0 "${PIDS[-1]}" 2>/dev/null || { echo "instructions.sh: redis-server exited: $(cat "$TMP/redis.out")" >&2; exit 1; }
+    sleep 0.1
+  done
+fi
+
 config() {  # config VARIANT -> $TMP/VARIANT.yaml
   cat >"$TMP/$1.yaml" <<EOF
 listen: 127.0.0.1:0
@@ -64,9 +81,11 @@ models:
 EOF
   case $1 in
     off) ;;
-    memory) cat >>"$TMP/$1.yaml" <<EOF
+    memory|redis)
+      [[ $1 == redis ]] && echo "redis: {url: \"redis://127.0.0.1:$REDIS_PORT\"}" >>"$TMP/$1.yaml"
+      cat >>"$TMP/$1.yaml" <<EOF
 rate_limits:
-  backend: memory
+  backend: $1
   requests:
     - {scope: key, limit: 1000000000, window: 1h}
     - {scope: tenant, algorithm: token_bucket, limit: 1000000000, window: 1m}
@@ -74,7 +93,7 @@ rate_limits:
     - {scope: key, limit: 1000000000000, per: day}
 EOF
       ;;
-    *) echo "instructions.sh: unknown variant $1 (off, memory)" >&2; exit 2 ;;
+    *) echo "instructions.sh: unknown variant $1 (off, memory, redis)" >&2; exit 2 ;;
   esac
 }
 
