@@ -3,6 +3,7 @@
 #include <boost/asio/experimental/channel.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <charconv>
+#include <cstring>
 #include <chrono>
 #include <random>
 
@@ -434,39 +435,39 @@ class WorkerHandler {
     return std::max<std::int64_t>(r.prompt_tokens, 0) + completion;
   }
 
-  // The x-ratelimit-* headers, formatted into one block (one allocation, no per-header
-  // strings: they are on every limited request).
+  // The x-ratelimit-* headers, formatted into one block: one allocation, written in
+  // place (they are on every limited request).
   static void add_ratelimit_headers(http::HeaderList& h, const limits::Admission& a) {
     const limits::HeaderLimit& main = a.requests.set ? a.requests : a.tokens;
     if (!main.set) return;
-    std::string block;
-    block.reserve(320);
-    auto line = [&block](std::string_view name, std::int64_t v) {
-      if (!block.empty()) block += "\r\n";
-      block += name;
-      block += ": ";
-      char buf[24];
-      block.append(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+    std::string block(512, '\0');  // 9 lines of at most 31 + 2 + 20 + 2 bytes
+    char* p = block.data();
+    auto name = [&p](std::string_view n) {
+      std::memcpy(p, n.data(), n.size());
+      p += n.size();
     };
-    auto reset = [&block](std::string_view name, std::int64_t ms) {
-      block += "\r\n";
-      block += name;
-      block += ": ";
-      limits::append_reset(block, ms);
+    auto line = [&](std::string_view n, std::int64_t v) {
+      name(n);
+      p = std::to_chars(p, p + 20, v).ptr;
     };
-    line("x-ratelimit-limit", main.limit);
-    line("x-ratelimit-remaining", std::max<std::int64_t>(main.remaining, 0));
-    line("x-ratelimit-reset", (main.reset_ms + 999) / 1000);
+    auto reset = [&](std::string_view n, std::int64_t ms) {
+      name(n);
+      p = limits::write_reset(p, ms);
+    };
+    line("x-ratelimit-limit: ", main.limit);
+    line("\r\nx-ratelimit-remaining: ", std::max<std::int64_t>(main.remaining, 0));
+    line("\r\nx-ratelimit-reset: ", (main.reset_ms + 999) / 1000);
     if (a.requests.set) {
-      line("x-ratelimit-limit-requests", a.requests.limit);
-      line("x-ratelimit-remaining-requests", std::max<std::int64_t>(a.requests.remaining, 0));
-      reset("x-ratelimit-reset-requests", a.requests.reset_ms);
+      line("\r\nx-ratelimit-limit-requests: ", a.requests.limit);
+      line("\r\nx-ratelimit-remaining-requests: ", std::max<std::int64_t>(a.requests.remaining, 0));
+      reset("\r\nx-ratelimit-reset-requests: ", a.requests.reset_ms);
     }
     if (a.tokens.set) {
-      line("x-ratelimit-limit-tokens", a.tokens.limit);
-      line("x-ratelimit-remaining-tokens", std::max<std::int64_t>(a.tokens.remaining, 0));
-      reset("x-ratelimit-reset-tokens", a.tokens.reset_ms);
+      line("\r\nx-ratelimit-limit-tokens: ", a.tokens.limit);
+      line("\r\nx-ratelimit-remaining-tokens: ", std::max<std::int64_t>(a.tokens.remaining, 0));
+      reset("\r\nx-ratelimit-reset-tokens: ", a.tokens.reset_ms);
     }
+    block.resize(static_cast<std::size_t>(p - block.data()));
     h.emplace_back(std::string(), std::move(block));
   }
 

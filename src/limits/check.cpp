@@ -1,5 +1,7 @@
 #include "limits/check.hpp"
 
+#include <charconv>
+
 namespace sluice::limits {
 
 // Howard Hinnant's civil-from-days / days-from-civil (public domain), on whole days.
@@ -37,6 +39,42 @@ Period period_of(const Check& c, std::int64_t now) noexcept {
   }
   const auto i = now / c.window_ms;
   return {i, (i + 1) * c.window_ms};
+}
+
+char* write_reset(char* p, std::int64_t ms) {
+  auto put = [&p](std::int64_t v, char unit) {
+    p = std::to_chars(p, p + 20, v).ptr;  // (a 64-bit value always fits)
+    *p++ = unit;
+  };
+  if (ms < 0) ms = 0;
+  if (ms < 1000) {
+    put(ms, 'm');
+    *p++ = 's';
+    return p;
+  }
+  std::int64_t s = ms / 1000 + (ms % 1000 != 0);
+  if (s >= 3600) {
+    put(s / 3600, 'h');
+    s %= 3600;
+    put(s / 60, 'm');
+    s %= 60;
+  } else if (s >= 60) {
+    put(s / 60, 'm');
+    s %= 60;
+  }
+  put(s, 's');
+  return p;
+}
+
+void append_reset(std::string& out, std::int64_t ms) {
+  char buf[kMaxResetChars];
+  out.append(buf, write_reset(buf, ms));
+}
+
+std::string format_reset(std::int64_t ms) {
+  std::string s;
+  append_reset(s, ms);
+  return s;
 }
 
 }  // namespace sluice::limits

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/reason.hpp"
 #include "config/admission.hpp"
 
 namespace sluice::limits {
@@ -47,13 +48,39 @@ struct Verdict {
   std::vector<CheckResult> results;  // one per check, in order
 };
 
+struct QuotaLease;  // leases.hpp
+
 // A reservation to settle: the quota counter of one period, and what was reserved there.
 struct Reserved {
-  std::string key;             // counter key with its period suffix
+  std::string key;             // counter key with its period suffix (empty when `lease` is set)
   std::int64_t amount = 0;     // what this request reserved
-  // Served from a lease (Redis): its id and size; the settlement then draws on the lease.
-  std::string lease;
-  std::int64_t lease_size = 0;
+  // Served from a token lease (Redis): the settlement draws on the lease, which outlives
+  // the request (it is given back only once all its requests settled).
+  QuotaLease* lease = nullptr;
+};
+
+// The tightest limit of one kind, for the x-ratelimit-* headers.
+struct HeaderLimit {
+  bool set = false;
+  std::int64_t limit = 0;
+  std::int64_t remaining = 0;
+  std::int64_t reset_ms = 0;
+};
+
+// Where a request's counting was done.
+enum class Counted : std::uint8_t { none, local, redis };
+
+struct Admission {
+  Reason reason = Reason::ok;  // ok, rate_limited, token_limit_exceeded, quota_exceeded, limiter_unavailable
+  std::string message;
+  std::int64_t retry_after_ms = 0;
+  HeaderLimit requests, tokens;
+  Counted counted = Counted::none;
+  // Token reservations to settle.
+  std::string reservation_id;
+  std::int64_t reserved_tokens = 0;
+  std::vector<Reserved> reserved;
+  bool allowed() const { return reason == Reason::ok; }
 };
 
 // Months since 1970-01 of a Unix time in ms (UTC), and where month `m` starts.
@@ -66,5 +93,12 @@ struct Period {
   std::int64_t ends_ms = 0;
 };
 Period period_of(const Check& c, std::int64_t now_ms) noexcept;
+
+// OpenAI's reset format: "20ms", "1s", "6m0s", "1h2m3s".
+std::string format_reset(std::int64_t ms);
+void append_reset(std::string& out, std::int64_t ms);  // the same, appended
+// The same, written at p (at most kMaxResetChars bytes); returns the end.
+inline constexpr std::size_t kMaxResetChars = 32;
+char* write_reset(char* p, std::int64_t ms);
 
 }  // namespace sluice::limits

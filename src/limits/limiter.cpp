@@ -6,14 +6,13 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <array>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "common/ids.hpp"
+#include "limits/leases.hpp"
 #include "limits/scripts.hpp"
 #include "store/redis.hpp"
 
@@ -74,6 +73,39 @@ const char* kind_arg(Kind k) {
   return "fw";
 }
 
+// The admission script's keys and arguments for `checks` (see kAdmitScript): `id` names
+// the quota reservations; with `lease`, each check may take its lease besides its cost.
+void script_args(const std::vector<Check>& checks, std::string_view id, bool lease, std::vector<std::string>& keys,
+                 std::vector<std::string>& args) {
+  keys.reserve(checks.size());
+  args.reserve(1 + checks.size() * 6);
+  args.emplace_back(id);
+  for (const auto& c : checks) {
+    keys.emplace_back(c.key);
+    args.emplace_back(kind_arg(c.kind));
+    args.push_back(std::to_string(c.limit));
+    args.push_back(std::to_string(c.window_ms));
+    args.push_back(std::to_string(c.cost));
+    args.push_back(std::to_string(c.extra));
+    args.push_back(lease ? std::to_string(c.lease) : std::string("0"));
+  }
+}
+
+// The script's answer for n checks; false when it is not one.
+bool read_verdict(const store::RedisReply& r, std::size_t n, Verdict& v) {
+  if (r.type != store::RedisReply::Type::array || r.elements.size() != 3 + 4 * n) return false;
+  const auto& e = r.elements;
+  v.allowed = e[0].integer == 0;
+  v.denied = static_cast<int>(e[0].integer) - 1;
+  v.retry_after_ms = e[1].integer;
+  v.now_ms = e[2].integer;
+  v.results.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    v.results[i] = {e[3 + 4 * i].integer, e[4 + 4 * i].integer, e[5 + 4 * i].integer, e[6 + 4 * i].integer};
+  }
+  return true;
+}
+
 std::string describe_window(std::int64_t ms) {
   if (ms == 0) return "month";
   return format_reset(ms);
@@ -81,271 +113,6 @@ std::string describe_window(std::int64_t ms) {
 
 }  // namespace
 
-void append_reset(std::string& out, std::int64_t ms) {
-  // Formatted in place: it is on every limited request's headers (twice).
-  char buf[48];
-  char* p = buf;
-  char* const end = buf + sizeof buf;
-  auto put = [&](std::int64_t v, char unit) {
-    p = std::to_chars(p, end - 2, v).ptr;  // (a 64-bit value always fits)
-    if (p < end - 1) *p++ = unit;
-  };
-  if (ms < 0) ms = 0;
-  if (ms < 1000) {
-    put(ms, 'm');
-    if (p < end) *p++ = 's';
-    out.append(buf, p);
-    return;
-  }
-  std::int64_t s = (ms + 999) / 1000;
-  if (s >= 3600) {
-    put(s / 3600, 'h');
-    s %= 3600;
-    put(s / 60, 'm');
-    s %= 60;
-  } else if (s >= 60) {
-    put(s / 60, 'm');
-    s %= 60;
-  }
-  put(s, 's');
-  out.append(buf, p);
-}
-
-std::string format_reset(std::int64_t ms) {
-  std::string s;
-  append_reset(s, ms);
-  return s;
-}
-
-// What this process took from Redis in advance, shared by its workers.
-//   Request limits: units already counted in Redis. Admitting with one never over-admits;
-//     units left unused when their window ends are lost (a small under-admission,
-//     bounded by the lease size per process). A window's units end a little before it
-//     does: a unit counted in one window must not admit a request of the next.
-//   Token quotas: a reservation of many requests' worth (a lease, "<id>:L:<size>" in the
-//     reservation set). Requests reserve from it locally; their settlements draw on it in
-//     Redis; when it has ended (after 2 s, or at its period's end) and its last request
-//     settled, what is left is given back (each worker looks every second). If the
-//     process dies, it expires like any reservation.
-class LeaseTable {
-  struct Hash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
-  };
-  template <class V>
-  using Map = std::unordered_map<std::string, V, Hash, std::equal_to<>>;
-
- public:
-  using Clock = std::chrono::steady_clock;
-  static constexpr std::chrono::milliseconds kQuotaLeaseLife{2000};
-
-  // A lease given back, to be settled ('x') by the worker that finds it.
-  struct Release {
-    std::string key, id;
-    std::int64_t size = 0;
-  };
-
-  // Takes what the request needs from every check's lease, or nothing. Fills the headers
-  // from the leases and, for quotas, what the request reserved.
-  bool take(const std::vector<Check>& checks, Admission& a) {
-    // What each check draws on, found once (the counter keys are long: hashing them is
-    // most of the cost here).
-    constexpr std::size_t kMaxChecks = 16;
-    if (checks.size() > kMaxChecks) return false;  // (Redis decides those)
-    std::array<Units*, kMaxChecks> units{};
-    std::array<std::pair<const std::string*, QuotaLease*>, kMaxChecks> quotas{};
-    const auto now = Clock::now();
-    std::lock_guard lock(mu_);
-    for (std::size_t i = 0; i < checks.size(); ++i) {
-      const Check& c = checks[i];
-      if (c.kind == Kind::quota) {
-        auto it = current_.find(c.key);
-        if (it == current_.end()) return false;
-        QuotaLease& q = quota_.find(it->second)->second;
-        if (q.avail < c.cost || now >= q.valid_until) return false;
-        quotas[i] = {&it->second, &q};
-      } else {
-        auto it = units_.find(c.key);
-        if (it == units_.end() || it->second.units < c.cost || now >= it->second.valid_until) return false;
-        units[i] = &it->second;
-      }
-    }
-    for (std::size_t i = 0; i < checks.size(); ++i) {
-      const Check& c = checks[i];
-      HeaderLimit& h = c.tokens ? a.tokens : a.requests;
-      std::int64_t remaining = 0;
-      Clock::time_point reset_at;
-      if (c.kind == Kind::quota) {
-        auto [id, q] = quotas[i];
-        q->avail -= c.cost;
-        ++q->inflight;
-        q->remaining = std::max<std::int64_t>(q->remaining - c.cost, 0);
-        remaining = q->remaining;
-        reset_at = q->reset_at;
-        a.reserved.push_back({q->key, c.cost, *id, q->size});
-        a.reserved_tokens = std::max(a.reserved_tokens, c.cost);
-      } else {
-        Units& l = *units[i];
-        l.units -= c.cost;
-        l.remaining = std::max<std::int64_t>(l.remaining - c.cost, 0);
-        remaining = l.remaining;
-        reset_at = l.reset_at;
-      }
-      const auto reset = std::chrono::duration_cast<std::chrono::milliseconds>(reset_at - now).count();
-      if (!h.set || remaining < h.remaining) h = {true, c.limit, remaining, std::max<std::int64_t>(reset, 0)};
-    }
-    return true;
-  }
-
-  // Whether this request should ask Redis for leases: not while another request of this
-  // process already does for one of its counters (a burst would otherwise take a lease per
-  // request). Marks the counters; release() unmarks them when the answer is in.
-  bool claim(const std::vector<Check>& checks) {
-    std::lock_guard lock(mu_);
-    for (const auto& c : checks) {
-      if (fetching_.find(c.key) != fetching_.end()) return false;
-    }
-    for (const auto& c : checks) fetching_.emplace(c.key);
-    return true;
-  }
-  void release(const std::vector<Check>& checks) {
-    std::lock_guard lock(mu_);
-    for (const auto& c : checks) {
-      if (auto it = fetching_.find(c.key); it != fetching_.end()) fetching_.erase(it);
-    }
-  }
-
-  // A request limit's units granted with an admission.
-  void add(const Check& c, const CheckResult& r, Clock::time_point received) {
-    using std::chrono::milliseconds;
-    Units fresh;
-    fresh.period = r.period;
-    fresh.units = r.leased;
-    // What is left for everyone after this request, plus this process's own units.
-    fresh.remaining = std::max<std::int64_t>(r.remaining - c.cost - r.leased, 0) + r.leased;
-    fresh.reset_at = received + milliseconds(r.reset_ms);
-    // A window's units end 50 ms before the window (the reply's travel time); a bucket's
-    // after a second, so a lease does not turn a smooth rate into bursts.
-    fresh.valid_until = c.kind == Kind::token_bucket ? received + milliseconds(std::min<std::int64_t>(1000, c.window_ms))
-                                                     : received + milliseconds(std::max<std::int64_t>(r.reset_ms - 50, 0));
-    std::lock_guard lock(mu_);
-    if ((++adds_ & 1023) == 0) {
-      const auto now = Clock::now();
-      std::erase_if(units_, [now](const auto& kv) { return kv.second.valid_until <= now; });
-    }
-    auto it = units_.find(c.key);
-    if (it == units_.end()) {
-      units_.emplace(std::string(c.key), fresh);
-      return;
-    }
-    Units& l = it->second;
-    if (l.period == fresh.period && Clock::now() < l.valid_until) {
-      // The same window: both grants are ours.
-      fresh.remaining += l.units;
-      fresh.units += l.units;
-      fresh.valid_until = std::max(fresh.valid_until, l.valid_until);
-    }
-    // Otherwise the old lease belongs to an earlier window (or expired): its units are gone.
-    l = fresh;
-  }
-
-  // A token lease granted with an admission; the admitted request is its first user (its
-  // reservation is rewritten to draw on the lease).
-  void add_quota(const Check& c, const CheckResult& r, const std::string& id, Reserved& first,
-                 Clock::time_point received) {
-    using std::chrono::milliseconds;
-    QuotaLease q;
-    q.key = first.key;
-    q.size = c.cost + r.leased;
-    q.avail = r.leased;
-    q.inflight = 1;
-    q.remaining = std::max<std::int64_t>(r.remaining - c.cost - r.leased, 0) + r.leased;
-    q.reset_at = received + milliseconds(r.reset_ms);
-    q.valid_until = received + std::min(kQuotaLeaseLife, milliseconds(std::max<std::int64_t>(r.reset_ms - 50, 0)));
-    first.lease = id;
-    first.lease_size = q.size;
-    std::lock_guard lock(mu_);
-    if (auto old = current_.find(c.key); old != current_.end()) {
-      retire(old->second);  // (may erase it)
-    }
-    if (auto cur = current_.find(c.key); cur != current_.end()) cur->second = id;
-    else current_.emplace(std::string(c.key), id);
-    quota_.emplace(id, std::move(q));
-  }
-
-  // A request served from lease `r.lease` ended, using `actual` tokens.
-  void settle_quota(const Reserved& r, std::int64_t actual) {
-    std::lock_guard lock(mu_);
-    auto it = quota_.find(r.lease);
-    if (it == quota_.end()) return;
-    QuotaLease& q = it->second;
-    q.avail += r.amount - actual;
-    --q.inflight;
-    if (q.inflight == 0 && (q.retired || Clock::now() >= q.valid_until)) give_back(it);
-  }
-
-  bool has_releases() {
-    std::lock_guard lock(mu_);
-    return !releases_.empty();
-  }
-
-  // Leases given back since the last call (the caller settles them).
-  std::vector<Release> take_releases() {
-    std::lock_guard lock(mu_);
-    // Ended leases nobody will settle again are found here too.
-    const auto now = Clock::now();
-    for (auto it = quota_.begin(); it != quota_.end();) {
-      auto next = std::next(it);
-      if (it->second.inflight == 0 && (it->second.retired || now >= it->second.valid_until)) give_back(it);
-      it = next;
-    }
-    return std::exchange(releases_, {});
-  }
-
- private:
-  struct Units {
-    std::int64_t period = 0;     // the window the units are counted in (buckets: 0)
-    std::int64_t units = 0;
-    std::int64_t remaining = 0;  // for the headers: left in the counter, own units included
-    Clock::time_point valid_until;
-    Clock::time_point reset_at;
-  };
-  struct QuotaLease {
-    std::string key;             // the quota counter with its period
-    std::int64_t size = 0;       // tokens reserved in Redis
-    std::int64_t avail = 0;      // not handed out (or handed back by settlements)
-    int inflight = 0;            // requests served from it, not settled yet
-    bool retired = false;        // replaced by a newer lease: hands out nothing more
-    std::int64_t remaining = 0;  // for the headers
-    Clock::time_point valid_until;
-    Clock::time_point reset_at;
-  };
-
-  void retire(const std::string& id) {
-    auto it = quota_.find(id);
-    if (it == quota_.end()) return;
-    it->second.retired = true;
-    if (it->second.inflight == 0) give_back(it);
-  }
-  void give_back(Map<QuotaLease>::iterator it) {
-    releases_.push_back({it->second.key, it->first, it->second.size});
-    for (auto c = current_.begin(); c != current_.end(); ++c) {
-      if (c->second == it->first) {
-        current_.erase(c);
-        break;
-      }
-    }
-    quota_.erase(it);
-  }
-
-  std::mutex mu_;
-  Map<Units> units_;
-  Map<QuotaLease> quota_;          // by lease id
-  Map<std::string> current_;       // quota check key -> lease id handing out
-  std::unordered_set<std::string, Hash, std::equal_to<>> fetching_;
-  std::vector<Release> releases_;
-  std::uint64_t adds_ = 0;
-};
 
 Limiter::Limiter(std::shared_ptr<const config::Config> cfg) : cfg_(std::move(cfg)) {
   const auto& rl = cfg_->rate_limits;
@@ -512,8 +279,6 @@ struct WorkerLimiter::SettleQueue {
     std::int64_t actual = 0;
   };
   std::vector<Entry> entries;
-  // Pending "c" entry per lease: the usage of its requests adds up into one entry.
-  std::unordered_map<std::string, std::size_t> lease_entry;
   bool flushing = false;
   bool stopped = false;  // the worker is gone: stop waiting for Redis
   // Kept while Redis is down, up to this many entries; beyond, the oldest are dropped
@@ -522,32 +287,18 @@ struct WorkerLimiter::SettleQueue {
 
   std::size_t sending = 0;  // the first `sending` entries are in a script call now
 
-  void push(std::string key, std::string tag, std::int64_t amount, std::int64_t actual) {
-    if (tag[0] == 'c') {
-      auto [it, fresh] = lease_entry.try_emplace(tag, entries.size());
-      if (!fresh && it->second >= sending) {
-        entries[it->second].actual += actual;
-        return;
-      }
-      it->second = entries.size();  // (an entry being sent is not changed)
-    }
-    entries.push_back({std::move(key), std::move(tag), amount, actual});
+  // Makes room for n more entries; returns how many were dropped.
+  std::size_t make_room(std::size_t n) {
+    if (entries.size() + n <= kMaxEntries) return 0;
+    const std::size_t drop = std::min(entries.size() - sending, entries.size() + n - kMaxEntries);
+    entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(sending),
+                  entries.begin() + static_cast<std::ptrdiff_t>(sending + drop));
+    return drop;
   }
   // The first n entries left (sent).
   void pop(std::size_t n) {
     sending = 0;
-    erase(0, n);
-  }
-  // Drops the oldest n entries not being sent (the queue is full).
-  void drop(std::size_t n) { erase(sending, n); }
-  void erase(std::size_t from, std::size_t n) {
-    n = std::min(n, entries.size() - from);
-    entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(from),
-                  entries.begin() + static_cast<std::ptrdiff_t>(from + n));
-    lease_entry.clear();
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-      if (entries[i].tag[0] == 'c') lease_entry.emplace(entries[i].tag, i);
-    }
+    entries.erase(entries.begin(), entries.begin() + static_cast<std::ptrdiff_t>(n));
   }
 };
 
@@ -563,7 +314,8 @@ WorkerLimiter::WorkerLimiter(Limiter& owner, net::any_io_executor ex) : owner_(o
     opt.reconnect_interval = rs.retry_interval;
     redis_ = std::make_shared<store::RedisConnection>(ex_, *ep, opt);
     settles_ = std::make_shared<SettleQueue>();
-    // Every second: give back the leases that ended while no request settled here.
+    // Every second: token leases that ended while no request settled here are given back
+    // by a flush.
     net::co_spawn(
         ex_,
         [this, q = settles_]() -> net::awaitable<void> {
@@ -572,8 +324,7 @@ WorkerLimiter::WorkerLimiter(Limiter& owner, net::any_io_executor ex) : owner_(o
             t.expires_after(std::chrono::seconds(1));
             co_await t.async_wait(net::as_tuple(net::use_awaitable));
             if (q->stopped) co_return;  // `this` is gone
-            queue_releases();
-            if (!q->entries.empty() && !q->flushing) flush_settlements();
+            if (!q->flushing && (!q->entries.empty() || owner_.leases_->busy())) flush_settlements();
           }
         },
         net::detached);
@@ -607,11 +358,13 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
     for (const auto& c : checks) leasable &= c.lease > 0;
     if (leasable) {
       Admission a;
-      if (owner_.leases_->take(checks, a)) {
+      const auto taken = owner_.leases_->take(checks, a);
+      if (taken.ok) {
         a.counted = Counted::redis;
         Stats::bump(stats_->allowed);
         Stats::bump(stats_->by_lease);
         if (a.reserved_tokens > 0) Stats::bump(stats_->tokens_reserved, static_cast<std::uint64_t>(a.reserved_tokens));
+        if (taken.refill) refill(checks, taken.refill);
         co_return a;
       }
       leasable = owner_.leases_->claim(checks);
@@ -626,41 +379,20 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
     } unclaim{leasable ? owner_.leases_.get() : nullptr, &checks};
     if (any_quota) res_id = new_request_id();
     std::vector<std::string> keys, args;
-    keys.reserve(checks.size());
-    args.reserve(1 + checks.size() * 6);
-    args.push_back(res_id);
-    for (const auto& c : checks) {
-      keys.emplace_back(c.key);
-      args.emplace_back(kind_arg(c.kind));
-      args.push_back(std::to_string(c.limit));
-      args.push_back(std::to_string(c.window_ms));
-      args.push_back(std::to_string(c.cost));
-      args.push_back(std::to_string(c.extra));
-      args.push_back(leasable ? std::to_string(c.lease) : std::string("0"));
-    }
+    script_args(checks, res_id, leasable, keys, args);
     auto r = co_await redis_->eval(*owner_.admit_script_, std::move(keys), std::move(args));
-    const auto n = checks.size();
-    if (r.ok() && r.reply->type == store::RedisReply::Type::array && r.reply->elements.size() == 3 + 4 * n) {
+    Verdict v;
+    if (r.ok() && read_verdict(*r.reply, checks.size(), v)) {
       const auto received = std::chrono::steady_clock::now();
-      const auto& e = r.reply->elements;
-      Verdict v;
-      v.allowed = e[0].integer == 0;
-      v.denied = static_cast<int>(e[0].integer) - 1;
-      v.retry_after_ms = e[1].integer;
-      v.now_ms = e[2].integer;
-      v.results.resize(n);
-      for (std::size_t i = 0; i < n; ++i) {
-        v.results[i] = {e[3 + 4 * i].integer, e[4 + 4 * i].integer, e[5 + 4 * i].integer, e[6 + 4 * i].integer};
-      }
       Stats::bump(stats_->by_redis);
       auto a = finish(checks, v, Counted::redis);
       a.reservation_id = res_id;
       if (v.allowed) {
         std::size_t q = 0;  // index in a.reserved: one per quota check, in order
-        for (std::size_t i = 0; i < n; ++i) {
+        for (std::size_t i = 0; i < checks.size(); ++i) {
           const bool quota = checks[i].kind == Kind::quota;
           if (v.results[i].leased > 0) {
-            if (quota) owner_.leases_->add_quota(checks[i], v.results[i], res_id, a.reserved[q], received);
+            if (quota) owner_.leases_->add_quota(checks[i], v.results[i], res_id, &a.reserved[q], received);
             else owner_.leases_->add(checks[i], v.results[i], received);
           }
           q += quota;
@@ -703,7 +435,7 @@ Admission WorkerLimiter::finish(const std::vector<Check>& checks, const Verdict&
       std::string key(checks[i].key);
       key += ':';
       key += std::to_string(v.results[i].period);
-      a.reserved.push_back({std::move(key), checks[i].cost, {}, 0});
+      a.reserved.push_back({std::move(key), checks[i].cost, nullptr});
       a.reserved_tokens = std::max(a.reserved_tokens, checks[i].cost);
     }
     if (a.reserved_tokens > 0) Stats::bump(stats_->tokens_reserved, static_cast<std::uint64_t>(a.reserved_tokens));
@@ -752,85 +484,126 @@ void WorkerLimiter::settle(Admission& a, std::int64_t actual) {
     return;
   }
   auto& q = *settles_;
-  if (q.entries.size() + reserved.size() > SettleQueue::kMaxEntries) {
-    const std::size_t drop = std::min(q.entries.size(), q.entries.size() + reserved.size() - SettleQueue::kMaxEntries);
-    q.drop(drop);
-    Stats::bump(stats_->settle_errors, drop);
-  }
   for (auto& r : reserved) {
-    if (!r.lease.empty()) {
-      owner_.leases_->settle_quota(r, actual);
-      q.push(std::move(r.key), "c:" + r.lease, r.lease_size, actual);
-    } else {
-      q.push(std::move(r.key), "r:" + a.reservation_id, r.amount, actual);
+    if (r.lease) {
+      owner_.leases_->settle(r, actual);  // its usage reaches Redis summed per lease
+      continue;
     }
+    if (const auto dropped = q.make_room(1)) Stats::bump(stats_->settle_errors, dropped);
+    q.entries.push_back({std::move(r.key), "r:" + a.reservation_id, r.amount, actual});
   }
-  if (owner_.leases_->has_releases()) queue_releases();
   if (!q.flushing) flush_settlements();
 }
 
-// Leases that ended and whose requests all settled: what is left of them goes back.
-void WorkerLimiter::queue_releases() {
-  auto& q = *settles_;
-  for (auto& x : owner_.leases_->take_releases()) q.push(std::move(x.key), "x:" + x.id, x.size, 0);
-}
-
-// One script call for everything queued; when it is answered, the next batch (what was
-// queued meanwhile) leaves. While Redis is unreachable the batch is kept and sent once it
-// is back, so a short outage loses no usage (a reservation that expired meanwhile was
+// Settlements leave in batches, one script call each, every kSettleEvery at most: they
+// are not urgent (a reservation holds its tokens meanwhile; a lease's usage is already
+// counted here), and gathering them keeps Redis's share of a request small. Each batch
+// also carries what the token leases drained: their usage since the last batch, and the
+// leases given back. While Redis is unreachable the entries are kept and sent once it is
+// back, so a short outage loses no usage (a reservation that expired meanwhile was
 // released by an admission; the late settlement then only charges the usage). A batch
 // whose outcome is unknown or that Redis refused is dropped and counted in settle_errors.
 void WorkerLimiter::flush_settlements() {
-  auto q = settles_;
-  q->flushing = true;
-  net::co_spawn(
-      ex_,
-      [q, redis = redis_, stats = stats_, script = owner_.settle_script_.get(),
-       retry = owner_.cfg_->redis.retry_interval,
-       keep = std::to_string(owner_.cfg_->rate_limits.reservation_ttl.count())]() -> net::awaitable<void> {
-        constexpr std::size_t kMaxBatch = 512;  // keys per script call
-        constexpr std::chrono::milliseconds kSettleDelay{5};
-        net::steady_timer wait{co_await net::this_coro::executor};
-        // Settlements are not urgent (the reservations hold the tokens meanwhile): gathering
-        // them for a few milliseconds makes one script call carry many.
-        wait.expires_after(kSettleDelay);
-        co_await wait.async_wait(net::as_tuple(net::use_awaitable));
-        while (!q->entries.empty() && !q->stopped) {
-          if (!redis->up()) {
-            wait.expires_after(retry);
-            co_await wait.async_wait(net::as_tuple(net::use_awaitable));
-            continue;
-          }
-          const std::size_t n = std::min(q->entries.size(), kMaxBatch);
-          std::vector<std::string> keys, args;
-          keys.reserve(n);
-          args.reserve(1 + 3 * n);
-          args.push_back(keep);
-          for (std::size_t i = 0; i < n; ++i) {
-            const auto& e = q->entries[i];
-            keys.push_back(e.key);
-            args.push_back(e.tag);
-            args.push_back(std::to_string(e.amount));
-            args.push_back(std::to_string(e.actual));
-          }
-          q->sending = n;
-          auto r = co_await redis->eval(*script, std::move(keys), std::move(args));
-          q->sending = 0;
-          // Never sent: kept, and tried again a moment later (once Redis is up). Sent but
-          // unanswered (a timeout, a lost connection): it may have run, and running it twice
-          // would charge twice, so it is dropped like a refused one.
-          if (!r.ok() && (r.error.starts_with("not connected") || r.error.starts_with("pipeline full"))) {
-            wait.expires_after(retry);
-            co_await wait.async_wait(net::as_tuple(net::use_awaitable));
-            continue;
-          }
-          // Settlements queued meanwhile were appended: only these n leave the queue.
-          q->pop(n);
-          if (!r.ok() || r.reply->is_error()) Stats::bump(stats->settle_errors, n);
-        }
-        q->flushing = false;
-      },
-      net::detached);
+  settles_->flushing = true;
+  net::co_spawn(ex_, flush_loop(settles_, redis_, stats_, owner_.settle_script_.get(), owner_.leases_.get(),
+                                owner_.cfg_->redis.retry_interval,
+                                std::to_string(owner_.cfg_->rate_limits.reservation_ttl.count())),
+                net::detached);
+}
+
+net::awaitable<void> WorkerLimiter::flush_loop(std::shared_ptr<SettleQueue> q,
+                                               std::shared_ptr<store::RedisConnection> redis,
+                                               std::shared_ptr<Stats> stats, const store::RedisScript* script,
+                                               LeaseTable* leases, std::chrono::milliseconds retry, std::string keep) {
+  constexpr std::size_t kMaxBatch = 512;  // keys per script call
+  net::steady_timer wait{co_await net::this_coro::executor};
+  std::vector<LeaseTable::Pending> drained;
+  for (;;) {
+    wait.expires_after(kSettleEvery);
+    co_await wait.async_wait(net::as_tuple(net::use_awaitable));
+    if (q->stopped) co_return;  // the worker is gone (and maybe the lease table)
+    drained.clear();
+    leases->drain(drained);
+    if (const auto dropped = q->make_room(drained.size())) Stats::bump(stats->settle_errors, dropped);
+    for (auto& p : drained) {
+      q->entries.push_back({std::move(p.key), (p.give_back ? "x:" : "c:") + p.id, p.size, p.actual});
+    }
+    if (q->entries.empty()) break;
+    if (!redis->up()) {
+      wait.expires_after(retry);
+      co_await wait.async_wait(net::as_tuple(net::use_awaitable));
+      if (q->stopped) co_return;
+      continue;
+    }
+    const std::size_t n = std::min(q->entries.size(), kMaxBatch);
+    std::vector<std::string> keys, args;
+    keys.reserve(n);
+    args.reserve(1 + 3 * n);
+    args.push_back(keep);
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& e = q->entries[i];
+      keys.push_back(e.key);
+      args.push_back(e.tag);
+      args.push_back(std::to_string(e.amount));
+      args.push_back(std::to_string(e.actual));
+    }
+    q->sending = n;
+    auto r = co_await redis->eval(*script, std::move(keys), std::move(args));
+    q->sending = 0;
+    // Never sent: kept, and tried again a moment later (once Redis is up). Sent but
+    // unanswered (a timeout, a lost connection): it may have run, and running it twice
+    // would charge twice, so it is dropped like a refused one.
+    if (!r.ok() && (r.error.starts_with("not connected") || r.error.starts_with("pipeline full"))) continue;
+    // Settlements queued meanwhile were appended: only these n leave the queue.
+    q->pop(n);
+    if (!r.ok() || r.reply->is_error()) Stats::bump(stats->settle_errors, n);
+  }
+  q->flushing = false;
+}
+
+// A background lease request for the checks of `mask` (cost 0: it takes only their
+// leases), so the requests after this one find units without waiting for Redis.
+void WorkerLimiter::refill(const std::vector<Check>& checks, std::uint32_t mask) {
+  std::vector<std::string> keys;
+  std::vector<Check> some;
+  for (std::size_t i = 0; i < checks.size() && i < 32; ++i) {
+    if (!(mask & (1u << i))) continue;
+    keys.emplace_back(checks[i].key);
+    some.push_back(checks[i]);
+    some.back().cost = 0;
+  }
+  net::co_spawn(ex_,
+                refill_one(settles_, redis_, stats_, owner_.admit_script_.get(), owner_.leases_.get(), std::move(keys),
+                           std::move(some)),
+                net::detached);
+}
+
+net::awaitable<void> WorkerLimiter::refill_one(std::shared_ptr<SettleQueue> q,
+                                               std::shared_ptr<store::RedisConnection> redis,
+                                               std::shared_ptr<Stats> stats, const store::RedisScript* script,
+                                               LeaseTable* leases, std::vector<std::string> keys,
+                                               std::vector<Check> checks) {
+  for (std::size_t i = 0; i < checks.size(); ++i) checks[i].key = keys[i];  // (the strings live here now)
+  std::string id;
+  for (const auto& c : checks) {
+    if (c.kind == Kind::quota) id = new_request_id();
+  }
+  std::vector<std::string> skeys, args;
+  script_args(checks, id, true, skeys, args);
+  auto r = co_await redis->eval(*script, std::move(skeys), std::move(args));
+  if (q->stopped) co_return;  // the worker is gone (and maybe the lease table)
+  Verdict v;
+  if (r.ok() && read_verdict(*r.reply, checks.size(), v)) {
+    const auto received = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < checks.size(); ++i) {
+      if (v.results[i].leased <= 0) continue;
+      if (checks[i].kind == Kind::quota) leases->add_quota(checks[i], v.results[i], id, nullptr, received);
+      else leases->add(checks[i], v.results[i], received);
+    }
+  } else {
+    Stats::bump(stats->redis_errors);
+  }
+  leases->release(checks);
 }
 
 }  // namespace sluice::limits

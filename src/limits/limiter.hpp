@@ -3,6 +3,7 @@
 // rules and the per-instance counters; each worker has a WorkerLimiter with its own
 // pipelined Redis connection. See docs/limits.md.
 #include <atomic>
+#include <chrono>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <cstdint>
@@ -13,7 +14,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/reason.hpp"
 #include "config/config.hpp"
 #include "limits/check.hpp"
 #include "limits/local.hpp"
@@ -24,30 +24,6 @@ struct RedisScript;
 }  // namespace sluice::store
 
 namespace sluice::limits {
-
-// The tightest limit of one kind, for the x-ratelimit-* headers.
-struct HeaderLimit {
-  bool set = false;
-  std::int64_t limit = 0;
-  std::int64_t remaining = 0;
-  std::int64_t reset_ms = 0;
-};
-
-// Where a request's counting was done.
-enum class Counted : std::uint8_t { none, local, redis };
-
-struct Admission {
-  Reason reason = Reason::ok;  // ok, rate_limited, token_limit_exceeded, quota_exceeded, limiter_unavailable
-  std::string message;
-  std::int64_t retry_after_ms = 0;
-  HeaderLimit requests, tokens;
-  Counted counted = Counted::none;
-  // Token reservations to settle.
-  std::string reservation_id;
-  std::int64_t reserved_tokens = 0;
-  std::vector<Reserved> reserved;
-  bool allowed() const { return reason == Reason::ok; }
-};
 
 // Counters of the limiter, one set per worker, summed at scrape.
 #define SLUICE_LIMITER_COUNTERS(X)                                                           \
@@ -151,8 +127,19 @@ class WorkerLimiter {
   void checks_for(const config::ApiKey& key, std::string_view model, std::int64_t tokens, std::vector<Check>& out);
 
   struct SettleQueue;
+  static constexpr std::chrono::milliseconds kSettleEvery{20};
   void flush_settlements();
-  void queue_releases();
+  // (Static: they may outlive this object; they stop once the queue says it is gone.)
+  static boost::asio::awaitable<void> flush_loop(std::shared_ptr<SettleQueue> q,
+                                                 std::shared_ptr<store::RedisConnection> redis,
+                                                 std::shared_ptr<Stats> stats, const store::RedisScript* script,
+                                                 LeaseTable* leases, std::chrono::milliseconds retry, std::string keep);
+  void refill(const std::vector<Check>& checks, std::uint32_t mask);
+  static boost::asio::awaitable<void> refill_one(std::shared_ptr<SettleQueue> q,
+                                                 std::shared_ptr<store::RedisConnection> redis,
+                                                 std::shared_ptr<Stats> stats, const store::RedisScript* script,
+                                                 LeaseTable* leases, std::vector<std::string> keys,
+                                                 std::vector<Check> checks);
 
   Limiter& owner_;
   boost::asio::any_io_executor ex_;
@@ -169,9 +156,5 @@ class WorkerLimiter {
   };
   std::unordered_map<const config::ApiKey*, std::vector<CachedPlan>> plans_;
 };
-
-// OpenAI's reset format: "20ms", "1s", "6m0s", "1h2m3s".
-std::string format_reset(std::int64_t ms);
-void append_reset(std::string& out, std::int64_t ms);  // the same, appended
 
 }  // namespace sluice::limits

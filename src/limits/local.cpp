@@ -1,6 +1,7 @@
 #include "limits/local.hpp"
 
 #include <algorithm>
+#include <boost/container/small_vector.hpp>
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -8,6 +9,9 @@
 namespace sluice::limits {
 
 namespace {
+
+template <class T>
+using Small = boost::container::small_vector<T, 8>;
 
 std::int64_t ceil_div_ms(double v) { return static_cast<std::int64_t>(std::ceil(v)); }
 
@@ -29,28 +33,37 @@ Verdict LocalCounters::admit(std::span<const Check> checks, std::string_view res
   v.now_ms = now;
   v.results.resize(checks.size());
   // Every shard involved, locked in one order: the decision is atomic like the script's.
-  std::vector<std::size_t> idx;
-  idx.reserve(checks.size());
-  std::vector<std::string> keys(checks.size());
+  // (Small vectors: a request has a few checks, and this is on its path.)
+  Small<std::size_t> idx, order;
+  Small<std::string> quota_keys;  // a quota counter is per period: its key has one
+  Small<std::string_view> keys;
+  quota_keys.reserve(checks.size());
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const Check& c = checks[i];
-    keys[i] = c.kind == Kind::quota ? quota_key(c, period_of(c, now).index) : std::string(c.key);
+    if (c.kind == Kind::quota) {
+      quota_keys.push_back(quota_key(c, period_of(c, now).index));
+      keys.push_back(quota_keys.back());
+    } else {
+      keys.push_back(c.key);
+    }
     idx.push_back(std::hash<std::string_view>{}(keys[i]) % kShards);
   }
-  std::vector<std::size_t> order = idx;
+  order = idx;
   std::sort(order.begin(), order.end());
   order.erase(std::unique(order.begin(), order.end()), order.end());
-  std::vector<std::unique_lock<std::mutex>> locks;
-  locks.reserve(order.size());
+  Small<std::unique_lock<std::mutex>> locks;
   for (auto s : order) locks.emplace_back(shards_[s].mu);
 
-  std::vector<Counter*> ctr(checks.size());
-  std::vector<double> after(checks.size());  // bucket: tokens left if admitted
+  Small<Counter*> ctr(checks.size());
+  Small<double> after(checks.size());  // bucket: tokens left if admitted
   bool all_ok = true;
   std::int64_t retry = 0;
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const Check& c = checks[i];
-    Counter& k = shards_[idx[i]].counters[keys[i]];
+    auto& counters = shards_[idx[i]].counters;
+    auto found = counters.find(keys[i]);
+    if (found == counters.end()) found = counters.emplace(std::string(keys[i]), Counter{}).first;
+    Counter& k = found->second;
     ctr[i] = &k;
     const Period p = period_of(c, now);
     CheckResult& r = v.results[i];
@@ -105,12 +118,16 @@ Verdict LocalCounters::admit(std::span<const Check> checks, std::string_view res
       }
       case Kind::quota: {
         // Reservations whose request never settled are released when they expire.
-        for (auto it = k.holds.begin(); it != k.holds.end();) {
-          if (it->second.second <= now) {
-            k.reserved = std::max<std::int64_t>(0, k.reserved - it->second.first);
-            it = k.holds.erase(it);
-          } else {
-            ++it;
+        if (k.next_expiry != 0 && k.next_expiry <= now) {
+          k.next_expiry = 0;
+          for (auto it = k.holds.begin(); it != k.holds.end();) {
+            if (it->second.second <= now) {
+              k.reserved = std::max<std::int64_t>(0, k.reserved - it->second.first);
+              it = k.holds.erase(it);
+            } else {
+              if (k.next_expiry == 0 || it->second.second < k.next_expiry) k.next_expiry = it->second.second;
+              ++it;
+            }
           }
         }
         ok = k.used + k.reserved + c.cost <= c.limit;
@@ -140,7 +157,10 @@ Verdict LocalCounters::admit(std::span<const Check> checks, std::string_view res
       case Kind::token_bucket: k.count = after[i]; break;
       case Kind::quota: {
         auto [it, fresh] = k.holds.try_emplace(std::string(reservation_id), c.cost, now + c.extra);
-        if (fresh) k.reserved += c.cost;
+        if (fresh) {
+          k.reserved += c.cost;
+          if (k.next_expiry == 0 || now + c.extra < k.next_expiry) k.next_expiry = now + c.extra;
+        }
         break;
       }
     }
@@ -155,6 +175,7 @@ void LocalCounters::settle(const Reserved& r, std::string_view reservation_id, s
   if (it == s.counters.end()) return;  // the period is over and gone
   Counter& k = it->second;
   if (auto h = k.holds.find(std::string(reservation_id)); h != k.holds.end()) {
+    // (next_expiry may now be early: the next scan finds nothing expired and moves it.)
     k.reserved = std::max<std::int64_t>(0, k.reserved - h->second.first);
     k.holds.erase(h);
   }

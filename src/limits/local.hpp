@@ -33,11 +33,16 @@ class LocalCounters {
     // quota
     std::int64_t used = 0, reserved = 0;
     std::unordered_map<std::string, std::pair<std::int64_t, std::int64_t>> holds;  // id -> amount, expiry
+    std::int64_t next_expiry = 0;  // the earliest expiry in holds (0: none): scanned only then
     std::int64_t expires_ms = 0;  // the whole counter may go after this
+  };
+  struct Hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
   };
   struct Shard {
     mutable std::mutex mu;
-    std::unordered_map<std::string, Counter> counters;
+    std::unordered_map<std::string, Counter, Hash, std::equal_to<>> counters;
   };
   static constexpr std::size_t kShards = 16;
   Shard& shard_of(std::string_view key);

@@ -173,16 +173,19 @@ for i = 1, n do
   if kind == 'fw' or kind == 'sw' then
     -- The first increment of a window creates the key: it sets the expiry once.
     local take = cost + p.grant
-    if redis.call('INCRBY', p[1], take) == take then redis.call('PEXPIREAT', p[1], p[2]) end
+    if take > 0 and redis.call('INCRBY', p[1], take) == take then redis.call('PEXPIREAT', p[1], p[2]) end
   elseif kind == 'tb' then
     redis.call('SET', p[1], tostring(p[2]) .. ' ' .. now, 'PX', p[3] + 1000)
   else
+    -- (A lease request alone, cost 0, that got no lease takes nothing.)
     local take = cost + p.grant
-    redis.call('HINCRBY', p[1], 'reserved', take)
-    redis.call('ZADD', p[2], p[4], p.grant > 0 and (id .. ':L:' .. take) or (id .. ':' .. cost))
-    redis.call('PEXPIREAT', p[2], p[3])
-    if p[5] == 0 then redis.call('HSET', p[1], 'next', p[4]) end
-    if p[6] then redis.call('PEXPIREAT', p[1], p[3]) end
+    if take > 0 then
+      redis.call('HINCRBY', p[1], 'reserved', take)
+      redis.call('ZADD', p[2], p[4], p.grant > 0 and (id .. ':L:' .. take) or (id .. ':' .. cost))
+      redis.call('PEXPIREAT', p[2], p[3])
+      if p[5] == 0 then redis.call('HSET', p[1], 'next', p[4]) end
+      if p[6] then redis.call('PEXPIREAT', p[1], p[3]) end
+    end
   end
 end
 return out

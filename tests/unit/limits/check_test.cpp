@@ -1,9 +1,10 @@
-// Calendar months and periods of limits/check.hpp.
+// Calendar months, periods and the reset format of limits/check.hpp.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdint>
 #include <random>
+#include <string>
 
 #include "limits/check.hpp"
 
@@ -146,3 +147,29 @@ TEST(PeriodOf, TokenBucketHasNoPeriod) {
   EXPECT_EQ(period_of(c, 123'456).index, 0);
   EXPECT_EQ(period_of(c, 123'456).ends_ms, 0);
 }
+
+namespace sluice::limits {
+namespace {
+
+TEST(ResetFormatTest, OpenAIsDurationFormat) {
+  EXPECT_EQ(format_reset(-5), "0ms");
+  EXPECT_EQ(format_reset(0), "0ms");
+  EXPECT_EQ(format_reset(20), "20ms");
+  EXPECT_EQ(format_reset(999), "999ms");
+  EXPECT_EQ(format_reset(1000), "1s");
+  EXPECT_EQ(format_reset(1001), "2s");  // rounded up: never earlier than the real reset
+  EXPECT_EQ(format_reset(59'000), "59s");
+  EXPECT_EQ(format_reset(60'000), "1m0s");
+  EXPECT_EQ(format_reset(360'000), "6m0s");
+  EXPECT_EQ(format_reset(3'723'000), "1h2m3s");
+  EXPECT_EQ(format_reset(86'400'000), "24h0m0s");
+  const std::string longest = format_reset(INT64_MAX);
+  EXPECT_EQ(longest, "2562047788015h12m56s");
+  EXPECT_LE(longest.size(), kMaxResetChars);
+  std::string s = "x: ";
+  append_reset(s, 1500);
+  EXPECT_EQ(s, "x: 2s");
+}
+
+}  // namespace
+}  // namespace sluice::limits

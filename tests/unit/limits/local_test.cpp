@@ -57,7 +57,7 @@ Verdict admit1(LocalCounters& lc, const Check& c, std::int64_t now, std::string_
 
 // The Reserved entry a request gets for quota check `c` admitted at `v`.
 Reserved reserved_of(const Check& c, const Verdict& v, std::size_t i = 0) {
-  return Reserved{std::string(c.key) + ":" + std::to_string(v.results[i].period), c.cost, {}, 0};
+  return Reserved{std::string(c.key) + ":" + std::to_string(v.results[i].period), c.cost, nullptr};
 }
 
 int count_allowed(LocalCounters& lc, const Check& c, std::int64_t now, int attempts) {
@@ -396,6 +396,25 @@ TEST(LocalQuota, UnsettledReservationExpiresAfterExtra) {
   EXPECT_EQ(rest.results[0].remaining, 450);
 }
 
+TEST(LocalQuota, ReservationsExpireEachAtItsOwnTime) {
+  LocalCounters lc;
+  const std::int64_t ttl = 5000;
+  // Three reservations of 100 made 1 s apart; the first settles (its expiry was the
+  // earliest: the next one must still be found when it comes).
+  auto a = admit1(lc, quota("q", 1000, 60'000, 100, ttl), T, "a");
+  ASSERT_TRUE(admit1(lc, quota("q", 1000, 60'000, 100, ttl), T + 1000, "b").allowed);
+  ASSERT_TRUE(admit1(lc, quota("q", 1000, 60'000, 100, ttl), T + 2000, "c").allowed);
+  lc.settle(reserved_of(quota("q", 1000, 60'000, 100, ttl), a), "a", 0, T + 2500);
+  auto left = [&](std::int64_t now) {
+    return admit1(lc, quota("q", 1000, 60'000, 0, ttl), now, "probe").results[0].remaining;
+  };
+  EXPECT_EQ(left(T + 2600), 800);      // b and c held
+  EXPECT_EQ(left(T + 1000 + ttl - 1), 800);
+  EXPECT_EQ(left(T + 1000 + ttl), 900);  // b expired
+  EXPECT_EQ(left(T + 2000 + ttl - 1), 900);
+  EXPECT_EQ(left(T + 2000 + ttl), 1000);  // c too
+}
+
 TEST(LocalQuota, SettleAfterExpiryBeforeAnyAdmitChargesOnlyActual) {
   LocalCounters lc;
   const std::int64_t ttl = 5000;
@@ -501,7 +520,7 @@ TEST(LocalAdmit, RefusedRequestReservesNoTokens) {
   EXPECT_EQ(v.denied, 1);
   EXPECT_EQ(v.results[0].remaining, 60);
   // "b" took nothing: 60 left, and settling "b" finds no reservation to release.
-  lc.settle(Reserved{std::string(q.key) + ":" + std::to_string(T / 60'000), 40, {}, 0}, "b", 0, T + 2);
+  lc.settle(Reserved{std::string(q.key) + ":" + std::to_string(T / 60'000), 40, nullptr}, "b", 0, T + 2);
   EXPECT_FALSE(admit1(lc, quota("q", 100, 60'000, 61, 120'000), T + 3, "c").allowed);
   EXPECT_TRUE(admit1(lc, quota("q", 100, 60'000, 60, 120'000), T + 3, "c").allowed);
 }

@@ -1,0 +1,217 @@
+#include "limits/leases.hpp"
+
+#include <algorithm>
+#include <array>
+
+namespace sluice::limits {
+
+using std::chrono::milliseconds;
+
+LeaseTable::Taken LeaseTable::take(const std::vector<Check>& checks, Admission& a, Clock::time_point now) {
+  Taken t;
+  if (checks.size() > kMaxChecks) return t;
+  // What each check draws on, found once (the counter keys are long: hashing them is most
+  // of the cost here).
+  std::array<Units*, kMaxChecks> units{};
+  std::array<QuotaLease*, kMaxChecks> quotas{};
+  std::lock_guard lock(mu_);
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const Check& c = checks[i];
+    if (c.kind == Kind::quota) {
+      auto it = current_.find(c.key);
+      if (it == current_.end()) return t;
+      QuotaLease& q = *it->second;
+      if (q.avail < c.cost || now >= q.valid_until) return t;
+      quotas[i] = &q;
+    } else {
+      auto it = units_.find(c.key);
+      if (it == units_.end() || it->second.units < c.cost || now >= it->second.valid_until) return t;
+      units[i] = &it->second;
+    }
+  }
+  t.ok = true;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const Check& c = checks[i];
+    HeaderLimit& h = c.tokens ? a.tokens : a.requests;
+    std::int64_t remaining = 0;
+    Clock::time_point reset_at;
+    bool low = false;
+    if (c.kind == Kind::quota) {
+      QuotaLease& q = *quotas[i];
+      q.avail -= c.cost;
+      ++q.inflight;
+      q.remaining = std::max<std::int64_t>(q.remaining - c.cost, 0);
+      remaining = q.remaining;
+      reset_at = q.reset_at;
+      a.reserved.push_back({{}, c.cost, &q});
+      a.reserved_tokens = std::max(a.reserved_tokens, c.cost);
+      // A new lease before this one runs out or ends (it is retired then).
+      low = q.avail < q.size / 2 || q.valid_until - now < kQuotaLeaseLife / 4;
+    } else {
+      Units& l = *units[i];
+      l.units -= c.cost;
+      l.remaining = std::max<std::int64_t>(l.remaining - c.cost, 0);
+      remaining = l.remaining;
+      reset_at = l.reset_at;
+      low = l.units < c.lease / 2;
+    }
+    if (low && c.lease > 0 && claim_one(c.key)) t.refill |= 1u << i;
+    const auto reset = std::chrono::duration_cast<milliseconds>(reset_at - now).count();
+    if (!h.set || remaining < h.remaining) h = {true, c.limit, remaining, std::max<std::int64_t>(reset, 0)};
+  }
+  return t;
+}
+
+bool LeaseTable::claim_one(std::string_view key) {
+  if (fetching_.find(key) != fetching_.end()) return false;
+  fetching_.emplace(key);
+  return true;
+}
+
+bool LeaseTable::claim(const std::vector<Check>& checks) {
+  std::lock_guard lock(mu_);
+  for (const auto& c : checks) {
+    if (fetching_.find(c.key) != fetching_.end()) return false;
+  }
+  for (const auto& c : checks) fetching_.emplace(c.key);
+  return true;
+}
+
+void LeaseTable::release(const std::vector<Check>& checks, std::uint32_t mask) {
+  std::lock_guard lock(mu_);
+  for (std::size_t i = 0; i < checks.size() && i < 32; ++i) {
+    if (!(mask & (1u << i))) continue;
+    if (auto it = fetching_.find(checks[i].key); it != fetching_.end()) fetching_.erase(it);
+  }
+}
+
+void LeaseTable::add(const Check& c, const CheckResult& r, Clock::time_point received) {
+  Units fresh;
+  fresh.period = r.period;
+  fresh.units = r.leased;
+  // What is left for everyone after this request, plus this process's own units.
+  fresh.remaining = std::max<std::int64_t>(r.remaining - c.cost - r.leased, 0) + r.leased;
+  fresh.reset_at = received + milliseconds(r.reset_ms);
+  // A window's units end 50 ms before the window (the reply's travel time); a bucket's
+  // after a second, so a lease does not turn a smooth rate into bursts.
+  fresh.valid_until = c.kind == Kind::token_bucket ? received + milliseconds(std::min<std::int64_t>(1000, c.window_ms))
+                                                   : received + milliseconds(std::max<std::int64_t>(r.reset_ms - 50, 0));
+  std::lock_guard lock(mu_);
+  if ((++adds_ & 1023) == 0) {
+    const auto now = Clock::now();
+    std::erase_if(units_, [now](const auto& kv) { return kv.second.valid_until <= now; });
+  }
+  auto it = units_.find(c.key);
+  if (it == units_.end()) {
+    units_.emplace(std::string(c.key), fresh);
+    return;
+  }
+  Units& l = it->second;
+  if (l.period == fresh.period && Clock::now() < l.valid_until) {
+    // The same window: both grants are ours (a refill, or two requests that both asked).
+    fresh.remaining += l.units;
+    fresh.units += l.units;
+    fresh.valid_until = std::max(fresh.valid_until, l.valid_until);
+  }
+  // Otherwise the old units belong to an earlier window (or expired): they are gone.
+  l = fresh;
+}
+
+void LeaseTable::add_quota(const Check& c, const CheckResult& r, std::string id, Reserved* first,
+                           Clock::time_point received) {
+  const std::int64_t own = first ? c.cost : 0;
+  QuotaLease q;
+  if (first) {
+    q.key = first->key;
+  } else {
+    q.key.reserve(c.key.size() + 12);
+    q.key.append(c.key);
+    q.key += ':';
+    q.key += std::to_string(r.period);
+  }
+  q.id = id;
+  q.size = own + r.leased;
+  q.avail = r.leased;
+  q.inflight = first ? 1 : 0;
+  q.remaining = std::max<std::int64_t>(r.remaining - own - r.leased, 0) + r.leased;
+  q.reset_at = received + milliseconds(r.reset_ms);
+  q.valid_until = received + std::min(kQuotaLeaseLife, milliseconds(std::max<std::int64_t>(r.reset_ms - 50, 0)));
+  std::lock_guard lock(mu_);
+  auto [it, fresh] = quota_.try_emplace(std::move(id), std::move(q));
+  if (!fresh) return;  // (ids are random: never twice)
+  QuotaLease* lease = &it->second;
+  if (first) {
+    first->key.clear();
+    first->lease = lease;
+  }
+  auto cur = current_.find(c.key);
+  if (cur == current_.end()) {
+    current_.emplace(std::string(c.key), lease);
+    return;
+  }
+  QuotaLease* old = cur->second;
+  cur->second = lease;
+  retire(*old);  // (may erase it)
+}
+
+void LeaseTable::retire(QuotaLease& q) {
+  q.retired = true;
+  if (q.inflight == 0) give_back(quota_.find(q.id));
+}
+
+void LeaseTable::give_back(Map<QuotaLease>::iterator it) {
+  QuotaLease& q = it->second;
+  released_.push_back({std::move(q.key), q.id, q.size, q.unsent, true});
+  for (auto c = current_.begin(); c != current_.end(); ++c) {
+    if (c->second == &q) {
+      current_.erase(c);
+      break;
+    }
+  }
+  quota_.erase(it);
+}
+
+void LeaseTable::settle(const Reserved& r, std::int64_t actual) {
+  std::lock_guard lock(mu_);
+  QuotaLease& q = *r.lease;
+  q.avail += r.amount - actual;
+  q.unsent += actual;
+  --q.inflight;
+  if (q.inflight == 0 && (q.retired || Clock::now() >= q.valid_until)) give_back(quota_.find(q.id));
+}
+
+void LeaseTable::drain(std::vector<Pending>& out, Clock::time_point now) {
+  std::lock_guard lock(mu_);
+  // Ended leases nobody will settle again are given back here.
+  for (auto it = quota_.begin(); it != quota_.end();) {
+    auto next = std::next(it);
+    QuotaLease& q = it->second;
+    if (q.inflight == 0 && (q.retired || now >= q.valid_until)) {
+      give_back(it);
+    } else if (q.unsent > 0) {
+      out.push_back({q.key, q.id, q.size, q.unsent, false});
+      q.unsent = 0;
+    }
+    it = next;
+  }
+  for (auto& p : released_) out.push_back(std::move(p));
+  released_.clear();
+}
+
+bool LeaseTable::busy() const {
+  std::lock_guard lock(mu_);
+  return !quota_.empty() || !released_.empty();
+}
+
+std::size_t LeaseTable::quota_leases() const {
+  std::lock_guard lock(mu_);
+  return quota_.size();
+}
+
+std::int64_t LeaseTable::units(std::string_view key) const {
+  std::lock_guard lock(mu_);
+  auto it = units_.find(key);
+  return it == units_.end() || Clock::now() >= it->second.valid_until ? 0 : it->second.units;
+}
+
+}  // namespace sluice::limits
