@@ -94,13 +94,13 @@ out.push(table(['', `p50, ${meta.wrk_conns} conn.`, `p99, ${meta.wrk_conns} conn
 const rd = rows.find((r) => r.phase === 'redis');
 const logs = rows.filter((r) => r.phase === 'access_log');
 if (rd) {
+  const served = rd.decided_both - rd.counted_before;
   out.push(`Checks of the redis variant after the run (its /metrics, Redis, the access logs): ${int(rd.counted_redis)} ` +
-    `decisions counted in Redis, ${rd.counted_local} locally, ${rd.redis_errors} Redis errors, ${rd.settle_errors} ` +
-    `settlement errors, ${int(rd.tokens_charged)} tokens charged; ${rd.keys} keys in Redis. Script calls ` +
-    `(EVALSHA/EVAL) of both Redis variants: ${int(rd.script_calls)} for ` +
-    `${int(rd.counted_redis + (rd.counted_redis1 ?? 0) - rd.counted_before)} requests (warm-ups and 1-connection runs ` +
-    `included): ${fmt(rd.script_calls / (rd.counted_redis + (rd.counted_redis1 ?? 0) - rd.counted_before), 2)} per ` +
-    'request (the redis variant makes one admission call per request; its settlements go in batches).');
+    `decisions by a script call, ${int(rd.counted_lease)} from leases, ${rd.counted_local} locally, ` +
+    `${rd.redis_errors} Redis errors, ${rd.settle_errors} settlement errors, ${int(rd.tokens_charged)} tokens charged; ` +
+    `${rd.keys} keys in Redis. Script calls (EVALSHA/EVAL: admissions, lease refills and settlement batches) of both ` +
+    `Redis variants: ${int(rd.script_calls)} for ${int(served)} requests (warm-ups and 1-connection runs included): ` +
+    `${fmt(rd.script_calls / served, 4)} per request.`);
 }
 for (const l of logs) {
   out.push(`- access log of ${NAMES[l.target]}: ${int(l.lines)} lines, by status: ` +

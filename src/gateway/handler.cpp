@@ -386,8 +386,7 @@ class WorkerHandler {
       // Token quotas reserve the prompt: count it exactly (BPE) when the rank files are
       // loaded. Bounded: a huge body keeps the estimate (exact counting runs ~40 MB/s).
       if (g_.count_prompts && ex.request().body().size() <= kExactCountMaxBytes) {
-        creq.prompt_tokens_estimate = llm::count_prompt_tokens(creq, g_.tokens,
-                                                               tokenizer::encoding_for_model(primary.model));
+        creq.prompt_tokens_estimate = llm::count_prompt_tokens(creq, g_.tokens, rr->encoding);
       }
       const std::int64_t out = creq.max_tokens.value_or(cfg_.rate_limits.reserve_output_tokens);
       adm = co_await limiter_->admit(*ctx.key, creq.model, creq.prompt_tokens_estimate + out);

@@ -276,6 +276,7 @@ void Router::install(std::shared_ptr<const config::Config> cfg) {
     rr.route = &route;
     rr.record_alias = *interned_.insert(route.alias).first;
     if (metrics_) rr.metrics_model = metrics_->add_model(route.alias);
+    rr.encoding = tokenizer::encoding_for_model(route.primary().model);
     std::vector<int> weights;
     for (const auto& b : route.backends) {
       auto it = fresh.find(b.name);

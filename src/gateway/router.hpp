@@ -17,6 +17,7 @@
 
 #include "config/config.hpp"
 #include "http/client.hpp"
+#include "tokenizer/tokenizer.hpp"
 #include "upstream/balancer.hpp"
 #include "upstream/breaker.hpp"
 #include "upstream/canary.hpp"
@@ -84,6 +85,7 @@ struct RouteRuntime {
   const config::Route* route = nullptr;  // inside the table's config
   std::string_view record_alias;         // route->alias, interned (see BackendRuntime)
   int metrics_model = -1;
+  tokenizer::Encoding encoding = tokenizer::Encoding::cl100k_base;  // of the primary's model, for token quotas
   std::vector<std::shared_ptr<BackendRuntime>> members;
   std::shared_ptr<upstream::Balancer> balancer;
   const RouteRuntime* canary = nullptr;             // the canary's backend set

@@ -7,7 +7,7 @@ namespace sluice::limits {
 
 using std::chrono::milliseconds;
 
-LeaseTable::Taken LeaseTable::take(const std::vector<Check>& checks, Admission& a, Clock::time_point now) {
+LeaseTable::Taken LeaseTable::take(std::span<const Check> checks, Admission& a, Clock::time_point now) {
   Taken t;
   if (checks.size() > kMaxChecks) return t;
   // What each check draws on, found once (the counter keys are long: hashing them is most
@@ -68,7 +68,7 @@ bool LeaseTable::claim_one(std::string_view key) {
   return true;
 }
 
-bool LeaseTable::claim(const std::vector<Check>& checks) {
+bool LeaseTable::claim(std::span<const Check> checks) {
   std::lock_guard lock(mu_);
   for (const auto& c : checks) {
     if (fetching_.find(c.key) != fetching_.end()) return false;
@@ -77,7 +77,7 @@ bool LeaseTable::claim(const std::vector<Check>& checks) {
   return true;
 }
 
-void LeaseTable::release(const std::vector<Check>& checks, std::uint32_t mask) {
+void LeaseTable::release(std::span<const Check> checks, std::uint32_t mask) {
   std::lock_guard lock(mu_);
   for (std::size_t i = 0; i < checks.size() && i < 32; ++i) {
     if (!(mask & (1u << i))) continue;

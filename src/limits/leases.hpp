@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -54,13 +55,13 @@ class LeaseTable {
     bool ok = false;
     std::uint32_t refill = 0;
   };
-  Taken take(const std::vector<Check>& checks, Admission& a, Clock::time_point now = Clock::now());
+  Taken take(std::span<const Check> checks, Admission& a, Clock::time_point now = Clock::now());
 
   // Claims every check's counter for a lease request: false (nothing claimed) while
   // another request of this process asks for one of them (a burst would otherwise take a
   // lease per request). release() unmarks the counters of `mask` (default: all).
-  bool claim(const std::vector<Check>& checks);
-  void release(const std::vector<Check>& checks, std::uint32_t mask = ~0u);
+  bool claim(std::span<const Check> checks);
+  void release(std::span<const Check> checks, std::uint32_t mask = ~0u);
 
   // A request limit's units granted by Redis (r.leased of them), merged with what is left
   // of the same window.

@@ -75,7 +75,7 @@ const char* kind_arg(Kind k) {
 
 // The admission script's keys and arguments for `checks` (see kAdmitScript): `id` names
 // the quota reservations; with `lease`, each check may take its lease besides its cost.
-void script_args(const std::vector<Check>& checks, std::string_view id, bool lease, std::vector<std::string>& keys,
+void script_args(std::span<const Check> checks, std::string_view id, bool lease, std::vector<std::string>& keys,
                  std::vector<std::string>& args) {
   keys.reserve(checks.size());
   args.reserve(1 + checks.size() * 6);
@@ -186,7 +186,7 @@ std::unique_ptr<const Limiter::Plan> Limiter::plan(const config::ApiKey& key, st
 }
 
 void WorkerLimiter::checks_for(const config::ApiKey& key, std::string_view model, std::int64_t tokens,
-                               std::vector<Check>& out) {
+                               Checks& out) {
   auto& list = plans_[&key];
   const Limiter::Plan* plan = nullptr;
   for (const auto& c : list) {
@@ -199,7 +199,7 @@ void WorkerLimiter::checks_for(const config::ApiKey& key, std::string_view model
     list.push_back({std::string(model), owner_.plan(key, model)});
     plan = list.back().plan.get();
   }
-  out = plan->checks;
+  out.assign(plan->checks.begin(), plan->checks.end());
   tokens = std::max<std::int64_t>(tokens, 0);
   for (std::size_t i = 0; i < out.size(); ++i) {
     if (const auto* l = plan->quotas[i]) {
@@ -341,7 +341,7 @@ WorkerLimiter::~WorkerLimiter() {
 
 net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::string_view model, std::int64_t tokens) {
   if (!owner_.active_) co_return Admission{};
-  std::vector<Check> checks;
+  Checks checks;
   checks_for(key, model, tokens, checks);
   if (checks.empty()) co_return Admission{};
   bool any_quota = false;
@@ -372,11 +372,11 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
     // Unmarks the claimed counters however this ends (the coroutine may be destroyed).
     struct Unclaim {
       LeaseTable* t;
-      const std::vector<Check>* checks;
+      std::span<const Check> checks;
       ~Unclaim() {
-        if (t) t->release(*checks);
+        if (t) t->release(checks);
       }
-    } unclaim{leasable ? owner_.leases_.get() : nullptr, &checks};
+    } unclaim{leasable ? owner_.leases_.get() : nullptr, checks};
     if (any_quota) res_id = new_request_id();
     std::vector<std::string> keys, args;
     script_args(checks, res_id, leasable, keys, args);
@@ -418,7 +418,7 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
   co_return a;
 }
 
-Admission WorkerLimiter::finish(const std::vector<Check>& checks, const Verdict& v, Counted where) {
+Admission WorkerLimiter::finish(std::span<const Check> checks, const Verdict& v, Counted where) {
   Admission a;
   a.counted = where;
   for (std::size_t i = 0; i < checks.size(); ++i) {
@@ -563,7 +563,7 @@ net::awaitable<void> WorkerLimiter::flush_loop(std::shared_ptr<SettleQueue> q,
 
 // A background lease request for the checks of `mask` (cost 0: it takes only their
 // leases), so the requests after this one find units without waiting for Redis.
-void WorkerLimiter::refill(const std::vector<Check>& checks, std::uint32_t mask) {
+void WorkerLimiter::refill(std::span<const Check> checks, std::uint32_t mask) {
   std::vector<std::string> keys;
   std::vector<Check> some;
   for (std::size_t i = 0; i < checks.size() && i < 32; ++i) {

@@ -8,7 +8,9 @@
 #include <boost/asio/awaitable.hpp>
 #include <cstdint>
 #include <memory>
+#include <boost/container/small_vector.hpp>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -120,11 +122,13 @@ class WorkerLimiter {
   const store::RedisConnection* redis() const { return redis_.get(); }
 
  private:
-  Admission finish(const std::vector<Check>& checks, const Verdict& v, Counted where);
+  Admission finish(std::span<const Check> checks, const Verdict& v, Counted where);
   Admission refuse_unavailable(const Check& c);
 
   // The checks of one request: the cached plan with its token cost filled in.
-  void checks_for(const config::ApiKey& key, std::string_view model, std::int64_t tokens, std::vector<Check>& out);
+  // (Kept in the coroutine's frame: no allocation of its own.)
+  using Checks = boost::container::small_vector<Check, 4>;
+  void checks_for(const config::ApiKey& key, std::string_view model, std::int64_t tokens, Checks& out);
 
   struct SettleQueue;
   static constexpr std::chrono::milliseconds kSettleEvery{20};
@@ -134,7 +138,7 @@ class WorkerLimiter {
                                                  std::shared_ptr<store::RedisConnection> redis,
                                                  std::shared_ptr<Stats> stats, const store::RedisScript* script,
                                                  LeaseTable* leases, std::chrono::milliseconds retry, std::string keep);
-  void refill(const std::vector<Check>& checks, std::uint32_t mask);
+  void refill(std::span<const Check> checks, std::uint32_t mask);
   static boost::asio::awaitable<void> refill_one(std::shared_ptr<SettleQueue> q,
                                                  std::shared_ptr<store::RedisConnection> redis,
                                                  std::shared_ptr<Stats> stats, const store::RedisScript* script,

@@ -47,7 +47,8 @@ CheckResult granted(std::int64_t leased, std::int64_t remaining = 900'000, std::
 TEST(LeaseTableTest, NothingIsAdmittedWithoutALease) {
   LeaseTable t;
   Admission a;
-  EXPECT_FALSE(t.take({request_check(100)}, a).ok);
+  const std::vector<Check> checks{request_check(100)};
+  EXPECT_FALSE(t.take(checks, a).ok);
   EXPECT_TRUE(a.reserved.empty());
   EXPECT_FALSE(a.requests.set);
 }
