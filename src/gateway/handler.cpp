@@ -383,13 +383,16 @@ class WorkerHandler {
     // Admit: rate limits and the token reservation, then the concurrency gate.
     limits::Admission adm;
     if (limiter_) {
-      // Token quotas reserve the prompt: count it exactly (BPE) when the rank files are
-      // loaded. Bounded: a huge body keeps the estimate (exact counting runs ~40 MB/s).
-      if (g_.count_prompts && ex.request().body().size() <= kExactCountMaxBytes) {
-        creq.prompt_tokens_estimate = llm::count_prompt_tokens(creq, g_.tokens, rr->encoding);
-      }
+      // Token quotas reserve the prompt. Far from a limit an upper bound does (its bytes);
+      // the prompt is counted exactly (BPE, with the rank files loaded) only when that
+      // bound is refused: exact counting runs ~40 MB/s. A huge body keeps the estimate.
+      const bool exact = g_.count_prompts && ex.request().body().size() <= kExactCountMaxBytes;
       const std::int64_t out = creq.max_tokens.value_or(cfg_.rate_limits.reserve_output_tokens);
-      adm = co_await limiter_->admit(*ctx.key, creq.model, creq.prompt_tokens_estimate + out);
+      if (exact) adm = co_await limiter_->admit(*ctx.key, creq.model, llm::prompt_token_bound(creq) + out, true);
+      if (!exact || adm.recount) {
+        if (exact) creq.prompt_tokens_estimate = llm::count_prompt_tokens(creq, g_.tokens, rr->encoding);
+        adm = co_await limiter_->admit(*ctx.key, creq.model, creq.prompt_tokens_estimate + out);
+      }
       ctx.rec.limiter = adm.counted == limits::Counted::redis   ? "redis"
                         : adm.counted == limits::Counted::local ? "local"
                                                                 : "";

@@ -80,6 +80,9 @@ struct Admission {
   std::string reservation_id;
   std::int64_t reserved_tokens = 0;
   std::vector<Reserved> reserved;
+  // Refused by a token limit while the prompt's tokens were an upper bound (admit's
+  // `bound`): not counted as a refusal; count the prompt exactly and ask again.
+  bool recount = false;
   bool allowed() const { return reason == Reason::ok; }
 };
 

@@ -339,7 +339,8 @@ WorkerLimiter::~WorkerLimiter() {
   if (redis_) redis_->stop();
 }
 
-net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::string_view model, std::int64_t tokens) {
+net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::string_view model, std::int64_t tokens,
+                                               bool bound) {
   if (!owner_.active_) co_return Admission{};
   Checks checks;
   checks_for(key, model, tokens, checks);
@@ -385,7 +386,7 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
     if (r.ok() && read_verdict(*r.reply, checks.size(), v)) {
       const auto received = std::chrono::steady_clock::now();
       Stats::bump(stats_->by_redis);
-      auto a = finish(checks, v, Counted::redis);
+      auto a = finish(checks, v, Counted::redis, bound);
       a.reservation_id = res_id;
       if (v.allowed) {
         std::size_t q = 0;  // index in a.reserved: one per quota check, in order
@@ -413,12 +414,12 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
   if (any_quota && res_id.empty()) res_id = new_request_id();
   auto v = owner_.local_.admit(checks, res_id, now);
   Stats::bump(stats_->by_local);
-  auto a = finish(checks, v, Counted::local);
+  auto a = finish(checks, v, Counted::local, bound);
   a.reservation_id = res_id;
   co_return a;
 }
 
-Admission WorkerLimiter::finish(std::span<const Check> checks, const Verdict& v, Counted where) {
+Admission WorkerLimiter::finish(std::span<const Check> checks, const Verdict& v, Counted where, bool bound) {
   Admission a;
   a.counted = where;
   for (std::size_t i = 0; i < checks.size(); ++i) {
@@ -443,6 +444,11 @@ Admission WorkerLimiter::finish(std::span<const Check> checks, const Verdict& v,
   }
   const Check& c = checks[static_cast<std::size_t>(v.denied)];
   a.retry_after_ms = v.retry_after_ms;
+  if (bound && c.kind == Kind::quota) {
+    a.reason = Reason::token_limit_exceeded;
+    a.recount = true;
+    return a;
+  }
   const std::string retry = format_reset(v.retry_after_ms);
   if (c.kind != Kind::quota) {
     a.reason = Reason::rate_limited;
@@ -453,7 +459,7 @@ Admission WorkerLimiter::finish(std::span<const Check> checks, const Verdict& v,
     const bool budget = c.window_ms == 0 || c.window_ms >= 86'400'000;
     a.reason = budget ? Reason::quota_exceeded : Reason::token_limit_exceeded;
     a.message = "token limit " + *c.id + " reached: this request needs " + std::to_string(c.cost) +
-                " tokens (prompt estimate + max output), " + std::to_string(v.results[v.denied].remaining) +
+                " tokens (prompt + max output), " + std::to_string(v.results[v.denied].remaining) +
                 " of " + std::to_string(c.limit) + " per " + describe_window(c.window_ms) + " left; retry after " + retry;
     Stats::bump(budget ? stats_->quota_exceeded : stats_->token_limited);
   }

@@ -111,8 +111,11 @@ class WorkerLimiter {
   WorkerLimiter(Limiter& owner, boost::asio::any_io_executor ex);
   ~WorkerLimiter();
 
-  // Decides a request. `tokens` = estimated prompt tokens + output tokens to reserve.
-  boost::asio::awaitable<Admission> admit(const config::ApiKey& key, std::string_view model, std::int64_t tokens);
+  // Decides a request. `tokens` = prompt tokens + output tokens to reserve. With `bound`,
+  // the prompt's tokens are an upper bound: a refusal by a token limit then sets
+  // `recount` instead of counting as a refusal.
+  boost::asio::awaitable<Admission> admit(const config::ApiKey& key, std::string_view model, std::int64_t tokens,
+                                          bool bound = false);
   // Charges what the request really used and releases its reservation. Never waits: with
   // Redis, settlements are queued and sent together, one script call per batch (a batch
   // leaves as soon as the previous one is answered, so it grows with the load).
@@ -122,7 +125,7 @@ class WorkerLimiter {
   const store::RedisConnection* redis() const { return redis_.get(); }
 
  private:
-  Admission finish(std::span<const Check> checks, const Verdict& v, Counted where);
+  Admission finish(std::span<const Check> checks, const Verdict& v, Counted where, bool bound);
   Admission refuse_unavailable(const Check& c);
 
   // The checks of one request: the cached plan with its token cost filled in.

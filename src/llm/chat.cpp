@@ -408,6 +408,12 @@ std::int64_t count_prompt_tokens(const ChatRequest& req, const tokenizer::Counte
   return prompt_tokens(messages->get_array(), [&](std::string_view t) { return counter.count(t, encoding); });
 }
 
+std::int64_t prompt_token_bound(const ChatRequest& req) {
+  const auto* messages = req.body.if_contains("messages");
+  if (!messages || !messages->is_array()) return req.prompt_tokens_estimate;
+  return prompt_tokens(messages->get_array(), [](std::string_view t) { return t.size(); });
+}
+
 // ---- OpenAI upstream ------------------------------------------------------------------
 
 UpstreamCall build_openai_call(const ChatRequest& req, const config::Backend& backend) {

@@ -49,6 +49,9 @@ std::int64_t estimate_tokens(std::string_view text) noexcept;
 // prompt_tokens_estimate the same way with the estimator.
 std::int64_t count_prompt_tokens(const ChatRequest& req, const tokenizer::Counter& counter,
                                  tokenizer::Encoding encoding);
+// An upper bound of count_prompt_tokens for every BPE encoding, found without tokenizing:
+// the same formula with each text's UTF-8 bytes (a BPE token is at least one byte).
+std::int64_t prompt_token_bound(const ChatRequest& req);
 
 struct UpstreamCall {
   std::string target;   // path on the backend, including its path prefix

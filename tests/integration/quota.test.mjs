@@ -1,4 +1,4 @@
-// Token quotas in a real Redis: a reservation (prompt estimate + max output) is taken at
+// Token quotas in a real Redis: a reservation (prompt + max output) is taken at
 // admission and settled against the real usage; a budget admits exactly the requests that
 // fit; a client that leaves mid-stream pays only for what it received; a reservation whose
 // gateway died expires instead of leaking.
@@ -58,7 +58,8 @@ describe('token budgets', () => {
 
   test('a budget admits exactly the requests whose reservations fit', async () => {
     const body = { model: 'demo', messages: USER, max_tokens: 40 };
-    // Learn the reservation size, then allow three and a half of them per day.
+    // Learn the reservation size far from a limit (the prompt's upper bound), then allow
+    // three and a half of them per day.
     const probe = await startGateway(config(redis, { tokens: [{ scope: 'key', limit: 1000000, per: 'day' }] }));
     const R = await reservationFor(probe, body);
     await probe.stop();
@@ -74,12 +75,21 @@ describe('token budgets', () => {
       const refused = results.filter((r) => r.status === 429);
       assert.equal(ok.length, 3, results.map((r) => r.status).join(','));
       assert.equal(refused.length, 7);
+      // A refusal is decided on the exact count (the bound was refused first): at most R.
+      let exact = 0;
       for (const r of refused) {
         assert.equal(r.json.error.type, 'insufficient_quota');
         assert.equal(r.json.error.code, 'quota_exceeded');
-        assert.match(r.json.error.message, new RegExp(`needs ${R} tokens`));
+        const needs = Number(r.json.error.message.match(/needs (\d+) tokens/)?.[1]);
+        assert.ok(needs > 40 && needs <= R, r.json.error.message);
+        exact = needs;
         assert.ok(Number(r.headers.get('retry-after')) >= 1);
       }
+      // Refused on the bound and then admitted or refused on the exact count: each request
+      // counted once.
+      const metrics = (await rawRequest({ port: gw.port, path: '/metrics' })).body;
+      assert.match(metrics, /^sluice_ratelimit_decisions_total\{decision="rejected",reason="quota_exceeded"\} 7$/m);
+      assert.match(metrics, /^sluice_ratelimit_decisions_total\{decision="allowed",reason="ok"\} 3$/m);
       // Settled: the ledger holds what the three really used, nothing reserved.
       const usedByUpstream = ok.reduce((n, r) => n + r.json.usage.prompt_tokens + r.json.usage.completion_tokens, 0);
       await waitFor(async () => (await ledger(redis, 'app')).reserved === 0, { what: 'the reservations to settle' });
@@ -90,7 +100,39 @@ describe('token budgets', () => {
       assert.ok(l.used < 3 * R, `used ${l.used}, reserved ${3 * R}`);
       // ...and the next request is admitted exactly when its reservation fits what is left.
       const next = await chat(gw, body);
-      assert.equal(next.status, limit - l.used >= R ? 200 : 429, `left ${limit - l.used}, need ${R}`);
+      assert.equal(next.status, limit - l.used >= exact ? 200 : 429, `left ${limit - l.used}, need ${exact}`);
+    } finally {
+      await gw.stop();
+    }
+  });
+
+  test('far from a limit the prompt is reserved by its bytes; near it, counted exactly', async () => {
+    // English prose: about four bytes a token, so the bound is several times the count.
+    const prose = 'The committee reviewed the quarterly figures and agreed to publish them next week. '.repeat(8);
+    const body = { model: 'demo', messages: [{ role: 'user', content: prose }], max_tokens: 10 };
+    const probe = await startGateway(config(redis, { tokens: [{ scope: 'key', limit: 1000000, per: 'day' }] }));
+    const bound = await reservationFor(probe, body);
+    await probe.stop();
+    assert.ok(bound > prose.length, `reserved ${bound} for ${prose.length} bytes`);
+    await redis.raw('FLUSHALL');
+    // A budget the bound does not fit: the request is admitted on its exact count.
+    const gw = await startGateway(config(redis, { tokens: [{ scope: 'key', limit: bound - 1, per: 'day' }] }));
+    try {
+      const first = await chat(gw, body);
+      assert.equal(first.status, 200, JSON.stringify(first.json));
+      const line = await gw.logFor(first.headers.get('x-request-id'));
+      const exact = line.reserved_tokens;
+      assert.ok(exact < bound / 2, `exact reservation ${exact}, bound ${bound}`);
+      // Requests go on until the exact reservation no longer fits; the refusal names it.
+      let last;
+      for (let i = 0; i < 10; i++) {
+        last = await chat(gw, body);
+        if (last.status !== 200) break;
+      }
+      assert.equal(last.status, 429);
+      assert.match(last.json.error.message, new RegExp(`needs ${exact} tokens`));
+      const metrics = (await rawRequest({ port: gw.port, path: '/metrics' })).body;
+      assert.match(metrics, /^sluice_ratelimit_decisions_total\{decision="rejected",reason="quota_exceeded"\} 1$/m);
     } finally {
       await gw.stop();
     }

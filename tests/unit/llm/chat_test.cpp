@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 #include <string>
 
@@ -399,4 +400,38 @@ TEST(CountPromptTokens, MatchesTheTokenizersChatFormula) {
             static_cast<std::int64_t>(sluice::tokenizer::count_chat(counter, enc, msgs)));
   // Without rank files the counter estimates: the same as the parse-time estimate.
   EXPECT_EQ(count_prompt_tokens(r, sluice::tokenizer::Counter{}, enc), r.prompt_tokens_estimate);
+}
+
+TEST(PromptTokenBound, NeverBelowTheExactCountInEitherEncoding) {
+  const std::string dir = std::string(SLUICE_SOURCE_DIR) + "/" + std::string(sluice::tokenizer::kDefaultRankDir);
+  std::string warnings;
+  auto counter = sluice::tokenizer::Counter::load_dir(dir, &warnings);
+  ASSERT_TRUE(counter.exact(sluice::tokenizer::Encoding::cl100k_base)) << "run scripts/fetch-tokenizer.sh: " << warnings;
+  ASSERT_TRUE(counter.exact(sluice::tokenizer::Encoding::o200k_base)) << warnings;
+  // Texts where tokens are short: digits, punctuation, CJK, emoji, whitespace runs.
+  const char* texts[] = {"",
+                         "a",
+                         "Hello, world!",
+                         "1234567890 0.5 -17 3e8",
+                         "!!!???...;;;:::",
+                         "你好，世界。今日は。안녕하세요",
+                         "🙂🙃🚀 family: 👩‍👩‍👧‍👦",
+                         "   \t\t\n\n  x  ",
+                         "{\"k\": [1, 2, {\"v\": null}]}",
+                         "Ünïcödé àccênts ñ ß ø"};
+  for (const char* t : texts) {
+    boost::json::object body;
+    body["model"] = "m";
+    body["messages"] = boost::json::array{boost::json::object{{"role", "user"}, {"content", t}, {"name", "n"}},
+                                          boost::json::object{{"role", "assistant"}, {"content", t}}};
+    auto r = ok(boost::json::serialize(body));
+    const auto bound = prompt_token_bound(r);
+    for (auto enc : {sluice::tokenizer::Encoding::cl100k_base, sluice::tokenizer::Encoding::o200k_base}) {
+      EXPECT_GE(bound, count_prompt_tokens(r, counter, enc)) << t;
+    }
+  }
+  // English prose: about four bytes a token, so the bound is about four times the count.
+  auto r = ok(R"({"model":"m","messages":[{"role":"user","content":"The quick brown fox jumps over the lazy dog while the band plays on."}]})");
+  const auto exact = count_prompt_tokens(r, counter, sluice::tokenizer::Encoding::cl100k_base);
+  EXPECT_GT(prompt_token_bound(r), 2 * exact);
 }
