@@ -200,6 +200,11 @@ const ROWS = [
         [`sum(rate(sluice_ratelimit_redis_errors_total{${I}}${W}))`, 'admission errors'],
         [`sum(rate(sluice_ratelimit_settle_errors_total{${I}}${W}))`, 'settle errors'],
       ], { unit: 'ops' }),
+      timeseries('Limiter script calls/s', 'Script calls sent to Redis: admissions decided there, leases refilled in the background, settlement batches. With leases, far fewer than requests.', [
+        [`sum(rate(sluice_ratelimit_counted_total{backend="redis",${I}}${W}))`, 'admissions'],
+        [`sum(rate(sluice_ratelimit_lease_refills_total{${I}}${W}))`, 'lease refills'],
+        [`sum(rate(sluice_ratelimit_settle_batches_total{${I}}${W}))`, 'settlement batches'],
+      ], { unit: 'ops', stack: true }),
       timeseries('Tokens reserved / charged / refunded', 'Token ledger flow per second: reserved at admission, charged and refunded at settlement.', [
         [`sum(rate(sluice_tokens_reserved_total{${I}}${W}))`, 'reserved'],
         [`sum(rate(sluice_tokens_charged_total{${I}}${W}))`, 'charged'],

@@ -90,6 +90,11 @@ std::string render_metrics(const Shared& g) {
     metric(o, "sluice_ratelimit_redis_errors_total", "", static_cast<double>(t.redis_errors));
     help(o, "sluice_ratelimit_settle_errors_total", "counter", "Token settlements Redis failed (the reservation expires instead).");
     metric(o, "sluice_ratelimit_settle_errors_total", "", static_cast<double>(t.settle_errors));
+    help(o, "sluice_ratelimit_lease_refills_total", "counter",
+         "Lease requests sent to Redis in the background, before a lease ran out.");
+    metric(o, "sluice_ratelimit_lease_refills_total", "", static_cast<double>(t.lease_refills));
+    help(o, "sluice_ratelimit_settle_batches_total", "counter", "Settlement batches sent to Redis (one script call each).");
+    metric(o, "sluice_ratelimit_settle_batches_total", "", static_cast<double>(t.settle_batches));
     help(o, "sluice_ratelimit_backend", "gauge", "1 for the limiter backend in use (configured and active).");
     std::string labels = "configured=\"" + st.configured + "\",active=\"" + st.active + "\"";
     metric(o, "sluice_ratelimit_backend", labels, 1);
@@ -212,7 +217,8 @@ std::string render_infra(const Shared& g) {
          ",\"counted_redis\":" + std::to_string(t.by_redis) + ",\"counted_lease\":" + std::to_string(t.by_lease) +
          ",\"counted_local\":" + std::to_string(t.by_local) +
          ",\"redis_errors\":" + std::to_string(t.redis_errors) + ",\"settle_errors\":" + std::to_string(t.settle_errors) +
-         "}}";
+         ",\"lease_refills\":" + std::to_string(t.lease_refills) +
+         ",\"settle_batches\":" + std::to_string(t.settle_batches) + "}}";
   }
   o += ",\"history\":";
   if (g.history) {

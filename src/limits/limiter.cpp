@@ -554,6 +554,7 @@ net::awaitable<void> WorkerLimiter::flush_loop(std::shared_ptr<SettleQueue> q,
       args.push_back(std::to_string(e.actual));
     }
     q->sending = n;
+    Stats::bump(stats->settle_batches);
     auto r = co_await redis->eval(*script, std::move(keys), std::move(args));
     q->sending = 0;
     // Never sent: kept, and tried again a moment later (once Redis is up). Sent but
@@ -596,6 +597,7 @@ net::awaitable<void> WorkerLimiter::refill_one(std::shared_ptr<SettleQueue> q,
   }
   std::vector<std::string> skeys, args;
   script_args(checks, id, true, skeys, args);
+  Stats::bump(stats->lease_refills);
   auto r = co_await redis->eval(*script, std::move(skeys), std::move(args));
   if (q->stopped) co_return;  // the worker is gone (and maybe the lease table)
   Verdict v;

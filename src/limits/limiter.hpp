@@ -31,7 +31,7 @@ namespace sluice::limits {
 #define SLUICE_LIMITER_COUNTERS(X)                                                           \
   X(allowed) X(rate_limited) X(token_limited) X(quota_exceeded) X(unavailable)               \
   X(by_redis) X(by_local) X(by_lease) X(redis_errors) X(settle_errors)                       \
-  X(tokens_reserved) X(tokens_charged) X(tokens_refunded)
+  X(tokens_reserved) X(tokens_charged) X(tokens_refunded) X(lease_refills) X(settle_batches)
 
 struct Stats {
 #define SLUICE_LIMITER_ATOMIC(name) std::atomic<std::uint64_t> name{0};

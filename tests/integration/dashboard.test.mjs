@@ -209,6 +209,7 @@ describe('sluice-dashboard.json', () => {
       'sluice_prompt_tokens_total', 'sluice_completion_tokens_total', 'sluice_upstream_in_flight', 'sluice_upstream_requests_total',
       'sluice_upstream_errors_total', 'sluice_upstream_duration_seconds', 'sluice_ratelimit_decisions_total',
       'sluice_ratelimit_counted_total', 'sluice_ratelimit_redis_errors_total', 'sluice_ratelimit_settle_errors_total',
+      'sluice_ratelimit_lease_refills_total', 'sluice_ratelimit_settle_batches_total',
       'sluice_ratelimit_backend', 'sluice_ratelimit_backend_up', 'sluice_redis_up', 'sluice_redis_connections',
       'sluice_redis_reconnects_total', 'sluice_tokens_reserved_total', 'sluice_tokens_charged_total', 'sluice_tokens_refunded_total',
       'sluice_queue_depth', 'sluice_gate_in_flight', 'sluice_gate_admitted_total', 'sluice_gate_rejected_total',

@@ -148,12 +148,15 @@ describe('leases: units taken from Redis in advance, admitted without a Redis ca
         assert.ok(ok <= limit, `${ok} admitted, limit ${limit}`);
         assert.ok(ok >= limit - 3 * 2 * lease, `${ok} admitted, limit ${limit}`);
         let leased = 0;
+        let refills = 0;
         for (const gw of gws) {
           const m = (await rawRequest({ port: gw.port, path: '/metrics' })).body;
           leased += Number(m.match(/^sluice_ratelimit_counted_total\{backend="lease"\} (\d+)$/m)[1]);
+          refills += Number(m.match(/^sluice_ratelimit_lease_refills_total (\d+)$/m)[1]);
         }
-        // Most admissions needed no Redis call.
+        // Most admissions needed no Redis call; leases were refilled before they ran out.
         assert.ok(leased > ok / 2, `${leased} of ${ok} admitted from leases`);
+        assert.ok(refills > 0, 'no lease was refilled in the background');
       } finally {
         await Promise.all(gws.map((g) => g.stop()));
       }
