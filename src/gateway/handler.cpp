@@ -442,7 +442,7 @@ class WorkerHandler {
   static void add_ratelimit_headers(http::HeaderList& h, const limits::Admission& a) {
     const limits::HeaderLimit& main = a.requests.set ? a.requests : a.tokens;
     if (!main.set) return;
-    std::string block(512, '\0');  // 9 lines of at most 31 + 2 + 20 + 2 bytes
+    std::string block(512, '\0');  // at most 451 bytes: the 9 names, 20-digit numbers, 32-byte resets
     char* p = block.data();
     auto name = [&p](std::string_view n) {
       std::memcpy(p, n.data(), n.size());
