@@ -44,11 +44,15 @@ bool is_hex(std::string_view s) noexcept {
 
 }  // namespace
 
+void append_request_id(std::string& out) {
+  append_hex(out, next64(), 16);
+  append_hex(out, next64(), 16);
+}
+
 std::string new_request_id() {
   std::string out;
   out.reserve(32);
-  append_hex(out, next64(), 16);
-  append_hex(out, next64(), 16);
+  append_request_id(out);
   return out;
 }
 

@@ -7,6 +7,7 @@ namespace sluice {
 
 // 32 lowercase hex chars from a per-thread generator; cheap and unique enough for logs.
 std::string new_request_id();
+void append_request_id(std::string& out);  // the same, appended
 
 // Accepts a client-supplied X-Request-Id when it is 1..128 visible ASCII chars.
 bool valid_request_id(std::string_view id) noexcept;

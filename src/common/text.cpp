@@ -95,4 +95,42 @@ void append_utf8(std::string& out, std::uint32_t cp) {
   }
 }
 
+// Without printf or gmtime (printf cost ~3,500 instructions an event): the civil date
+// from the day number (H. Hinnant's civil_from_days).
+void append_iso8601(std::string& out, std::int64_t unix_ms) {
+  std::int64_t days = unix_ms / 86'400'000, ms_of_day = unix_ms % 86'400'000;
+  if (ms_of_day < 0) ms_of_day += 86'400'000, --days;
+  const std::int64_t z = days + 719'468;
+  const std::int64_t era = (z >= 0 ? z : z - 146'096) / 146'097;
+  const std::int64_t doe = z - era * 146'097;
+  const std::int64_t yoe = (doe - doe / 1460 + doe / 36'524 - doe / 146'096) / 365;
+  const std::int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+  const std::int64_t mp = (5 * doy + 2) / 153;
+  const std::int64_t day = doy - (153 * mp + 2) / 5 + 1;
+  const std::int64_t month = mp < 10 ? mp + 3 : mp - 9;
+  const std::int64_t year = yoe + era * 400 + (month <= 2);
+  if (year < 0 || year > 9999) {  // beyond four digits (no request has such a time): the number as it is
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, unix_ms);
+    out.append(buf, r.ptr);
+    return;
+  }
+  const auto secs = ms_of_day / 1000;
+  const int fields[] = {static_cast<int>(year / 100), static_cast<int>(year % 100), static_cast<int>(month),
+                        static_cast<int>(day), static_cast<int>(secs / 3600), static_cast<int>(secs / 60 % 60),
+                        static_cast<int>(secs % 60)};
+  char buf[] = "YYYY-MM-DDTHH:MM:SS.mmmZ";
+  constexpr int at[] = {0, 2, 5, 8, 11, 14, 17};
+  for (int i = 0; i < 7; ++i) {
+    buf[at[i]] = static_cast<char>('0' + fields[i] / 10);
+    buf[at[i] + 1] = static_cast<char>('0' + fields[i] % 10);
+  }
+  const int ms = static_cast<int>(ms_of_day % 1000);
+  buf[20] = static_cast<char>('0' + ms / 100);
+  buf[21] = static_cast<char>('0' + ms / 10 % 10);
+  buf[22] = static_cast<char>('0' + ms % 10);
+  out.append(buf, 24);
+}
+
+
 }  // namespace sluice

@@ -19,6 +19,10 @@ void append_utf8(std::string& out, std::uint32_t cp);
 // 12 chars) and the last 4 chars; never more than half of the key is shown.
 std::string mask_key(std::string_view key);
 
+// Appends a Unix time in ms as UTC "2024-05-01T12:34:56.789Z" (unquoted). Years outside
+// 0000..9999 (no request has such a time) are written as the number of ms instead.
+void append_iso8601(std::string& out, std::int64_t unix_ms);
+
 // Parses a base-10 unsigned integer; false on anything else.
 bool parse_u64(std::string_view s, std::uint64_t& out) noexcept;
 

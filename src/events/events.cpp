@@ -8,10 +8,11 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 #include <cerrno>
+#include <charconv>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <mutex>
 #include <shared_mutex>
@@ -37,18 +38,6 @@ constexpr auto kRecreateBackoff = 1s;     // between failed attempts to recreate
 std::int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-// 2024-05-01T12:34:56.789Z
-void append_iso8601(std::string& out, std::int64_t unix_ms) {
-  const std::time_t secs = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[80];  // sized for any int values, which keeps -Wformat-truncation quiet
-  const int n = std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                              tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                              static_cast<int>(unix_ms % 1000));
-  out.append(buf, static_cast<std::size_t>(n));
 }
 
 std::string describe(rd_kafka_resp_err_t err) {
@@ -356,16 +345,18 @@ void EventSink::consume(const telemetry::RequestRecord& r, std::string_view json
   }
   const std::string_view name = telemetry::to_string(type);
   const std::int64_t now = now_ms();
-  std::string ev;
-  ev.reserve(1024);
+  // Built in a buffer of this thread that keeps its capacity (producev copies it).
+  thread_local std::string ev;
+  ev.clear();
   ev += R"({"event":")";
   ev += name;
   ev += R"(","id":")";
-  ev += new_request_id();
+  append_request_id(ev);  // (128 random bits: unique per event)
   ev += R"(","time":")";
   append_iso8601(ev, now);
   ev += R"(","unix_ms":)";
-  ev += std::to_string(now);
+  char digits[24];
+  ev.append(digits, std::to_chars(digits, digits + sizeof digits, now).ptr);
   ev += s.ident;
   ev += R"(,"data":)";
   if (json.empty()) telemetry::append_json(ev, r);

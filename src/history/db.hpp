@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -40,9 +41,32 @@ struct Column {
 // In table order after `id`; the INSERT and the list output follow it.
 std::span<const Column> columns();
 
-// A value read from or bound to a statement. Booleans travel as 0/1.
+// A value read from or bound to a statement (queries). Booleans travel as 0/1.
 using Value = std::variant<std::monostate, std::int64_t, double, std::string>;
-Value value_of(const Row& row, const Column& c);
+
+// Calls f(column, value) for each column of `row` in table order, without copying: value
+// is std::monostate (NULL), std::int64_t, double, bool or std::string_view (into `row`).
+// What the writers bind per row.
+template <class F>
+void for_each_value(const Row& row, F&& f) {
+  for (const Column& c : columns()) {
+    std::visit(
+        [&](auto member) {
+          const auto& v = row.*member;
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, bool>) {
+            f(c, v);
+          } else if constexpr (std::is_same_v<T, std::string>) {
+            if (c.nullable && v.empty()) f(c, std::monostate{});
+            else f(c, std::string_view(v));
+          } else {
+            if (c.nullable && v < 0) f(c, std::monostate{});
+            else f(c, v);
+          }
+        },
+        c.member);
+  }
+}
 
 enum class Dialect { sqlite, postgres };
 

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <ctime>
 #include <deque>
 #include <map>
@@ -28,14 +29,32 @@ constexpr auto kFinalFlush = std::chrono::seconds(2);
 // for an outage: it is dropped (and counted) so it cannot block the history forever.
 constexpr int kMaxBatchFailures = 5;
 
+// True when `s` is plain ASCII without NUL: nearly always, and then copied as it is.
+// Eight bytes at a time: a byte >= 0x80 sets its high bit; a zero byte (when no high bit is
+// set) shows in (w - 0x01..01) & ~w.
+bool plain_ascii(std::string_view s) {
+  constexpr std::uint64_t kOnes = 0x0101010101010101ull, kHigh = 0x8080808080808080ull;
+  const char* p = s.data();
+  std::size_t n = s.size();
+  std::uint64_t bad = 0;
+  for (; n >= 8; p += 8, n -= 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p, 8);
+    bad |= (w | ((w - kOnes) & ~w)) & kHigh;
+  }
+  for (; n > 0; ++p, --n) bad |= static_cast<unsigned char>(*p) - 1u >= 0x7Fu;
+  return bad == 0;
+}
+
 // Invalid UTF-8 and NUL bytes (possible in a client's path) would make PostgreSQL refuse
-// the whole batch and make the JSON answers invalid: each bad byte becomes U+FFFD.
-std::string clean_text(std::string_view s) {
-  // Nearly always plain ASCII: then a copy.
-  bool ascii = true;
-  for (const char ch : s) ascii &= static_cast<unsigned char>(ch) - 1u < 0x7Fu;
-  if (ascii) return std::string(s);
-  std::string out;
+// the whole batch and make the JSON answers invalid: each bad byte becomes U+FFFD. Assigns
+// into `out`, whose capacity a reused row keeps.
+void assign_clean(std::string& out, std::string_view s) {
+  if (plain_ascii(s)) {
+    out.assign(s.data(), s.size());
+    return;
+  }
+  out.clear();
   out.reserve(s.size());
   for (std::size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
@@ -58,27 +77,27 @@ std::string clean_text(std::string_view s) {
       ++i;
     }
   }
-  return out;
 }
 
 double finite_or_null(double v) { return std::isfinite(v) ? v : -1; }
 
-Row to_row(const telemetry::RequestRecord& r) {
-  Row row;
+// Every field of `row` is assigned: rows are reused (their strings keep their capacity).
+void fill_row(Row& row, const telemetry::RequestRecord& r) {
   row.unix_ms = r.unix_ms;
-  row.request_id = clean_text(r.request_id);
-  row.method = clean_text(r.method);
-  row.path = clean_text(r.path);
-  row.key_name = clean_text(r.key_name);
-  row.tenant = clean_text(r.tenant);
-  row.tier = clean_text(r.tier);
-  row.alias = clean_text(r.alias);
-  row.model = clean_text(r.model);
-  row.provider = clean_text(r.provider);
-  row.backend = clean_text(r.backend);
+  assign_clean(row.request_id, r.request_id);
+  assign_clean(row.method, r.method);
+  assign_clean(row.path, r.path);
+  assign_clean(row.key_name, r.key_name);
+  assign_clean(row.tenant, r.tenant);
+  assign_clean(row.tier, r.tier);
+  assign_clean(row.alias, r.alias);
+  assign_clean(row.model, r.model);
+  assign_clean(row.provider, r.provider);
+  assign_clean(row.backend, r.backend);
   row.status = r.status;
-  row.reason = reason_code(r.reason);
-  row.error = clean_text(r.error);
+  const std::string_view reason = reason_code(r.reason);
+  row.reason.assign(reason.data(), reason.size());
+  assign_clean(row.error, r.error);
   row.upstream_status = r.upstream_status > 0 ? r.upstream_status : -1;
   row.stream = r.stream;
   row.client_cancelled = r.client_cancelled;
@@ -87,9 +106,9 @@ Row to_row(const telemetry::RequestRecord& r) {
   row.tokens_per_s = finite_or_null(r.tokens_per_s);
   row.prompt_tokens = r.prompt_tokens;
   row.completion_tokens = r.completion_tokens;
-  row.instance = clean_text(r.instance);
-  row.limiter = clean_text(r.limiter);
-  row.priority = clean_text(r.priority);
+  assign_clean(row.instance, r.instance);
+  assign_clean(row.limiter, r.limiter);
+  assign_clean(row.priority, r.priority);
   row.queue_ms = finite_or_null(r.queue_ms);
   row.reserved_tokens = r.reserved_tokens;
   row.temperature = finite_or_null(r.temperature);
@@ -98,7 +117,6 @@ Row to_row(const telemetry::RequestRecord& r) {
   row.num_ctx = r.num_ctx;
   row.num_gpu = r.num_gpu;
   row.num_batch = r.num_batch;
-  return row;
 }
 
 void append_number(std::string& out, double v) {
@@ -138,19 +156,6 @@ bool is_bool_column(std::string_view name) {
   return false;
 }
 
-void append_iso8601(std::string& out, std::int64_t unix_ms) {
-  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[40];
-  const auto n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  out += '"';
-  out.append(buf, n);
-  char frac[8];
-  std::snprintf(frac, sizeof frac, ".%03dZ", static_cast<int>(unix_ms % 1000));
-  out += frac;
-  out += '"';
-}
 
 // WHERE clauses with their parameters, numbered in order for either dialect.
 struct Where {
@@ -211,11 +216,19 @@ struct History::Impl {
   mutable std::mutex mu;
   std::condition_variable wake;      // the writer: rows, flush requests, stop
   std::condition_variable progress;  // flush(): rows done
-  struct Queued {
-    Row row;
-    Clock::time_point at;
+  // Rows wait in chunks of at most batch_rows, oldest first; a chunk is the batch the
+  // writer takes whole (the front one: full, or older than flush_interval, or flushed).
+  // Only the last chunk is ever partial. Written chunks come back as spares, and their
+  // rows are filled again in place: in steady state queuing a row allocates nothing.
+  struct Chunk {
+    std::vector<Row> rows;       // rows[0, n) are queued
+    std::size_t n = 0;
+    Clock::time_point first_at;  // when rows[0] arrived: the oldest of the chunk
   };
-  std::deque<Queued> queue;
+  static constexpr std::size_t kSpareChunks = 2;
+  std::deque<Chunk> queue;
+  std::vector<Chunk> spare;
+  std::size_t queued_rows = 0;  // in `queue`
   std::size_t in_flight = 0;  // rows of the batch being written
   std::uint64_t accepted = 0, done = 0;  // rows ever queued / written or given up
   int flush_waiters = 0;
@@ -240,13 +253,21 @@ struct History::Impl {
     counters.last_error = std::move(error);
   }
 
+  // The batch is done (written or given up): its chunk becomes a spare. Under `mu`.
+  void recycle(Chunk& batch) {
+    in_flight = 0;
+    batch.n = 0;
+    if (spare.size() < kSpareChunks) spare.push_back(std::move(batch));
+    batch = Chunk{};
+  }
+
   void run();
   Result read(const std::function<std::string(Connection&, std::string&)>& fn) const;
 };
 
 void History::Impl::run() {
   std::unique_ptr<Connection> conn;
-  std::vector<Row> batch;
+  Chunk batch;  // batch.n == 0: none taken
   int batch_failures = 0;
   bool connected_before = false;
   Clock::time_point next_connect{}, next_retention{};
@@ -256,21 +277,20 @@ void History::Impl::run() {
       for (;;) {
         if (stopping) return;
         const auto now = Clock::now();
-        if (batch.empty() && !queue.empty() &&
-            (queue.size() >= settings.batch_rows || flush_waiters > 0 || queue.front().at + settings.flush_interval <= now)) {
-          const std::size_t n = std::min(queue.size(), settings.batch_rows);
-          for (std::size_t i = 0; i < n; ++i) {
-            batch.push_back(std::move(queue.front().row));
-            queue.pop_front();
-          }
-          in_flight = n;
+        if (batch.n == 0 && !queue.empty() &&
+            (queue.front().n >= settings.batch_rows || flush_waiters > 0 ||
+             queue.front().first_at + settings.flush_interval <= now)) {
+          batch = std::move(queue.front());
+          queue.pop_front();
+          queued_rows -= batch.n;
+          in_flight = batch.n;
         }
         const bool retention_due = settings.retention_days > 0 && now >= next_retention;
-        if (!conn ? now >= next_connect : !batch.empty() || retention_due) break;
+        if (!conn ? now >= next_connect : batch.n > 0 || retention_due) break;
         auto until = Clock::time_point::max();
         if (!conn) until = next_connect;
         else if (settings.retention_days > 0) until = next_retention;
-        if (batch.empty() && !queue.empty()) until = std::min(until, queue.front().at + settings.flush_interval);
+        if (batch.n == 0 && !queue.empty()) until = std::min(until, queue.front().first_at + settings.flush_interval);
         if (until == Clock::time_point::max()) wake.wait(lk);
         else wake.wait_until(lk, until);
       }
@@ -293,8 +313,8 @@ void History::Impl::run() {
       connected_before = true;
       continue;
     }
-    if (!batch.empty()) {
-      if (auto error = conn->insert(batch); !error.empty()) {
+    if (batch.n > 0) {
+      if (auto error = conn->insert(std::span<const Row>(batch.rows.data(), batch.n)); !error.empty()) {
         conn.reset();  // a failed connection is replaced, the same batch retried
         next_connect = Clock::now() + settings.retry_interval;
         std::lock_guard lk(mu);
@@ -302,12 +322,11 @@ void History::Impl::run() {
         counters.up = false;
         counters.last_error = std::move(error);
         if (++batch_failures >= kMaxBatchFailures) {
-          counters.last_error = "dropped a batch of " + std::to_string(batch.size()) + " rows after " +
+          counters.last_error = "dropped a batch of " + std::to_string(batch.n) + " rows after " +
                                 std::to_string(batch_failures) + " failed writes: " + counters.last_error;
-          counters.dropped += batch.size();
-          done += batch.size();
-          in_flight = 0;
-          batch.clear();
+          counters.dropped += batch.n;
+          done += batch.n;
+          recycle(batch);
           batch_failures = 0;
           progress.notify_all();
         }
@@ -315,11 +334,10 @@ void History::Impl::run() {
       }
       std::lock_guard lk(mu);
       counters.up = true;
-      counters.written += batch.size();
+      counters.written += batch.n;
       ++counters.batches;
-      done += batch.size();
-      in_flight = 0;
-      batch.clear();
+      done += batch.n;
+      recycle(batch);
       batch_failures = 0;
       progress.notify_all();
     }
@@ -398,17 +416,30 @@ History::~History() {
 }
 
 void History::consume(const telemetry::RequestRecord& r) {
-  Row row = to_row(r);  // copied outside the lock
   auto& i = *impl_;
   std::unique_lock lk(i.mu);
-  if (i.queue.size() + i.in_flight >= i.settings.queue_size) {
+  if (i.queued_rows + i.in_flight >= i.settings.queue_size) {
     ++i.counters.dropped;
     return;
   }
-  i.queue.push_back({std::move(row), Clock::now()});
+  if (i.queue.empty() || i.queue.back().n >= i.settings.batch_rows) {
+    Impl::Chunk chunk;
+    if (!i.spare.empty()) {
+      chunk = std::move(i.spare.back());
+      i.spare.pop_back();
+    }
+    chunk.first_at = Clock::now();
+    i.queue.push_back(std::move(chunk));
+  }
+  auto& chunk = i.queue.back();
+  if (chunk.n == chunk.rows.size()) chunk.rows.emplace_back();
+  // Copied in place, into a row whose strings have room already (a spare's): a few
+  // hundred instructions under the lock, no allocation.
+  fill_row(chunk.rows[chunk.n++], r);
+  ++i.queued_rows;
   ++i.accepted;
   // The writer needs to hear of the first row (its interval starts) and of a full batch.
-  const bool wake = i.queue.size() == 1 || i.queue.size() == i.settings.batch_rows;
+  const bool wake = i.queued_rows == 1 || chunk.n == i.settings.batch_rows;
   lk.unlock();
   if (wake) i.wake.notify_one();
 }
@@ -428,7 +459,7 @@ bool History::flush(milliseconds max_wait) {
 Status History::status() const {
   std::lock_guard lk(impl_->mu);
   Status s = impl_->counters;
-  s.queued = impl_->queue.size() + impl_->in_flight;
+  s.queued = impl_->queued_rows + impl_->in_flight;
   return s;
 }
 
@@ -483,7 +514,9 @@ Result History::list(const ListQuery& q) const {
       append_value(body, row[0], false);
       if (auto* ms = std::get_if<std::int64_t>(&row[1])) {
         body += ",\"time\":";
+        body += '"';
         append_iso8601(body, *ms);
+        body += '"';
       }
       for (std::size_t k = 0; k < cols.size(); ++k) {
         body += ",\"";

@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <type_traits>
 
 #include "history/db.hpp"
 
@@ -45,24 +44,6 @@ std::span<const Column> columns() {
       {"num_batch", &Row::num_batch, true},
   }};
   return kColumns;
-}
-
-Value value_of(const Row& row, const Column& c) {
-  return std::visit(
-      [&](auto member) -> Value {
-        const auto& v = row.*member;
-        using T = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<T, bool>) {
-          return std::int64_t{v ? 1 : 0};
-        } else if constexpr (std::is_same_v<T, std::string>) {
-          if (c.nullable && v.empty()) return std::monostate{};
-          return v;
-        } else {
-          if (c.nullable && v < 0) return std::monostate{};
-          return v;
-        }
-      },
-      c.member);
 }
 
 std::string placeholder(Dialect d, int n) { return (d == Dialect::sqlite ? "?" : "$") + std::to_string(n); }

@@ -3,6 +3,8 @@
 #include <sqlite3.h>
 
 #include <filesystem>
+#include <mutex>
+#include <type_traits>
 
 #include "history/db.hpp"
 
@@ -15,7 +17,7 @@ class SqliteConnection final : public Connection {
  public:
   explicit SqliteConnection(sqlite3* db) : db_(db) {}
   ~SqliteConnection() override {
-    sqlite3_finalize(insert_);
+    for (auto* stmt : {insert_one_, insert_many_, begin_, commit_}) sqlite3_finalize(stmt);
     sqlite3_close_v2(db_);
   }
 
@@ -61,39 +63,95 @@ class SqliteConnection final : public Connection {
     return e;
   }
 
+  // One transaction; rows go kRowsPerStatement at a time through one prepared multi-row
+  // INSERT (a statement's own work, its cursors and its end, is then paid once per
+  // kRowsPerStatement rows), the rest one by one. Statements are prepared once per
+  // connection, BEGIN and COMMIT too.
   std::string insert(std::span<const Row> rows) override {
-    if (!insert_) {
-      std::string sql = "INSERT INTO requests (", values;
-      int n = 0;
-      for (const auto& c : columns()) {
-        const std::string_view sep = n++ ? ", " : "";
-        sql += std::string(sep) + std::string(c.name);
-        values += std::string(sep) + placeholder(Dialect::sqlite, n);
-      }
-      sql += ") VALUES (" + values + ")";
-      if (sqlite3_prepare_v3(db_, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &insert_, nullptr) != SQLITE_OK) {
-        return error();
-      }
+    if (!prepared_) {
+      std::string e = prepare_insert(1, insert_one_);
+      if (e.empty()) e = prepare_insert(kRowsPerStatement, insert_many_);
+      if (e.empty()) e = prepare("BEGIN IMMEDIATE", begin_);
+      if (e.empty()) e = prepare("COMMIT", commit_);
+      if (!e.empty()) return e;  // those prepared are finalized at the next try or with the connection
+      prepared_ = true;
     }
-    if (auto e = exec("BEGIN IMMEDIATE"); !e.empty()) return e;
+    if (auto e = run(begin_); !e.empty()) return e;
     std::string e;
-    for (const Row& r : rows) {
-      int i = 0;
-      for (const auto& c : columns()) {
-        if (e = bind(insert_, ++i, value_of(r, c)); !e.empty()) break;
-      }
-      if (e.empty() && sqlite3_step(insert_) != SQLITE_DONE) e = error();
-      sqlite3_reset(insert_);
-      if (!e.empty()) break;
+    std::size_t at = 0;
+    for (; e.empty() && rows.size() - at >= kRowsPerStatement; at += kRowsPerStatement) {
+      e = insert_rows(insert_many_, rows.subspan(at, kRowsPerStatement));
     }
-    sqlite3_clear_bindings(insert_);
-    if (e.empty()) e = exec("COMMIT");
+    for (; e.empty() && at < rows.size(); ++at) e = insert_rows(insert_one_, rows.subspan(at, 1));
+    // No pointer into the rows stays bound (each step rebinds every parameter before).
+    sqlite3_clear_bindings(insert_many_);
+    sqlite3_clear_bindings(insert_one_);
+    if (e.empty()) e = run(commit_);
     if (!e.empty()) exec("ROLLBACK");
     return e;
   }
 
  private:
+  static constexpr std::size_t kRowsPerStatement = 16;  // 528 parameters
+
   std::string error() const { return sqlite3_errmsg(db_); }
+
+  std::string prepare(const std::string& sql, sqlite3_stmt*& stmt) {
+    sqlite3_finalize(stmt);  // of an earlier try that failed further on (no-op on nullptr)
+    stmt = nullptr;
+    if (sqlite3_prepare_v3(db_, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &stmt, nullptr) != SQLITE_OK) return error();
+    return "";
+  }
+
+  std::string prepare_insert(std::size_t rows, sqlite3_stmt*& stmt) {
+    std::string sql = "INSERT INTO requests (";
+    int n = 0;
+    for (const auto& c : columns()) {
+      if (n++) sql += ", ";
+      sql += c.name;
+    }
+    sql += ") VALUES ";
+    n = 0;
+    for (std::size_t r = 0; r < rows; ++r) {
+      sql += r ? ", (" : "(";
+      for (std::size_t k = 0; k < columns().size(); ++k) sql += (k ? ", " : "") + placeholder(Dialect::sqlite, ++n);
+      sql += ')';
+    }
+    return prepare(sql, stmt);
+  }
+
+  // A statement without parameters or rows (BEGIN, COMMIT), reusable.
+  std::string run(sqlite3_stmt* stmt) {
+    const int rc = sqlite3_step(stmt);
+    sqlite3_reset(stmt);
+    return rc == SQLITE_DONE ? "" : error();
+  }
+
+  // Binds rows.size() rows in place (SQLITE_STATIC: the rows outlive the step, and
+  // nothing is copied), steps once.
+  std::string insert_rows(sqlite3_stmt* stmt, std::span<const Row> rows) {
+    int i = 0, rc = SQLITE_OK;
+    for (const Row& r : rows) {
+      for_each_value(r, [&](const Column&, const auto& v) {
+        using T = std::decay_t<decltype(v)>;
+        ++i;
+        if (rc != SQLITE_OK) return;
+        if constexpr (std::is_same_v<T, std::monostate>) {
+          rc = sqlite3_bind_null(stmt, i);
+        } else if constexpr (std::is_same_v<T, std::string_view>) {
+          rc = sqlite3_bind_text(stmt, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
+        } else if constexpr (std::is_same_v<T, double>) {
+          rc = sqlite3_bind_double(stmt, i, v);
+        } else {
+          rc = sqlite3_bind_int64(stmt, i, static_cast<sqlite3_int64>(v));  // int64, bool as 0/1
+        }
+      });
+    }
+    std::string e;
+    if (rc != SQLITE_OK || sqlite3_step(stmt) != SQLITE_DONE) e = error();
+    sqlite3_reset(stmt);
+    return e;
+  }
 
   std::string bind(sqlite3_stmt* stmt, int i, const Value& v) {
     int rc = SQLITE_OK;
@@ -106,12 +164,19 @@ class SqliteConnection final : public Connection {
   }
 
   sqlite3* db_;
-  sqlite3_stmt* insert_ = nullptr;  // prepared once, reused for every row
+  // Prepared once per connection, reused for every batch.
+  sqlite3_stmt *insert_one_ = nullptr, *insert_many_ = nullptr, *begin_ = nullptr, *commit_ = nullptr;
+  bool prepared_ = false;
 };
 
 }  // namespace
 
 std::unique_ptr<Connection> open_sqlite(const std::string& path, bool read_only, std::string& error) {
+  // Before SQLite initializes (its first open): without memory statistics, which nothing
+  // reads, every allocation of SQLite skips a process-wide mutex. Only the history uses
+  // SQLite in this process; if it were initialized already, the call is refused, harmlessly.
+  static std::once_flag configured;
+  std::call_once(configured, [] { sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0); });
   if (!read_only) {
     std::error_code ec;
     const auto dir = std::filesystem::path(path).parent_path();

@@ -40,34 +40,13 @@ void field_int(std::string& o, const char (&prefix)[N], std::int64_t v) {
   o.append(buf, static_cast<std::size_t>(end - buf));
 }
 
-// "2026-01-02T03:04:05.678Z". The date and time part is cached per second (this runs on
-// the log's own thread, one line after another).
-void append_iso8601(std::string& out, std::int64_t unix_ms) {
-  thread_local std::int64_t cached_sec = -1;
-  thread_local char cached[20];  // "YYYY-MM-DDTHH:MM:SS"
-  const std::int64_t sec = unix_ms / 1000;
-  if (sec != cached_sec) {
-    std::time_t t = sec;
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    std::strftime(cached, sizeof cached, "%Y-%m-%dT%H:%M:%S", &tm);
-    cached_sec = sec;
-  }
-  const int ms = static_cast<int>(unix_ms % 1000);
-  out.push_back('"');
-  out.append(cached, 19);
-  out.push_back('.');
-  out.push_back(static_cast<char>('0' + ms / 100));
-  out.push_back(static_cast<char>('0' + ms / 10 % 10));
-  out.push_back(static_cast<char>('0' + ms % 10));
-  out += "Z\"";
-}
-
 }  // namespace
 
 void append_json(std::string& o, const RequestRecord& r) {
   o += "{\"time\":";
+  o.push_back('"');
   append_iso8601(o, r.unix_ms);
+  o.push_back('"');
   field(o, ",\"request_id\":", r.request_id);
   field(o, ",\"instance\":", r.instance);
   field(o, ",\"method\":", r.method);

@@ -1,5 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <ctime>
+#include <string>
+#include <vector>
+
 #include "common/ids.hpp"
 #include "common/reason.hpp"
 #include "common/text.hpp"
@@ -45,4 +50,45 @@ TEST(RequestId, ValidatesClientIds) {
   EXPECT_FALSE(valid_request_id(""));
   EXPECT_FALSE(valid_request_id("has space"));
   EXPECT_FALSE(valid_request_id(std::string(129, 'a')));
+}
+
+TEST(Iso8601, MatchesGmtimeAcrossCalendarEdges) {
+  auto reference = [](std::int64_t ms) {
+    const std::int64_t sec = ms >= 0 ? ms / 1000 : -((-ms + 999) / 1000);
+    const std::time_t t = static_cast<std::time_t>(sec);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[64];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+    char frac[8];
+    std::snprintf(frac, sizeof frac, ".%03dZ", static_cast<int>(ms - sec * 1000));
+    return std::string(buf) + frac;
+  };
+  // The epoch, leap days (2000 is a leap year, 1900 and 2100 are not), year ends, the
+  // last millisecond of a day, times before 1970, and a spread of ordinary times.
+  std::vector<std::int64_t> times = {0,           1,          999,         1000,          -1,
+                                     -86'400'000, 951'782'400'000, 951'868'799'999, 4'107'542'400'000,
+                                     -2'203'891'200'000, 946'684'799'999, 1'714'566'896'789, 253'402'300'799'999};
+  std::uint64_t x = 88172645463325252ULL;
+  for (int i = 0; i < 20000; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    times.push_back(static_cast<std::int64_t>(x % 8'000'000'000'000ULL) - 1'000'000'000'000LL);
+  }
+  for (std::int64_t ms : times) {
+    std::string s;
+    append_iso8601(s, ms);
+    ASSERT_EQ(s, reference(ms)) << ms;
+  }
+  // Beyond year 9999: the number itself.
+  std::string big;
+  append_iso8601(big, 253'402'300'800'000);
+  EXPECT_EQ(big, "253402300800000");
+}
+
+TEST(RequestId, AppendedAndNewAreThirtyTwoHexDigits) {
+  std::string s = "id=";
+  append_request_id(s);
+  ASSERT_EQ(s.size(), 35u);
+  EXPECT_EQ(s.find_first_not_of("0123456789abcdef", 3), std::string::npos);
+  EXPECT_NE(s.substr(3), new_request_id());
 }
