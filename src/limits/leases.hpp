@@ -1,10 +1,11 @@
 #pragma once
-// What this process took from Redis in advance (leases), shared by its workers, so that
-// requests far from their limits are admitted without a Redis call. See docs/limits.md,
-// "Leases".
+// What one worker took from Redis in advance (leases), so that requests far from their
+// limits are admitted without a Redis call. Each worker has its own table (a share of the
+// process's lease size): the request path touches nothing another core writes. The lock
+// is uncontended; it keeps a misuse safe. See docs/limits.md, "Leases".
 //   Request limits: units already counted in Redis. Admitting with one never over-admits;
 //     units left unused when their window ends are lost (a small under-admission, bounded
-//     by the lease size per process). A window's units end a little before it does: a
+//     by the lease sizes). A window's units end a little before it does: a
 //     unit counted in one window must not admit a request of the next.
 //   Token quotas: a reservation of many requests' worth (a lease, "<id>:L:<size>" in the
 //     reservation set). Requests reserve from it locally and settle against it locally;
@@ -58,7 +59,7 @@ class LeaseTable {
   Taken take(std::span<const Check> checks, Admission& a, Clock::time_point now = Clock::now());
 
   // Claims every check's counter for a lease request: false (nothing claimed) while
-  // another request of this process asks for one of them (a burst would otherwise take a
+  // another request of this worker asks for one of them (a burst would otherwise take a
   // lease per request). release() unmarks the counters of `mask` (default: all).
   bool claim(std::span<const Check> checks);
   void release(std::span<const Check> checks, std::uint32_t mask = ~0u);

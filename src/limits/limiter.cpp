@@ -8,6 +8,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <charconv>
 #include <chrono>
+#include <thread>
 #include <cmath>
 #include <unordered_map>
 
@@ -129,7 +130,8 @@ Limiter::Limiter(std::shared_ptr<const config::Config> cfg) : cfg_(std::move(cfg
   for (std::size_t i = 0; i < rl.tokens.size(); ++i) {
     rule_names_.push_back("q" + std::to_string(i) + "." + std::string(to_string(rl.tokens[i].per)));
   }
-  leases_ = std::make_unique<LeaseTable>();
+  // The workers the server runs (its rule: 0 means one per core).
+  worker_count_ = cfg_->workers > 0 ? cfg_->workers : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   admit_script_ = std::make_unique<store::RedisScript>(std::string(kAdmitScript));
   settle_script_ = std::make_unique<store::RedisScript>(std::string(kSettleScript));
 }
@@ -159,7 +161,7 @@ std::unique_ptr<const Limiter::Plan> Limiter::plan(const config::ApiKey& key, st
     }
     p->keys.push_back(counter_key(prefix, l.scope, key, model, rule_names_[i]));
     c.on_redis_down = l.on_redis_down;
-    c.lease = l.lease;
+    c.lease = worker_lease(l.lease);
     c.id = &l.id;
     p->checks.push_back(c);
     p->quotas.push_back(nullptr);
@@ -204,7 +206,7 @@ void WorkerLimiter::checks_for(const config::ApiKey& key, std::string_view model
   for (std::size_t i = 0; i < out.size(); ++i) {
     if (const auto* l = plan->quotas[i]) {
       out[i].cost = tokens;
-      out[i].lease = Limiter::quota_lease(*l, tokens);
+      out[i].lease = owner_.worker_lease(Limiter::quota_lease(*l, tokens));
     }
   }
 }
@@ -302,7 +304,8 @@ struct WorkerLimiter::SettleQueue {
   }
 };
 
-WorkerLimiter::WorkerLimiter(Limiter& owner, net::any_io_executor ex) : owner_(owner), ex_(std::move(ex)) {
+WorkerLimiter::WorkerLimiter(Limiter& owner, net::any_io_executor ex)
+    : owner_(owner), ex_(std::move(ex)), leases_(std::make_unique<LeaseTable>()) {
   if (owner_.wants_redis_) {
     const auto& rs = owner_.cfg_->redis;
     std::string err;
@@ -324,7 +327,7 @@ WorkerLimiter::WorkerLimiter(Limiter& owner, net::any_io_executor ex) : owner_(o
             t.expires_after(std::chrono::seconds(1));
             co_await t.async_wait(net::as_tuple(net::use_awaitable));
             if (q->stopped) co_return;  // `this` is gone
-            if (!q->flushing && (!q->entries.empty() || owner_.leases_->busy())) flush_settlements();
+            if (!q->flushing && (!q->entries.empty() || leases_->busy())) flush_settlements();
           }
         },
         net::detached);
@@ -359,7 +362,7 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
     for (const auto& c : checks) leasable &= c.lease > 0;
     if (leasable) {
       Admission a;
-      const auto taken = owner_.leases_->take(checks, a);
+      const auto taken = leases_->take(checks, a);
       if (taken.ok) {
         a.counted = Counted::redis;
         Stats::bump(stats_->allowed);
@@ -368,7 +371,7 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
         if (taken.refill) refill(checks, taken.refill);
         co_return a;
       }
-      leasable = owner_.leases_->claim(checks);
+      leasable = leases_->claim(checks);
     }
     // Unmarks the claimed counters however this ends (the coroutine may be destroyed).
     struct Unclaim {
@@ -377,7 +380,7 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
       ~Unclaim() {
         if (t) t->release(checks);
       }
-    } unclaim{leasable ? owner_.leases_.get() : nullptr, checks};
+    } unclaim{leasable ? leases_.get() : nullptr, checks};
     if (any_quota) res_id = new_request_id();
     std::vector<std::string> keys, args;
     script_args(checks, res_id, leasable, keys, args);
@@ -393,8 +396,8 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
         for (std::size_t i = 0; i < checks.size(); ++i) {
           const bool quota = checks[i].kind == Kind::quota;
           if (v.results[i].leased > 0) {
-            if (quota) owner_.leases_->add_quota(checks[i], v.results[i], res_id, &a.reserved[q], received);
-            else owner_.leases_->add(checks[i], v.results[i], received);
+            if (quota) leases_->add_quota(checks[i], v.results[i], res_id, &a.reserved[q], received);
+            else leases_->add(checks[i], v.results[i], received);
           }
           q += quota;
         }
@@ -492,7 +495,7 @@ void WorkerLimiter::settle(Admission& a, std::int64_t actual) {
   auto& q = *settles_;
   for (auto& r : reserved) {
     if (r.lease) {
-      owner_.leases_->settle(r, actual);  // its usage reaches Redis summed per lease
+      leases_->settle(r, actual);  // its usage reaches Redis summed per lease
       continue;
     }
     if (const auto dropped = q.make_room(1)) Stats::bump(stats_->settle_errors, dropped);
@@ -511,7 +514,7 @@ void WorkerLimiter::settle(Admission& a, std::int64_t actual) {
 // whose outcome is unknown or that Redis refused is dropped and counted in settle_errors.
 void WorkerLimiter::flush_settlements() {
   settles_->flushing = true;
-  net::co_spawn(ex_, flush_loop(settles_, redis_, stats_, owner_.settle_script_.get(), owner_.leases_.get(),
+  net::co_spawn(ex_, flush_loop(settles_, redis_, stats_, owner_.settle_script_.get(), leases_.get(),
                                 owner_.cfg_->redis.retry_interval,
                                 std::to_string(owner_.cfg_->rate_limits.reservation_ttl.count())),
                 net::detached);
@@ -580,7 +583,7 @@ void WorkerLimiter::refill(std::span<const Check> checks, std::uint32_t mask) {
     some.back().cost = 0;
   }
   net::co_spawn(ex_,
-                refill_one(settles_, redis_, stats_, owner_.admit_script_.get(), owner_.leases_.get(), std::move(keys),
+                refill_one(settles_, redis_, stats_, owner_.admit_script_.get(), leases_.get(), std::move(keys),
                            std::move(some)),
                 net::detached);
 }

@@ -8,6 +8,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <cstdint>
 #include <memory>
+#include <algorithm>
 #include <boost/container/small_vector.hpp>
 #include <mutex>
 #include <span>
@@ -64,8 +65,13 @@ class Limiter {
   };
   std::unique_ptr<const Plan> plan(const config::ApiKey& key, std::string_view model) const;
   // Lease size of a quota check costing `tokens` (its configured lease, or an automatic one
-  // for large budgets).
+  // for large budgets), for the whole process.
   static std::int64_t quota_lease(const config::TokenLimit& l, std::int64_t tokens);
+  // A worker's share of a process's lease: each worker holds its own leases (no lock or
+  // cache line shared between workers on the request path), the process as much as before.
+  std::int64_t worker_lease(std::int64_t process_lease) const {
+    return process_lease > 0 ? std::max<std::int64_t>(1, process_lease / worker_count_) : 0;
+  }
 
   LocalCounters& local() { return local_; }
 
@@ -100,7 +106,7 @@ class Limiter {
   bool wants_redis_ = false;
   LocalCounters local_;
   std::vector<std::string> rule_names_;  // per request limit, then per token limit
-  std::unique_ptr<LeaseTable> leases_;
+  int worker_count_ = 1;  // workers the server runs
   std::unique_ptr<store::RedisScript> admit_script_, settle_script_;
   mutable std::mutex mu_;
   std::vector<WorkerLimiter*> workers_;
@@ -154,6 +160,9 @@ class WorkerLimiter {
   std::shared_ptr<store::RedisConnection> redis_;
   std::shared_ptr<Stats> stats_ = std::make_shared<Stats>();
   std::shared_ptr<SettleQueue> settles_;
+  // What this worker took from Redis in advance. (Read by the flushes and refills, which
+  // stop before touching it once the queue says the worker is gone.)
+  std::unique_ptr<LeaseTable> leases_;
   std::uint64_t admits_ = 0;
   // Plans by key, then model (a short list: the aliases that key uses). Bounded by the
   // configuration: only configured keys and routed models reach admission.
