@@ -146,12 +146,14 @@ describe('failures before the first byte', () => {
       assert.equal(r.json.error.code, 'upstream_error');
     }
     const name = `127.0.0.1:${solo.port}`;
-    assert.equal((await infra(gw)).backends.find((x) => x.name === name).state, 'ejected');
+    // (An outcome is recorded once its reply has left: the state may lag the answer.)
+    const state = async () => (await infra(gw)).backends.find((x) => x.name === name).state;
+    await waitFor(async () => (await state()) === 'ejected', { timeout: 5000, what: 'the backend to be ejected' });
     // Ejected, but the only one: still tried, and its first success ends the ejection.
     await solo.configure({ error_rate_500: 0 });
     const r = await chat(gw, { model: 'solo', messages: USER, max_tokens: 1 });
     assert.equal(r.status, 200, r.text);
-    assert.equal((await infra(gw)).backends.find((x) => x.name === name).state, 'up');
+    await waitFor(async () => (await state()) === 'up', { timeout: 5000, what: 'the ejection to end' });
   });
 
   test('the error-rate breaker opens on a backend and says why', async () => {
