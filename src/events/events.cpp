@@ -337,50 +337,60 @@ EventSink::~EventSink() {
 void EventSink::consume(const telemetry::RequestRecord& r) { consume(r, {}); }
 
 void EventSink::consume(const telemetry::RequestRecord& r, std::string_view json) {
+  const std::string_view jsons[] = {json};
+  consume_batch(std::span<const telemetry::RequestRecord>(&r, 1), jsons);
+}
+
+void EventSink::consume_batch(std::span<const telemetry::RequestRecord> records,
+                              std::span<const std::string_view> json) {
   auto& s = *impl_;
-  const auto type = telemetry::event_type(r);
-  if (type == telemetry::EventType::completed && !s.settings.include_completed) {
-    s.skipped.fetch_add(1);
-    return;
-  }
-  const std::string_view name = telemetry::to_string(type);
-  const std::int64_t now = now_ms();
+  // Held shared across the batch (one lock instead of one per event); released around the
+  // fallback file, which a refused event is written to.
+  std::shared_lock lk(s.rk_mu, std::defer_lock);
   // Built in a buffer of this thread that keeps its capacity (producev copies it).
   thread_local std::string ev;
-  ev.clear();
-  ev += R"({"event":")";
-  ev += name;
-  ev += R"(","id":")";
-  append_request_id(ev);  // (128 random bits: unique per event)
-  ev += R"(","time":")";
-  append_iso8601(ev, now);
-  ev += R"(","unix_ms":)";
-  char digits[24];
-  ev.append(digits, std::to_chars(digits, digits + sizeof digits, now).ptr);
-  ev += s.ident;
-  ev += R"(,"data":)";
-  if (json.empty()) telemetry::append_json(ev, r);
-  else ev += json;
-  ev += '}';
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const auto& r = records[i];
+    const auto type = telemetry::event_type(r);
+    if (type == telemetry::EventType::completed && !s.settings.include_completed) {
+      s.skipped.fetch_add(1);
+      continue;
+    }
+    const std::string_view name = telemetry::to_string(type);
+    const std::int64_t now = now_ms();
+    ev.clear();
+    ev += R"({"event":")";
+    ev += name;
+    ev += R"(","id":")";
+    append_request_id(ev);  // (128 random bits: unique per event)
+    ev += R"(","time":")";
+    append_iso8601(ev, now);
+    ev += R"(","unix_ms":)";
+    char digits[24];
+    ev.append(digits, std::to_chars(digits, digits + sizeof digits, now).ptr);
+    ev += s.ident;
+    ev += R"(,"data":)";
+    if (json[i].empty()) telemetry::append_json(ev, r);
+    else ev += json[i];
+    ev += '}';
 
-  s.produced.fetch_add(1);  // before producev: its report may arrive before we return
-  rd_kafka_resp_err_t err;
-  {
-    std::shared_lock lk(s.rk_mu);
+    s.produced.fetch_add(1);  // before producev: its report may arrive before we return
+    if (!lk.owns_lock()) lk.lock();
     // No RD_KAFKA_MSG_F_BLOCK: a full queue fails at once instead of stalling the caller.
-    err = rd_kafka_producev(
+    const rd_kafka_resp_err_t err = rd_kafka_producev(
         s.rk, RD_KAFKA_V_TOPIC(s.settings.topic.c_str()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
         // Keyed by request id: all events of one request land on one partition, in order.
         RD_KAFKA_V_KEY(r.request_id.empty() ? nullptr : r.request_id.data(), r.request_id.size()),
         RD_KAFKA_V_VALUE(ev.data(), ev.size()),
         RD_KAFKA_V_HEADER("event", name.data(), static_cast<ssize_t>(name.size())), RD_KAFKA_V_END);
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) continue;
+    lk.unlock();
+    s.produced.fetch_sub(1);
+    s.rejected.fetch_add(1);
+    std::string reason = describe(err);
+    s.fallback(reason, ev);
+    s.note_error(std::move(reason));
   }
-  if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return;
-  s.produced.fetch_sub(1);
-  s.rejected.fetch_add(1);
-  std::string reason = describe(err);
-  s.fallback(reason, ev);
-  s.note_error(std::move(reason));
 }
 
 bool EventSink::flush(std::chrono::milliseconds timeout) {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -50,6 +51,9 @@ class EventSink : public telemetry::RecordSink {
   void consume(const telemetry::RequestRecord& r) override;
   // With the record's JSON already made (the access log's line): used as the event's data.
   void consume(const telemetry::RequestRecord& r, std::string_view json) override;
+  // The same for each record, with the producer's lock taken once for the batch.
+  void consume_batch(std::span<const telemetry::RequestRecord> records,
+                     std::span<const std::string_view> json) override;
 
   // Waits until every event accepted so far is delivered or in the fallback file.
   bool flush(std::chrono::milliseconds timeout);

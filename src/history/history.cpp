@@ -51,7 +51,10 @@ bool plain_ascii(std::string_view s) {
 // into `out`, whose capacity a reused row keeps.
 void assign_clean(std::string& out, std::string_view s) {
   if (plain_ascii(s)) {
-    out.assign(s.data(), s.size());
+    // clear + append: no aliasing check (s never points into out), and nothing to copy
+    // for the many empty values.
+    out.clear();
+    if (!s.empty()) out.append(s.data(), s.size());
     return;
   }
   out.clear();
@@ -261,6 +264,8 @@ struct History::Impl {
     batch = Chunk{};
   }
 
+  static constexpr std::size_t kReserveRows = 1024;  // a new chunk's room, at most
+  bool queue_row(const telemetry::RequestRecord& r);
   void run();
   Result read(const std::function<std::string(Connection&, std::string&)>& fn) const;
 };
@@ -415,32 +420,50 @@ History::~History() {
   impl_->writer.join();
 }
 
-void History::consume(const telemetry::RequestRecord& r) {
-  auto& i = *impl_;
-  std::unique_lock lk(i.mu);
-  if (i.queued_rows + i.in_flight >= i.settings.queue_size) {
-    ++i.counters.dropped;
-    return;
+// Queues one row; true when the writer needs to hear of it (its interval starts with the
+// first row, or a batch is full). Under `mu`.
+bool History::Impl::queue_row(const telemetry::RequestRecord& r) {
+  if (queued_rows + in_flight >= settings.queue_size) {
+    ++counters.dropped;
+    return false;
   }
-  if (i.queue.empty() || i.queue.back().n >= i.settings.batch_rows) {
-    Impl::Chunk chunk;
-    if (!i.spare.empty()) {
-      chunk = std::move(i.spare.back());
-      i.spare.pop_back();
+  if (queue.empty() || queue.back().n >= settings.batch_rows) {
+    Chunk chunk;
+    if (!spare.empty()) {
+      chunk = std::move(spare.back());
+      spare.pop_back();
+    } else {
+      // Room for the batch at once: growing would move every row already in it.
+      chunk.rows.reserve(std::min<std::size_t>(settings.batch_rows, kReserveRows));
     }
     chunk.first_at = Clock::now();
-    i.queue.push_back(std::move(chunk));
+    queue.push_back(std::move(chunk));
   }
-  auto& chunk = i.queue.back();
+  auto& chunk = queue.back();
   if (chunk.n == chunk.rows.size()) chunk.rows.emplace_back();
   // Copied in place, into a row whose strings have room already (a spare's): a few
   // hundred instructions under the lock, no allocation.
   fill_row(chunk.rows[chunk.n++], r);
-  ++i.queued_rows;
-  ++i.accepted;
-  // The writer needs to hear of the first row (its interval starts) and of a full batch.
-  const bool wake = i.queued_rows == 1 || chunk.n == i.settings.batch_rows;
+  ++queued_rows;
+  ++accepted;
+  return queued_rows == 1 || chunk.n == settings.batch_rows;
+}
+
+void History::consume(const telemetry::RequestRecord& r) {
+  auto& i = *impl_;
+  std::unique_lock lk(i.mu);
+  const bool wake = i.queue_row(r);
   lk.unlock();
+  if (wake) i.wake.notify_one();
+}
+
+void History::consume_batch(std::span<const telemetry::RequestRecord> records, std::span<const std::string_view>) {
+  auto& i = *impl_;
+  bool wake = false;
+  {
+    std::lock_guard lk(i.mu);
+    for (const auto& r : records) wake |= i.queue_row(r);
+  }
   if (wake) i.wake.notify_one();
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -79,6 +80,9 @@ class History final : public telemetry::RecordSink {
 
   // Copies the record into the queue, or drops and counts it when the queue is full.
   void consume(const telemetry::RequestRecord& r) override;
+  // The same for each record, under one lock and with at most one wake-up of the writer.
+  void consume_batch(std::span<const telemetry::RequestRecord> records,
+                     std::span<const std::string_view> json) override;
   // Waits until every row consumed before the call is written (true) or max_wait passed.
   bool flush(std::chrono::milliseconds max_wait);
   Status status() const;

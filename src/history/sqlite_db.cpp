@@ -2,6 +2,8 @@
 // never wait for the writer and the writer never waits for them.
 #include <sqlite3.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <type_traits>
@@ -17,7 +19,8 @@ class SqliteConnection final : public Connection {
  public:
   explicit SqliteConnection(sqlite3* db) : db_(db) {}
   ~SqliteConnection() override {
-    for (auto* stmt : {insert_one_, insert_many_, begin_, commit_}) sqlite3_finalize(stmt);
+    for (auto& ins : inserts_) sqlite3_finalize(ins.stmt);
+    for (auto* stmt : {begin_, commit_}) sqlite3_finalize(stmt);
     sqlite3_close_v2(db_);
   }
 
@@ -63,14 +66,20 @@ class SqliteConnection final : public Connection {
     return e;
   }
 
-  // One transaction; rows go kRowsPerStatement at a time through one prepared multi-row
-  // INSERT (a statement's own work, its cursors and its end, is then paid once per
-  // kRowsPerStatement rows), the rest one by one. Statements are prepared once per
-  // connection, BEGIN and COMMIT too.
+  // One transaction; rows go through prepared multi-row INSERTs of 32, 16, 8, 4, 2 and 1
+  // rows (a statement's own work, its cursors, its statement journal and its end, is
+  // then paid once per 32 rows, and at most five more times for the rest of a batch).
+  // Statements are prepared once per connection, BEGIN and COMMIT too.
   std::string insert(std::span<const Row> rows) override {
     if (!prepared_) {
-      std::string e = prepare_insert(1, insert_one_);
-      if (e.empty()) e = prepare_insert(kRowsPerStatement, insert_many_);
+      std::string e;
+      // As many rows as the build's parameter limit allows (32766 by default, 999 before 3.32).
+      const auto max_params = static_cast<std::size_t>(sqlite3_limit(db_, SQLITE_LIMIT_VARIABLE_NUMBER, -1));
+      for (std::size_t k = 0; k < kSizes && e.empty(); ++k) {
+        if ((std::size_t{1} << k) * columns().size() > max_params) continue;
+        e = prepare_insert(std::size_t{1} << k, inserts_[k].stmt);
+        inserts_[k].bound.assign((std::size_t{1} << k) * columns().size(), Bound{});
+      }
       if (e.empty()) e = prepare("BEGIN IMMEDIATE", begin_);
       if (e.empty()) e = prepare("COMMIT", commit_);
       if (!e.empty()) return e;  // those prepared are finalized at the next try or with the connection
@@ -79,20 +88,35 @@ class SqliteConnection final : public Connection {
     if (auto e = run(begin_); !e.empty()) return e;
     std::string e;
     std::size_t at = 0;
-    for (; e.empty() && rows.size() - at >= kRowsPerStatement; at += kRowsPerStatement) {
-      e = insert_rows(insert_many_, rows.subspan(at, kRowsPerStatement));
+    for (std::size_t k = kSizes; k-- > 0 && e.empty();) {
+      if (!inserts_[k].stmt) continue;
+      const std::size_t n = std::size_t{1} << k;
+      for (; e.empty() && rows.size() - at >= n; at += n) e = insert_rows(inserts_[k], rows.subspan(at, n));
     }
-    for (; e.empty() && at < rows.size(); ++at) e = insert_rows(insert_one_, rows.subspan(at, 1));
-    // No pointer into the rows stays bound (each step rebinds every parameter before).
-    sqlite3_clear_bindings(insert_many_);
-    sqlite3_clear_bindings(insert_one_);
+    // No pointer into the rows stays bound (each step rebinds every text parameter before).
+    for (auto& ins : inserts_) {
+      if (!ins.stmt) continue;
+      sqlite3_clear_bindings(ins.stmt);
+      std::fill(ins.bound.begin(), ins.bound.end(), Bound{});
+    }
     if (e.empty()) e = run(commit_);
     if (!e.empty()) exec("ROLLBACK");
     return e;
   }
 
  private:
-  static constexpr std::size_t kRowsPerStatement = 16;  // 528 parameters
+  // What a parameter holds since its last bind (sqlite3_reset keeps bindings): a NULL, an
+  // integer or a double that the next row binds again is left as it is. Text is always
+  // bound (it points into the row).
+  struct Bound {
+    enum Kind : std::uint8_t { null, integer, real, text } kind = null;
+    std::uint64_t bits = 0;
+  };
+  struct Insert {
+    sqlite3_stmt* stmt = nullptr;
+    std::vector<Bound> bound;  // per parameter
+  };
+  static constexpr std::size_t kSizes = 6;  // statements of 1, 2, 4, 8, 16, 32 rows (1056 parameters)
 
   std::string error() const { return sqlite3_errmsg(db_); }
 
@@ -129,26 +153,44 @@ class SqliteConnection final : public Connection {
 
   // Binds rows.size() rows in place (SQLITE_STATIC: the rows outlive the step, and
   // nothing is copied), steps once.
-  std::string insert_rows(sqlite3_stmt* stmt, std::span<const Row> rows) {
+  std::string insert_rows(Insert& ins, std::span<const Row> rows) {
+    sqlite3_stmt* stmt = ins.stmt;
+    Bound* bound = ins.bound.data();
     int i = 0, rc = SQLITE_OK;
     for (const Row& r : rows) {
       for_each_value(r, [&](const Column&, const auto& v) {
         using T = std::decay_t<decltype(v)>;
-        ++i;
+        Bound& b = bound[i++];
         if (rc != SQLITE_OK) return;
         if constexpr (std::is_same_v<T, std::monostate>) {
+          if (b.kind == Bound::null) return;
           rc = sqlite3_bind_null(stmt, i);
+          b.kind = Bound::null;
         } else if constexpr (std::is_same_v<T, std::string_view>) {
           rc = sqlite3_bind_text(stmt, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
+          b.kind = Bound::text;
         } else if constexpr (std::is_same_v<T, double>) {
+          std::uint64_t bits;
+          std::memcpy(&bits, &v, sizeof bits);
+          if (b.kind == Bound::real && b.bits == bits) return;
           rc = sqlite3_bind_double(stmt, i, v);
+          b = {Bound::real, bits};
         } else {
-          rc = sqlite3_bind_int64(stmt, i, static_cast<sqlite3_int64>(v));  // int64, bool as 0/1
+          const auto n = static_cast<sqlite3_int64>(v);  // int64, bool as 0/1
+          if (b.kind == Bound::integer && b.bits == static_cast<std::uint64_t>(n)) return;
+          rc = sqlite3_bind_int64(stmt, i, n);
+          b = {Bound::integer, static_cast<std::uint64_t>(n)};
         }
       });
     }
     std::string e;
-    if (rc != SQLITE_OK || sqlite3_step(stmt) != SQLITE_DONE) e = error();
+    if (rc != SQLITE_OK) {
+      // What a failed bind left is unknown: everything is bound again next time.
+      std::fill(ins.bound.begin(), ins.bound.end(), Bound{Bound::text, 0});
+      e = error();
+    } else if (sqlite3_step(stmt) != SQLITE_DONE) {
+      e = error();
+    }
     sqlite3_reset(stmt);
     return e;
   }
@@ -165,7 +207,8 @@ class SqliteConnection final : public Connection {
 
   sqlite3* db_;
   // Prepared once per connection, reused for every batch.
-  sqlite3_stmt *insert_one_ = nullptr, *insert_many_ = nullptr, *begin_ = nullptr, *commit_ = nullptr;
+  Insert inserts_[kSizes];  // inserts_[k]: 2^k rows
+  sqlite3_stmt *begin_ = nullptr, *commit_ = nullptr;
   bool prepared_ = false;
 };
 

@@ -1,7 +1,9 @@
 #pragma once
 // What sluice remembers of one request: the access-log line (and later the history row
 // and the event) are all made from this. It never holds a secret.
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -70,6 +72,12 @@ class RecordSink {
   virtual void consume(const RequestRecord& r, std::string_view json) {
     (void)json;
     consume(r);
+  }
+  // What the access log's thread took from its queue at once, in order; json[i] is
+  // records[i]'s JSON (same size). A sink that queues can take its lock and wake its
+  // thread once per batch instead of once per record.
+  virtual void consume_batch(std::span<const RequestRecord> records, std::span<const std::string_view> json) {
+    for (std::size_t i = 0; i < records.size(); ++i) consume(records[i], json[i]);
   }
 };
 

@@ -334,6 +334,30 @@ TEST_F(EventsTest, IncludeCompletedFalseSkipsOnlyCompleted) {
   EXPECT_EQ(st.skipped, 2u);
 }
 
+// What the access log hands over: a batch with each record's JSON (made again when not
+// given); a skipped record in the middle does not stop the rest.
+TEST_F(EventsTest, ABatchIsProducedRecordByRecord) {
+  settings_.include_completed = false;
+  auto sink = make();
+  ASSERT_NE(sink, nullptr);
+  const std::vector<telemetry::RequestRecord> batch = {
+      record("b-1", 429, Reason::rate_limited), record("b-2", 200, Reason::ok), record("b-3", 401, Reason::missing_key)};
+  const std::string given = telemetry::to_json(batch[0]);
+  const std::vector<std::string_view> json = {given, given, {}};
+  sink->consume_batch(batch, json);
+  ASSERT_TRUE(sink->flush(kWait));
+  std::map<std::string, std::string> types;
+  for (const auto& m : topic_messages()) {
+    types[request_id_of(m.value)] = str(m.value, "event");
+    EXPECT_EQ(m.value.at("data").at("status").as_int64(), request_id_of(m.value) == "b-1" ? 429 : 401);
+  }
+  EXPECT_EQ(types, (std::map<std::string, std::string>{{"b-1", "request.rate_limited"}, {"b-3", "request.auth_failed"}}));
+  const auto st = sink->status();
+  EXPECT_EQ(st.produced, 2u);
+  EXPECT_EQ(st.delivered, 2u);
+  EXPECT_EQ(st.skipped, 1u);
+}
+
 // All brokers down while events keep coming, back a little later: everything is delivered
 // exactly once (the idempotent producer retries) and `up` follows the outage.
 TEST_F(EventsTest, OutageDrillDeliversEverythingOnce) {

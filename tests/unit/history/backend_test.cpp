@@ -259,6 +259,71 @@ TEST_P(HistoryTest, BatchesWhenBatchRowsAreQueued) {
   EXPECT_EQ(raw_count("SELECT count(*) FROM requests"), 25);
 }
 
+// Batches of 77 rows go through statements of several sizes (SQLite: 32, 32, 8, 4, 1),
+// whose parameters keep what the previous step bound: every value, NULL or not, must
+// still land in its own row, batch after batch. Handed over with consume_batch, as the
+// access log does.
+TEST_P(HistoryTest, EveryValueOfEveryBatchLandsInItsRow) {
+  settings_.batch_rows = 77;
+  settings_.flush_interval = std::chrono::hours(1);
+  auto h = make();
+  ASSERT_TRUE(h);
+  constexpr int kRows = 77;
+  auto make_record = [](int i) {
+    auto r = record(1000 + i, i % 3 ? "m-a" : "m-b", i % 4 ? "team-a" : "team-b", i % 5 ? 200 : 500, 1 + i % 2);
+    if (i % 2) r.error = "e" + std::to_string(i);
+    r.stream = i % 3 == 0;
+    r.upstream_status = i % 4 ? 200 : -1;
+    r.ttft_ms = i % 3 ? 0.5 : -1;
+    r.prompt_tokens = i % 6 < 3 ? 10 : -1;
+    r.completion_tokens = i % 7 == 0 ? -1 : i % 2;
+    r.temperature = i % 2 ? 0.7 : -1;
+    r.max_tokens = i % 8 < 4 ? 64 : -1;
+    r.num_ctx = i == 40 ? 8192 : -1;
+    r.limiter = i % 5 == 1 ? "redis" : "";
+    return r;
+  };
+  std::vector<telemetry::RequestRecord> batch;
+  for (int round = 0; round < 2; ++round) {
+    batch.clear();
+    for (int i = 0; i < kRows; ++i) batch.push_back(make_record(round * kRows + i));
+    const std::vector<std::string_view> json(batch.size());
+    h->consume_batch(batch, json);
+    ASSERT_TRUE(wait_until([&] { return h->status().written == static_cast<std::uint64_t>((round + 1) * kRows); }))
+        << h->status().last_error;
+  }
+  EXPECT_EQ(h->status().batches, 2u);
+  EXPECT_EQ(h->status().write_errors, 0u) << h->status().last_error;  // each batch written at its first try
+  const auto body = list_json(*h, "limit=1000");
+  ASSERT_TRUE(body.is_object());
+  const auto& data = body.at("data").as_array();
+  ASSERT_EQ(data.size(), 2u * kRows);
+  auto nullable_int = [](std::int64_t v) { return v < 0 ? json::value(nullptr) : json::value(v); };
+  auto nullable_double = [](double v) { return v < 0 ? json::value(nullptr) : json::value(v); };
+  auto nullable_text = [](std::string_view v) { return v.empty() ? json::value(nullptr) : json::value(v); };
+  for (const auto& row : data) {
+    const auto& o = row.as_object();
+    const int i = static_cast<int>(o.at("unix_ms").to_number<std::int64_t>() - 1000);
+    const auto r = make_record(i);
+    SCOPED_TRACE("row " + std::to_string(i));
+    EXPECT_EQ(o.at("request_id"), json::value(r.request_id));
+    EXPECT_EQ(o.at("model"), json::value(r.model));
+    EXPECT_EQ(o.at("key_name"), json::value(r.key_name));
+    EXPECT_EQ(o.at("status").to_number<std::int64_t>(), r.status);
+    EXPECT_EQ(o.at("wall_ms").to_number<double>(), r.wall_ms);
+    EXPECT_EQ(o.at("error"), nullable_text(r.error));
+    EXPECT_EQ(o.at("stream"), json::value(r.stream));
+    EXPECT_EQ(o.at("upstream_status"), nullable_int(r.upstream_status));
+    EXPECT_EQ(o.at("ttft_ms"), nullable_double(r.ttft_ms));
+    EXPECT_EQ(o.at("prompt_tokens"), nullable_int(r.prompt_tokens));
+    EXPECT_EQ(o.at("completion_tokens"), nullable_int(r.completion_tokens));
+    EXPECT_EQ(o.at("temperature"), nullable_double(r.temperature));
+    EXPECT_EQ(o.at("max_tokens"), nullable_int(r.max_tokens));
+    EXPECT_EQ(o.at("num_ctx"), nullable_int(r.num_ctx));
+    EXPECT_EQ(o.at("limiter"), nullable_text(r.limiter));
+  }
+}
+
 TEST_P(HistoryTest, BatchesWhenTheFlushIntervalPasses) {
   settings_.batch_rows = 1000;
   settings_.flush_interval = 100ms;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -110,6 +111,40 @@ struct KeepingSink : RecordSink {
   }
 };
 }  // namespace
+
+namespace {
+// Takes batches whole, as the history and the event sink do.
+struct BatchSink : RecordSink {
+  std::vector<std::string> ids, jsons;
+  int single = 0, batches = 0;
+  void consume(const RequestRecord&) override { ++single; }
+  void consume_batch(std::span<const RequestRecord> records, std::span<const std::string_view> json) override {
+    ++batches;
+    EXPECT_EQ(records.size(), json.size());
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      ids.push_back(records[i].request_id);
+      jsons.emplace_back(json[i]);
+    }
+  }
+};
+}  // namespace
+
+TEST(AccessLog, ABatchSinkGetsEveryRecordInOrderWithItsJson) {
+  BatchSink sink;
+  {
+    AccessLog log("", 1024, {&sink});
+    for (int i = 0; i < 50; ++i) log.submit(sample(i));
+    log.flush();
+    for (int i = 50; i < 60; ++i) log.submit(sample(i));
+  }  // the destructor hands over the rest
+  EXPECT_EQ(sink.single, 0);
+  EXPECT_GE(sink.batches, 1);
+  ASSERT_EQ(sink.ids.size(), 60u);
+  for (int i = 0; i < 60; ++i) {
+    EXPECT_EQ(sink.ids[static_cast<std::size_t>(i)], "req-" + std::to_string(i));
+    EXPECT_EQ(sink.jsons[static_cast<std::size_t>(i)], to_json(sample(i)));
+  }
+}
 
 TEST(AccessLog, SinksGetEveryRecordWithItsJsonWhetherTheLogIsOnOrOff) {
   const auto path = (std::filesystem::temp_directory_path() / "sluice-sinks-test.log").string();
