@@ -1454,7 +1454,7 @@ void Loader::parse_events(const YAML::Node& n, Config& c) {
   Fields f;
   if (n.IsNull() || !fields(n, "events",
                             {"brokers", "topic", "fallback_file", "fallback_max_bytes", "queue_messages", "linger",
-                             "delivery_timeout", "include_completed"},
+                             "compression", "delivery_timeout", "include_completed"},
                             f)) {
     return;
   }
@@ -1481,6 +1481,12 @@ void Loader::parse_events(const YAML::Node& n, Config& c) {
   }
   if (auto v = get(f, "queue_messages")) get_int(*v, "events.queue_messages", 1, 10'000'000, e.queue_messages);
   if (auto v = get(f, "linger")) get_duration(*v, "events.linger", Millis{0}, e.linger);
+  if (auto v = get(f, "compression")) {
+    if (get_string(*v, "events.compression", e.compression) && e.compression != "none" && e.compression != "lz4" &&
+        e.compression != "snappy" && e.compression != "gzip" && e.compression != "zstd") {
+      error("events.compression", line_of(*v), "must be none, lz4, snappy, gzip or zstd");
+    }
+  }
   if (auto v = get(f, "delivery_timeout")) get_duration(*v, "events.delivery_timeout", Millis{1}, e.delivery_timeout);
   if (auto v = get(f, "include_completed")) get_bool(*v, "events.include_completed", e.include_completed);
 }

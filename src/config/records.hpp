@@ -37,6 +37,9 @@ struct EventSettings {
   std::uint64_t fallback_max_bytes = 1ull << 30;
   std::size_t queue_messages = 100000;  // librdkafka queue.buffering.max.messages
   std::chrono::milliseconds linger{5};  // batching delay (linger.ms)
+  // compression.type: none, lz4, snappy, gzip or zstd. None by default: compressing costs
+  // the gateway's CPU (lz4: ~3,800 instructions an event), saved bytes are the broker's.
+  std::string compression = "none";
   std::chrono::milliseconds delivery_timeout{30000};  // message.timeout.ms: then the fallback file
   bool include_completed = true;   // request.completed events (the others are always sent)
 };

@@ -167,7 +167,7 @@ struct EventSink::Impl {
         {"reconnect.backoff.max.ms", "1000"},
         {"retry.backoff.ms", "100"},
         {"socket.connection.setup.timeout.ms", "10000"},
-        {"compression.type", "lz4"},  // JSON compresses well; lz4 costs little CPU
+        {"compression.type", settings.compression},
         // Broker states for `up`; only parsed while the cluster is considered down.
         {"statistics.interval.ms", "1000"},
     };

@@ -73,6 +73,19 @@ TEST_F(RecordsConfigTest, BadValuesAreRefusedWithTheirKey) {
   EXPECT_FALSE(r.ok());
 }
 
+TEST_F(RecordsConfigTest, EventCompressionIsOffUnlessChosen) {
+  auto r = load(kBase + "events: {brokers: 'k:9092'}\n");
+  ASSERT_TRUE(r.ok()) << all_errors(r);
+  EXPECT_EQ(r.config->events.compression, "none");
+  for (const char* c : {"lz4", "zstd", "gzip", "snappy", "none"}) {
+    r = load(kBase + "events: {brokers: 'k:9092', compression: " + c + "}\n");
+    ASSERT_TRUE(r.ok()) << c << ": " << all_errors(r);
+    EXPECT_EQ(r.config->events.compression, c);
+  }
+  r = load(kBase + "events: {brokers: 'k:9092', compression: brotli}\n");
+  EXPECT_THAT(error_at(r, "events.compression").message, HasSubstr("none, lz4, snappy, gzip or zstd"));
+}
+
 TEST_F(RecordsConfigTest, EnvironmentOverrides) {
   auto& env = sluice::config::testing::fake_env_vars();
   env["SLUICE_DATABASE_URL"] = "postgres://gw@db/sluice";
