@@ -159,7 +159,6 @@ bool is_bool_column(std::string_view name) {
   return false;
 }
 
-
 // WHERE clauses with their parameters, numbered in order for either dialect.
 struct Where {
   Dialect dialect;
@@ -449,13 +448,7 @@ bool History::Impl::queue_row(const telemetry::RequestRecord& r) {
   return queued_rows == 1 || chunk.n == settings.batch_rows;
 }
 
-void History::consume(const telemetry::RequestRecord& r) {
-  auto& i = *impl_;
-  std::unique_lock lk(i.mu);
-  const bool wake = i.queue_row(r);
-  lk.unlock();
-  if (wake) i.wake.notify_one();
-}
+void History::consume(const telemetry::RequestRecord& r) { consume_batch(std::span(&r, 1), {}); }
 
 void History::consume_batch(std::span<const telemetry::RequestRecord> records, std::span<const std::string_view>) {
   auto& i = *impl_;

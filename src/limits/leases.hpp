@@ -87,7 +87,7 @@ class LeaseTable {
   // Whether drain() may find something (token leases exist, or some were given back).
   bool busy() const;
 
-  // For tests and /infra.
+  // For tests.
   std::size_t quota_leases() const;
   std::int64_t units(std::string_view key) const;
 

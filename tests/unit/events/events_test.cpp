@@ -213,6 +213,23 @@ class EventsTest : public ::testing::Test {
     return sink;
   }
 
+  // A sink that saw the cluster up, then saw it go down (null, with a test failure, when it
+  // did not).
+  std::unique_ptr<events::EventSink> make_then_take_the_cluster_down() {
+    auto sink = make();
+    if (!sink) return nullptr;
+    if (!wait_until([&] { return sink->status().up; })) {
+      ADD_FAILURE() << "the sink never saw the cluster up";
+      return nullptr;
+    }
+    mock_.set_down();
+    if (!wait_until([&] { return !sink->status().up; })) {
+      ADD_FAILURE() << "the sink never saw the cluster down";
+      return nullptr;
+    }
+    return sink;
+  }
+
   std::vector<Message> topic_messages() {
     bool complete = false;
     auto msgs = read_topic(mock_.bootstrap(), topic_, kPartitions, &complete);
@@ -488,11 +505,8 @@ TEST_F(EventsTest, DeliveryTimeoutDrillFillsTheFallbackFile) {
 // A full producer queue refuses at once (never blocks); the refused events go to the file.
 TEST_F(EventsTest, FullQueueGoesToTheFallbackFileAtOnce) {
   settings_.queue_messages = 3;
-  auto sink = make();
+  auto sink = make_then_take_the_cluster_down();
   ASSERT_NE(sink, nullptr);
-  ASSERT_TRUE(wait_until([&] { return sink->status().up; }));
-  mock_.set_down();
-  ASSERT_TRUE(wait_until([&] { return !sink->status().up; }));
   std::set<std::string> want;
   for (int i = 0; i < 10; ++i) {
     want.insert("q-" + std::to_string(i));
@@ -518,11 +532,8 @@ TEST_F(EventsTest, FullQueueGoesToTheFallbackFileAtOnce) {
 // lines go to a new file at the path, none into the moved one.
 TEST_F(EventsTest, AFallbackFileMovedAwayIsStartedAgain) {
   settings_.queue_messages = 1;
-  auto sink = make();
+  auto sink = make_then_take_the_cluster_down();
   ASSERT_NE(sink, nullptr);
-  ASSERT_TRUE(wait_until([&] { return sink->status().up; }));
-  mock_.set_down();
-  ASSERT_TRUE(wait_until([&] { return !sink->status().up; }));
   for (int i = 0; i < 4; ++i) sink->consume(completed("m-" + std::to_string(i)));
   const auto first = sink->status().fallback_written;
   ASSERT_GE(first, 3u);
@@ -546,11 +557,8 @@ TEST_F(EventsTest, AFallbackFileMovedAwayIsStartedAgain) {
 TEST_F(EventsTest, TheFallbackFileStopsAtItsLimit) {
   settings_.queue_messages = 1;
   settings_.fallback_max_bytes = 2000;  // a few lines
-  auto sink = make();
+  auto sink = make_then_take_the_cluster_down();
   ASSERT_NE(sink, nullptr);
-  ASSERT_TRUE(wait_until([&] { return sink->status().up; }));
-  mock_.set_down();
-  ASSERT_TRUE(wait_until([&] { return !sink->status().up; }));
   for (int i = 0; i < 30; ++i) sink->consume(completed("f-" + std::to_string(i)));
   const auto st = sink->status();
   EXPECT_GT(st.fallback_written, 0u);
@@ -568,11 +576,8 @@ TEST_F(EventsTest, TheFallbackFileStopsAtItsLimit) {
 // A fatal idempotent-producer error: the producer is recreated, what the old one held goes
 // to the fallback file, and later events flow again.
 TEST_F(EventsTest, FatalErrorRecreatesTheProducer) {
-  auto sink = make();
+  auto sink = make_then_take_the_cluster_down();
   ASSERT_NE(sink, nullptr);
-  ASSERT_TRUE(wait_until([&] { return sink->status().up; }));
-  mock_.set_down();
-  ASSERT_TRUE(wait_until([&] { return !sink->status().up; }));
   std::set<std::string> want;
   for (int i = 0; i < 5; ++i) {
     want.insert("held-" + std::to_string(i));
