@@ -388,10 +388,20 @@ class WorkerHandler {
       // bound is refused: exact counting runs ~40 MB/s. A huge body keeps the estimate.
       const bool exact = g_.count_prompts && ex.request().body().size() <= kExactCountMaxBytes;
       const std::int64_t out = creq.max_tokens.value_or(cfg_.rate_limits.reserve_output_tokens);
-      if (exact) adm = co_await limiter_->admit(*ctx.key, creq.model, llm::prompt_token_bound(creq) + out, true);
+      // Decided at once when it can be (leases, local counting); Redis is awaited otherwise.
+      if (exact) {
+        const std::int64_t bound = llm::prompt_token_bound(creq) + out;
+        if (!limiter_->admit_now(*ctx.key, creq.model, bound, true, adm)) {
+          adm = co_await limiter_->admit(*ctx.key, creq.model, bound, true);
+        }
+      }
       if (!exact || adm.recount) {
         if (exact) creq.prompt_tokens_estimate = llm::count_prompt_tokens(creq, g_.tokens, rr->encoding);
-        adm = co_await limiter_->admit(*ctx.key, creq.model, creq.prompt_tokens_estimate + out);
+        const std::int64_t estimate = creq.prompt_tokens_estimate + out;
+        adm = {};
+        if (!limiter_->admit_now(*ctx.key, creq.model, estimate, false, adm)) {
+          adm = co_await limiter_->admit(*ctx.key, creq.model, estimate);
+        }
       }
       ctx.rec.limiter = adm.counted == limits::Counted::redis   ? "redis"
                         : adm.counted == limits::Counted::local ? "local"
@@ -438,7 +448,8 @@ class WorkerHandler {
   }
 
   // The x-ratelimit-* headers, formatted into one block: one allocation, written in
-  // place (they are on every limited request).
+  // place (they are on every limited request). The generic three repeat the figures of
+  // the OpenAI-named ones they stand for: those digits are copied, not formatted again.
   static void add_ratelimit_headers(http::HeaderList& h, const limits::Admission& a) {
     const limits::HeaderLimit& main = a.requests.set ? a.requests : a.tokens;
     if (!main.set) return;
@@ -448,27 +459,35 @@ class WorkerHandler {
       std::memcpy(p, n.data(), n.size());
       p += n.size();
     };
-    auto line = [&](std::string_view n, std::int64_t v) {
+    auto number = [&](std::string_view n, std::int64_t v) {
       name(n);
+      const char* from = p;
       p = std::to_chars(p, p + 20, v).ptr;
+      return std::string_view(from, static_cast<std::size_t>(p - from));
     };
-    auto reset = [&](std::string_view n, std::int64_t ms) {
-      name(n);
-      p = limits::write_reset(p, ms);
+    std::string_view main_limit, main_remaining;
+    auto openai = [&](const limits::HeaderLimit& l, std::string_view limit, std::string_view remaining,
+                      std::string_view reset) {
+      const auto lim = number(limit, l.limit);
+      const auto rem = number(remaining, std::max<std::int64_t>(l.remaining, 0));
+      name(reset);
+      p = limits::write_reset(p, l.reset_ms);
+      name("\r\n");
+      if (&l == &main) main_limit = lim, main_remaining = rem;
     };
-    line("x-ratelimit-limit: ", main.limit);
-    line("\r\nx-ratelimit-remaining: ", std::max<std::int64_t>(main.remaining, 0));
-    line("\r\nx-ratelimit-reset: ", (main.reset_ms + 999) / 1000);
     if (a.requests.set) {
-      line("\r\nx-ratelimit-limit-requests: ", a.requests.limit);
-      line("\r\nx-ratelimit-remaining-requests: ", std::max<std::int64_t>(a.requests.remaining, 0));
-      reset("\r\nx-ratelimit-reset-requests: ", a.requests.reset_ms);
+      openai(a.requests, "x-ratelimit-limit-requests: ", "\r\nx-ratelimit-remaining-requests: ",
+             "\r\nx-ratelimit-reset-requests: ");
     }
     if (a.tokens.set) {
-      line("\r\nx-ratelimit-limit-tokens: ", a.tokens.limit);
-      line("\r\nx-ratelimit-remaining-tokens: ", std::max<std::int64_t>(a.tokens.remaining, 0));
-      reset("\r\nx-ratelimit-reset-tokens: ", a.tokens.reset_ms);
+      openai(a.tokens, "x-ratelimit-limit-tokens: ", "\r\nx-ratelimit-remaining-tokens: ",
+             "\r\nx-ratelimit-reset-tokens: ");
     }
+    name("x-ratelimit-limit: ");
+    name(main_limit);
+    name("\r\nx-ratelimit-remaining: ");
+    name(main_remaining);
+    number("\r\nx-ratelimit-reset: ", (main.reset_ms + 999) / 1000);
     block.resize(static_cast<std::size_t>(p - block.data()));
     h.emplace_back(std::string(), std::move(block));
   }

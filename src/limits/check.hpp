@@ -31,6 +31,10 @@ struct Check {
   bool tokens = false;         // a token limit (OpenAI's *-tokens headers)
   config::DownPolicy on_redis_down = config::DownPolicy::open;
   const std::string* id = nullptr;  // the configured limit ("requests[0]")
+  // Redis: the counter's slot in the worker's lease table (set by its plan cache), so a
+  // request finds its leases without hashing the key; kNoSlot: looked up by key.
+  std::uint32_t slot = kNoSlot;
+  static constexpr std::uint32_t kNoSlot = ~0u;
 };
 
 struct CheckResult {

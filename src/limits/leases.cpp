@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <utility>
 
 namespace sluice::limits {
 
@@ -10,24 +11,19 @@ using std::chrono::milliseconds;
 LeaseTable::Taken LeaseTable::take(std::span<const Check> checks, Admission& a, Clock::time_point now) {
   Taken t;
   if (checks.size() > kMaxChecks) return t;
-  // What each check draws on, found once (the counter keys are long: hashing them is most
-  // of the cost here).
-  std::array<Units*, kMaxChecks> units{};
-  std::array<QuotaLease*, kMaxChecks> quotas{};
+  // What each check draws on, found once.
+  std::array<Slot*, kMaxChecks> slots{};
   std::lock_guard lock(mu_);
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const Check& c = checks[i];
+    Slot& s = slot_at(c);
     if (c.kind == Kind::quota) {
-      auto it = current_.find(c.key);
-      if (it == current_.end()) return t;
-      QuotaLease& q = *it->second;
-      if (q.avail < c.cost || now >= q.valid_until) return t;
-      quotas[i] = &q;
-    } else {
-      auto it = units_.find(c.key);
-      if (it == units_.end() || it->second.units < c.cost || now >= it->second.valid_until) return t;
-      units[i] = &it->second;
+      const QuotaLease* q = s.current;
+      if (!q || q->avail < c.cost || now >= q->valid_until) return t;
+    } else if (s.units.units < c.cost || now >= s.units.valid_until) {
+      return t;
     }
+    slots[i] = &s;
   }
   t.ok = true;
   for (std::size_t i = 0; i < checks.size(); ++i) {
@@ -37,7 +33,7 @@ LeaseTable::Taken LeaseTable::take(std::span<const Check> checks, Admission& a, 
     Clock::time_point reset_at;
     bool low = false;
     if (c.kind == Kind::quota) {
-      QuotaLease& q = *quotas[i];
+      QuotaLease& q = *slots[i]->current;
       q.avail -= c.cost;
       ++q.inflight;
       q.remaining = std::max<std::int64_t>(q.remaining - c.cost, 0);
@@ -48,40 +44,56 @@ LeaseTable::Taken LeaseTable::take(std::span<const Check> checks, Admission& a, 
       // A new lease before this one runs out or ends (it is retired then).
       low = q.avail < q.size / 2 || q.valid_until - now < kQuotaLeaseLife / 4;
     } else {
-      Units& l = *units[i];
+      Units& l = slots[i]->units;
       l.units -= c.cost;
       l.remaining = std::max<std::int64_t>(l.remaining - c.cost, 0);
       remaining = l.remaining;
       reset_at = l.reset_at;
       low = l.units < c.lease / 2;
     }
-    if (low && c.lease > 0 && claim_one(c.key)) t.refill |= 1u << i;
+    if (low && c.lease > 0 && !slots[i]->fetching) {
+      slots[i]->fetching = true;  // this request claims the refill
+      t.refill |= 1u << i;
+    }
     const auto reset = std::chrono::duration_cast<milliseconds>(reset_at - now).count();
     if (!h.set || remaining < h.remaining) h = {true, c.limit, remaining, std::max<std::int64_t>(reset, 0)};
   }
   return t;
 }
 
-bool LeaseTable::claim_one(std::string_view key) {
-  if (fetching_.find(key) != fetching_.end()) return false;
-  fetching_.emplace(key);
-  return true;
+std::uint32_t LeaseTable::slot(std::string_view key) {
+  std::lock_guard lock(mu_);
+  return slot_locked(key);
+}
+
+std::uint32_t LeaseTable::slot_locked(std::string_view key) {
+  if (auto it = slot_of_.find(key); it != slot_of_.end()) return it->second;
+  const auto n = static_cast<std::uint32_t>(slots_.size());
+  slots_.push_back(std::make_unique<Slot>());
+  slot_of_.emplace(std::string(key), n);
+  return n;
+}
+
+std::uint32_t LeaseTable::index(const Check& c) { return c.slot < slots_.size() ? c.slot : slot_locked(c.key); }
+
+const LeaseTable::Slot* LeaseTable::find(std::string_view key) const {
+  auto it = slot_of_.find(key);
+  return it == slot_of_.end() ? nullptr : slots_[it->second].get();
 }
 
 bool LeaseTable::claim(std::span<const Check> checks) {
   std::lock_guard lock(mu_);
   for (const auto& c : checks) {
-    if (fetching_.find(c.key) != fetching_.end()) return false;
+    if (slot_at(c).fetching) return false;
   }
-  for (const auto& c : checks) fetching_.emplace(c.key);
+  for (const auto& c : checks) slot_at(c).fetching = true;
   return true;
 }
 
 void LeaseTable::release(std::span<const Check> checks, std::uint32_t mask) {
   std::lock_guard lock(mu_);
   for (std::size_t i = 0; i < checks.size() && i < 32; ++i) {
-    if (!(mask & (1u << i))) continue;
-    if (auto it = fetching_.find(checks[i].key); it != fetching_.end()) fetching_.erase(it);
+    if (mask & (1u << i)) slot_at(checks[i]).fetching = false;
   }
 }
 
@@ -97,16 +109,7 @@ void LeaseTable::add(const Check& c, const CheckResult& r, Clock::time_point rec
   fresh.valid_until = c.kind == Kind::token_bucket ? received + milliseconds(std::min<std::int64_t>(1000, c.window_ms))
                                                    : received + milliseconds(std::max<std::int64_t>(r.reset_ms - 50, 0));
   std::lock_guard lock(mu_);
-  if ((++adds_ & 1023) == 0) {
-    const auto now = Clock::now();
-    std::erase_if(units_, [now](const auto& kv) { return kv.second.valid_until <= now; });
-  }
-  auto it = units_.find(c.key);
-  if (it == units_.end()) {
-    units_.emplace(std::string(c.key), fresh);
-    return;
-  }
-  Units& l = it->second;
+  Units& l = slot_at(c).units;
   if (l.period == fresh.period && Clock::now() < l.valid_until) {
     // The same window: both grants are ours (a refill, or two requests that both asked).
     fresh.remaining += l.units;
@@ -144,14 +147,9 @@ void LeaseTable::add_quota(const Check& c, const CheckResult& r, std::string id,
     first->key.clear();
     first->lease = lease;
   }
-  auto cur = current_.find(c.key);
-  if (cur == current_.end()) {
-    current_.emplace(std::string(c.key), lease);
-    return;
-  }
-  QuotaLease* old = cur->second;
-  cur->second = lease;
-  retire(*old);  // (may erase it)
+  lease->slot = index(c);
+  QuotaLease* old = std::exchange(slots_[lease->slot]->current, lease);
+  if (old) retire(*old);  // (may erase it)
 }
 
 void LeaseTable::retire(QuotaLease& q) {
@@ -162,12 +160,7 @@ void LeaseTable::retire(QuotaLease& q) {
 void LeaseTable::give_back(Map<QuotaLease>::iterator it) {
   QuotaLease& q = it->second;
   released_.push_back({std::move(q.key), q.id, q.size, q.unsent, true});
-  for (auto c = current_.begin(); c != current_.end(); ++c) {
-    if (c->second == &q) {
-      current_.erase(c);
-      break;
-    }
-  }
+  if (Slot& s = *slots_[q.slot]; s.current == &q) s.current = nullptr;
   quota_.erase(it);
 }
 
@@ -210,8 +203,8 @@ std::size_t LeaseTable::quota_leases() const {
 
 std::int64_t LeaseTable::units(std::string_view key) const {
   std::lock_guard lock(mu_);
-  auto it = units_.find(key);
-  return it == units_.end() || Clock::now() >= it->second.valid_until ? 0 : it->second.units;
+  const Slot* s = find(key);
+  return !s || Clock::now() >= s->units.valid_until ? 0 : s->units.units;
 }
 
 }  // namespace sluice::limits

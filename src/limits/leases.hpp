@@ -21,8 +21,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <memory>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "limits/check.hpp"
@@ -31,6 +31,7 @@ namespace sluice::limits {
 
 struct QuotaLease {
   std::string key;             // the quota counter with its period
+  std::uint32_t slot = 0;      // its counter's slot in the table
   std::string id;              // the lease's member in the reservation set: "<id>:L:<size>"
   std::int64_t size = 0;       // tokens reserved in Redis
   std::int64_t avail = 0;      // not handed out (or handed back by settlements)
@@ -46,6 +47,12 @@ class LeaseTable {
   using Clock = std::chrono::steady_clock;
   static constexpr std::chrono::milliseconds kQuotaLeaseLife{2000};
   static constexpr std::size_t kMaxChecks = 16;  // requests with more checks are decided by Redis
+
+  // The slot of a counter key, made on first use. A check that carries its slot
+  // (Check::slot, set by the worker's plan cache) is found without hashing its key; one
+  // without is looked up by key. Slots are never removed: counter keys come from the
+  // configuration (keys, tiers, tenants, models), so they are bounded.
+  std::uint32_t slot(std::string_view key);
 
   // Admits a request from the leases of all its checks, or takes nothing (ok false). Fills
   // the headers and, for quotas, the request's reservations (drawing on the leases).
@@ -107,17 +114,25 @@ class LeaseTable {
     Clock::time_point reset_at;
   };
 
+  // What this worker holds of one counter.
+  struct Slot {
+    Units units;                    // request limits (none while valid_until has passed)
+    QuotaLease* current = nullptr;  // token quotas: the lease handing out
+    bool fetching = false;          // a request of this worker asks Redis for a lease
+  };
+
   void retire(QuotaLease& q);
   void give_back(Map<QuotaLease>::iterator it);
-  bool claim_one(std::string_view key);
+  std::uint32_t slot_locked(std::string_view key);
+  std::uint32_t index(const Check& c);  // c's slot (made on first use)
+  Slot& slot_at(const Check& c) { return *slots_[index(c)]; }
+  const Slot* find(std::string_view key) const;
 
   mutable std::mutex mu_;
-  Map<Units> units_;
-  Map<QuotaLease> quota_;         // by lease id
-  Map<QuotaLease*> current_;      // quota check key -> the lease handing out
-  std::unordered_set<std::string, Hash, std::equal_to<>> fetching_;
-  std::vector<Pending> released_;  // given back, not drained yet
-  std::uint64_t adds_ = 0;
+  std::vector<std::unique_ptr<Slot>> slots_;  // by slot
+  Map<std::uint32_t> slot_of_;                // counter key -> slot
+  Map<QuotaLease> quota_;                     // by lease id
+  std::vector<Pending> released_;             // given back, not drained yet
 };
 
 }  // namespace sluice::limits

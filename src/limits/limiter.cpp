@@ -190,20 +190,26 @@ std::unique_ptr<const Limiter::Plan> Limiter::plan(const config::ApiKey& key, st
 void WorkerLimiter::checks_for(const config::ApiKey& key, std::string_view model, std::int64_t tokens,
                                Checks& out) {
   auto& list = plans_[&key];
-  const Limiter::Plan* plan = nullptr;
+  const CachedPlan* cached = nullptr;
   for (const auto& c : list) {
     if (c.model == model) {
-      plan = c.plan.get();
+      cached = &c;
       break;
     }
   }
-  if (!plan) {
-    list.push_back({std::string(model), owner_.plan(key, model)});
-    plan = list.back().plan.get();
+  if (!cached) {
+    CachedPlan fresh{std::string(model), owner_.plan(key, model), {}};
+    if (redis_) {
+      for (const auto& c : fresh.plan->checks) fresh.slots.push_back(leases_->slot(c.key));
+    }
+    list.push_back(std::move(fresh));
+    cached = &list.back();
   }
+  const Limiter::Plan* plan = cached->plan.get();
   out.assign(plan->checks.begin(), plan->checks.end());
   tokens = std::max<std::int64_t>(tokens, 0);
   for (std::size_t i = 0; i < out.size(); ++i) {
+    if (!cached->slots.empty()) out[i].slot = cached->slots[i];
     if (const auto* l = plan->quotas[i]) {
       out[i].cost = tokens;
       out[i].lease = owner_.worker_lease(Limiter::quota_lease(*l, tokens));
@@ -342,37 +348,58 @@ WorkerLimiter::~WorkerLimiter() {
   if (redis_) redis_->stop();
 }
 
+// The id of a request's token reservations (none without a quota). Generated here, never
+// the client's X-Request-Id: a repeated id would merge reservations.
+static std::string reservation_id(std::span<const Check> checks) {
+  for (const auto& c : checks) {
+    if (c.kind == Kind::quota) return new_request_id();
+  }
+  return {};
+}
+
+bool WorkerLimiter::admit_now(const config::ApiKey& key, std::string_view model, std::int64_t tokens, bool bound,
+                              Admission& out) {
+  if (!owner_.active_) return true;
+  Checks checks;
+  checks_for(key, model, tokens, checks);
+  if (checks.empty()) return true;
+  if (redis_ && redis_->up()) return from_leases(checks, out);
+  out = admit_local(checks, bound);
+  return true;
+}
+
+bool WorkerLimiter::from_leases(std::span<const Check> checks, Admission& out) {
+  // Only when every limit of the request can be leased (request limits far from their
+  // threshold); then a request that finds a unit of each in this worker's leases is
+  // admitted without a Redis call.
+  for (const auto& c : checks) {
+    if (c.lease <= 0) return false;
+  }
+  const auto taken = leases_->take(checks, out);
+  if (!taken.ok) return false;
+  out.counted = Counted::redis;
+  Stats::bump(stats_->allowed);
+  Stats::bump(stats_->by_lease);
+  if (out.reserved_tokens > 0) Stats::bump(stats_->tokens_reserved, static_cast<std::uint64_t>(out.reserved_tokens));
+  if (taken.refill) refill(checks, taken.refill);
+  return true;
+}
+
 net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::string_view model, std::int64_t tokens,
                                                bool bound) {
   if (!owner_.active_) co_return Admission{};
   Checks checks;
   checks_for(key, model, tokens, checks);
   if (checks.empty()) co_return Admission{};
-  bool any_quota = false;
-  for (const auto& c : checks) any_quota |= c.kind == Kind::quota;
-  // Generated here, never the client's X-Request-Id: a repeated id would merge reservations.
-  // Not needed when leases serve the request.
-  std::string res_id;
 
   if (redis_ && redis_->up()) {
-    // Leases: only when every limit of the request can be leased (request limits far from
-    // their threshold); then a request that finds a unit of each in this process's leases
-    // is admitted without a Redis call.
+    {
+      Admission a;
+      if (from_leases(checks, a)) co_return a;
+    }
     bool leasable = true;
     for (const auto& c : checks) leasable &= c.lease > 0;
-    if (leasable) {
-      Admission a;
-      const auto taken = leases_->take(checks, a);
-      if (taken.ok) {
-        a.counted = Counted::redis;
-        Stats::bump(stats_->allowed);
-        Stats::bump(stats_->by_lease);
-        if (a.reserved_tokens > 0) Stats::bump(stats_->tokens_reserved, static_cast<std::uint64_t>(a.reserved_tokens));
-        if (taken.refill) refill(checks, taken.refill);
-        co_return a;
-      }
-      leasable = leases_->claim(checks);
-    }
+    if (leasable) leasable = leases_->claim(checks);
     // Unmarks the claimed counters however this ends (the coroutine may be destroyed).
     struct Unclaim {
       LeaseTable* t;
@@ -381,7 +408,7 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
         if (t) t->release(checks);
       }
     } unclaim{leasable ? leases_.get() : nullptr, checks};
-    if (any_quota) res_id = new_request_id();
+    const std::string res_id = reservation_id(checks);
     std::vector<std::string> keys, args;
     script_args(checks, res_id, leasable, keys, args);
     auto r = co_await redis_->eval(*owner_.admit_script_, std::move(keys), std::move(args));
@@ -407,19 +434,23 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
     // Redis failed this request (timeout, lost, or an error reply): counted as down for it.
     Stats::bump(stats_->redis_errors);
   }
+  co_return admit_local(checks, bound);
+}
+
+Admission WorkerLimiter::admit_local(std::span<const Check> checks, bool bound) {
   if (redis_) {
     for (const auto& c : checks) {
-      if (c.on_redis_down == DownPolicy::closed) co_return refuse_unavailable(c);
+      if (c.on_redis_down == DownPolicy::closed) return refuse_unavailable(c);
     }
   }
   const auto now = unix_ms();
   if ((++admits_ & 4095) == 0) owner_.local_.sweep(now);
-  if (any_quota && res_id.empty()) res_id = new_request_id();
+  std::string res_id = reservation_id(checks);
   auto v = owner_.local_.admit(checks, res_id, now);
   Stats::bump(stats_->by_local);
   auto a = finish(checks, v, Counted::local, bound);
-  a.reservation_id = res_id;
-  co_return a;
+  a.reservation_id = std::move(res_id);
+  return a;
 }
 
 Admission WorkerLimiter::finish(std::span<const Check> checks, const Verdict& v, Counted where, bool bound) {

@@ -122,6 +122,10 @@ class WorkerLimiter {
   // `recount` instead of counting as a refusal.
   boost::asio::awaitable<Admission> admit(const config::ApiKey& key, std::string_view model, std::int64_t tokens,
                                           bool bound = false);
+  // The same without waiting, when that decides it: no limit applies, every limit is
+  // served from this worker's leases, or counting is local (memory backend, Redis down).
+  // False (`out` untouched) when Redis must be asked: then co_await admit().
+  bool admit_now(const config::ApiKey& key, std::string_view model, std::int64_t tokens, bool bound, Admission& out);
   // Charges what the request really used and releases its reservation. Never waits: with
   // Redis, settlements are queued and sent together, one script call per batch (a batch
   // leaves as soon as the previous one is answered, so it grows with the load).
@@ -132,6 +136,8 @@ class WorkerLimiter {
 
  private:
   Admission finish(std::span<const Check> checks, const Verdict& v, Counted where, bool bound);
+  bool from_leases(std::span<const Check> checks, Admission& out);  // admitted from leases
+  Admission admit_local(std::span<const Check> checks, bool bound);  // counted in memory
   Admission refuse_unavailable(const Check& c);
 
   // The checks of one request: the cached plan with its token cost filled in.
@@ -169,6 +175,7 @@ class WorkerLimiter {
   struct CachedPlan {
     std::string model;
     std::unique_ptr<const Limiter::Plan> plan;
+    std::vector<std::uint32_t> slots;  // per check: its counter's slot in leases_
   };
   std::unordered_map<const config::ApiKey*, std::vector<CachedPlan>> plans_;
 };

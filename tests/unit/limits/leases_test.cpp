@@ -233,5 +233,37 @@ TEST(LeaseTableTest, ARequestIsAdmittedOnlyWhenEveryCheckHasItsShare) {
   EXPECT_EQ(t.units(kReq), 9);
 }
 
+TEST(LeaseTableTest, AChecksSlotAndItsKeyReachTheSameLeases) {
+  LeaseTable t;
+  Check by_key = request_check(10);
+  Check by_slot = by_key;
+  by_slot.slot = t.slot(kReq);
+  EXPECT_EQ(t.slot(kReq), by_slot.slot);          // one slot per counter
+  EXPECT_NE(t.slot(kTok), by_slot.slot);          // another counter, another slot
+  t.add(by_key, granted(10), Clock::now());       // granted by key, taken by slot
+  Admission a;
+  ASSERT_TRUE(t.take(std::vector<Check>{by_slot}, a).ok);
+  EXPECT_EQ(t.units(kReq), 9);
+  // A token lease made through the slot is handed out to a check by key, and given back
+  // (its slot cleared) once a newer one replaces it and its request settled.
+  Check tok = token_check(100, 1000);
+  Check tok_slot = tok;
+  tok_slot.slot = t.slot(kTok);
+  t.add_quota(tok_slot, granted(1000), "old", nullptr, Clock::now());
+  Admission b;
+  ASSERT_TRUE(t.take(std::vector<Check>{tok}, b).ok);
+  t.add_quota(tok, granted(1000), "new", nullptr, Clock::now());
+  t.settle(b.reserved[0], 40);
+  std::vector<LeaseTable::Pending> out;
+  t.drain(out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].id, "old");
+  EXPECT_TRUE(out[0].give_back);
+  EXPECT_EQ(out[0].actual, 40);
+  Admission c;
+  ASSERT_TRUE(t.take(std::vector<Check>{tok_slot}, c).ok);
+  EXPECT_EQ(c.reserved[0].lease->id, "new");
+}
+
 }  // namespace
 }  // namespace sluice::limits
