@@ -174,7 +174,7 @@ void LocalCounters::settle(const Reserved& r, std::string_view reservation_id, s
   auto it = s.counters.find(r.key);
   if (it == s.counters.end()) return;  // the period is over and gone
   Counter& k = it->second;
-  if (auto h = k.holds.find(std::string(reservation_id)); h != k.holds.end()) {
+  if (auto h = k.holds.find(reservation_id); h != k.holds.end()) {
     // (next_expiry may now be early: the next scan finds nothing expired and moves it.)
     k.reserved = std::max<std::int64_t>(0, k.reserved - h->second.first);
     k.holds.erase(h);

@@ -25,6 +25,12 @@ class LocalCounters {
   std::size_t size() const;
 
  private:
+  struct Hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
+  template <class V>
+  using Map = std::unordered_map<std::string, V, Hash, std::equal_to<>>;
   struct Counter {
     std::int64_t window = -1;   // fixed/sliding: index of `count`'s window
     double count = 0;           // fixed/sliding: count in `window`; bucket: tokens
@@ -32,17 +38,13 @@ class LocalCounters {
     std::int64_t ts = 0;        // bucket: last refill
     // quota
     std::int64_t used = 0, reserved = 0;
-    std::unordered_map<std::string, std::pair<std::int64_t, std::int64_t>> holds;  // id -> amount, expiry
+    Map<std::pair<std::int64_t, std::int64_t>> holds;  // id -> amount, expiry
     std::int64_t next_expiry = 0;  // the earliest expiry in holds (0: none): scanned only then
     std::int64_t expires_ms = 0;  // the whole counter may go after this
   };
-  struct Hash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
-  };
   struct Shard {
     mutable std::mutex mu;
-    std::unordered_map<std::string, Counter, Hash, std::equal_to<>> counters;
+    Map<Counter> counters;
   };
   static constexpr std::size_t kShards = 16;
   Shard& shard_of(std::string_view key);
