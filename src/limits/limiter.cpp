@@ -357,6 +357,10 @@ static std::string reservation_id(std::span<const Check> checks) {
   return {};
 }
 
+static bool leasable(std::span<const Check> checks) {
+  return std::all_of(checks.begin(), checks.end(), [](const Check& c) { return c.lease > 0; });
+}
+
 bool WorkerLimiter::admit_now(const config::ApiKey& key, std::string_view model, std::int64_t tokens, bool bound,
                               Admission& out) {
   if (!owner_.active_) return true;
@@ -372,9 +376,7 @@ bool WorkerLimiter::from_leases(std::span<const Check> checks, Admission& out) {
   // Only when every limit of the request can be leased (request limits far from their
   // threshold); then a request that finds a unit of each in this worker's leases is
   // admitted without a Redis call.
-  for (const auto& c : checks) {
-    if (c.lease <= 0) return false;
-  }
+  if (!leasable(checks)) return false;
   const auto taken = leases_->take(checks, out);
   if (!taken.ok) return false;
   out.counted = Counted::redis;
@@ -397,9 +399,8 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
       Admission a;
       if (from_leases(checks, a)) co_return a;
     }
-    bool leasable = true;
-    for (const auto& c : checks) leasable &= c.lease > 0;
-    if (leasable) leasable = leases_->claim(checks);
+    // Asks for leases too when it may, unless this worker already asks for one of them.
+    const bool claimed = leasable(checks) && leases_->claim(checks);
     // Unmarks the claimed counters however this ends (the coroutine may be destroyed).
     struct Unclaim {
       LeaseTable* t;
@@ -407,10 +408,10 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
       ~Unclaim() {
         if (t) t->release(checks);
       }
-    } unclaim{leasable ? leases_.get() : nullptr, checks};
+    } unclaim{claimed ? leases_.get() : nullptr, checks};
     const std::string res_id = reservation_id(checks);
     std::vector<std::string> keys, args;
-    script_args(checks, res_id, leasable, keys, args);
+    script_args(checks, res_id, claimed, keys, args);
     auto r = co_await redis_->eval(*owner_.admit_script_, std::move(keys), std::move(args));
     Verdict v;
     if (r.ok() && read_verdict(*r.reply, checks.size(), v)) {

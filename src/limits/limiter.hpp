@@ -127,8 +127,8 @@ class WorkerLimiter {
   // False (`out` untouched) when Redis must be asked: then co_await admit().
   bool admit_now(const config::ApiKey& key, std::string_view model, std::int64_t tokens, bool bound, Admission& out);
   // Charges what the request really used and releases its reservation. Never waits: with
-  // Redis, settlements are queued and sent together, one script call per batch (a batch
-  // leaves as soon as the previous one is answered, so it grows with the load).
+  // Redis, settlements are queued and sent together, one script call per batch (at most
+  // one batch every kSettleEvery per worker, so a batch grows with the load).
   void settle(Admission& a, std::int64_t actual_tokens);
 
   const Stats& stats() const { return *stats_; }
