@@ -1,6 +1,7 @@
 #pragma once
 // The vocabulary shared by both counting backends (memory and Redis): one request is
 // tested against a list of counters, all or nothing.
+#include <boost/container/small_vector.hpp>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -83,7 +84,7 @@ struct Admission {
   // Token reservations to settle.
   std::string reservation_id;
   std::int64_t reserved_tokens = 0;
-  std::vector<Reserved> reserved;
+  boost::container::small_vector<Reserved, 1> reserved;  // (one quota: no allocation)
   // Refused by a token limit while the prompt's tokens were an upper bound (admit's
   // `bound`): not counted as a refusal; count the prompt exactly and ask again.
   bool recount = false;

@@ -13,7 +13,6 @@ LeaseTable::Taken LeaseTable::take(std::span<const Check> checks, Admission& a, 
   if (checks.size() > kMaxChecks) return t;
   // What each check draws on, found once.
   std::array<Slot*, kMaxChecks> slots{};
-  std::lock_guard lock(mu_);
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const Check& c = checks[i];
     Slot& s = slot_at(c);
@@ -62,11 +61,10 @@ LeaseTable::Taken LeaseTable::take(std::span<const Check> checks, Admission& a, 
 }
 
 std::uint32_t LeaseTable::slot(std::string_view key) {
-  std::lock_guard lock(mu_);
-  return slot_locked(key);
+  return slot_of_key(key);
 }
 
-std::uint32_t LeaseTable::slot_locked(std::string_view key) {
+std::uint32_t LeaseTable::slot_of_key(std::string_view key) {
   if (auto it = slot_of_.find(key); it != slot_of_.end()) return it->second;
   const auto n = static_cast<std::uint32_t>(slots_.size());
   slots_.push_back(std::make_unique<Slot>());
@@ -74,7 +72,7 @@ std::uint32_t LeaseTable::slot_locked(std::string_view key) {
   return n;
 }
 
-std::uint32_t LeaseTable::index(const Check& c) { return c.slot < slots_.size() ? c.slot : slot_locked(c.key); }
+std::uint32_t LeaseTable::index(const Check& c) { return c.slot < slots_.size() ? c.slot : slot_of_key(c.key); }
 
 const LeaseTable::Slot* LeaseTable::find(std::string_view key) const {
   auto it = slot_of_.find(key);
@@ -82,7 +80,6 @@ const LeaseTable::Slot* LeaseTable::find(std::string_view key) const {
 }
 
 bool LeaseTable::claim(std::span<const Check> checks) {
-  std::lock_guard lock(mu_);
   for (const auto& c : checks) {
     if (slot_at(c).fetching) return false;
   }
@@ -91,7 +88,6 @@ bool LeaseTable::claim(std::span<const Check> checks) {
 }
 
 void LeaseTable::release(std::span<const Check> checks, std::uint32_t mask) {
-  std::lock_guard lock(mu_);
   for (std::size_t i = 0; i < checks.size() && i < 32; ++i) {
     if (mask & (1u << i)) slot_at(checks[i]).fetching = false;
   }
@@ -108,7 +104,6 @@ void LeaseTable::add(const Check& c, const CheckResult& r, Clock::time_point rec
   // after a second, so a lease does not turn a smooth rate into bursts.
   fresh.valid_until = c.kind == Kind::token_bucket ? received + milliseconds(std::min<std::int64_t>(1000, c.window_ms))
                                                    : received + milliseconds(std::max<std::int64_t>(r.reset_ms - 50, 0));
-  std::lock_guard lock(mu_);
   Units& l = slot_at(c).units;
   if (l.period == fresh.period && Clock::now() < l.valid_until) {
     // The same window: both grants are ours (a refill, or two requests that both asked).
@@ -139,7 +134,6 @@ void LeaseTable::add_quota(const Check& c, const CheckResult& r, std::string id,
   q.remaining = std::max<std::int64_t>(r.remaining - own - r.leased, 0) + r.leased;
   q.reset_at = received + milliseconds(r.reset_ms);
   q.valid_until = received + std::min(kQuotaLeaseLife, milliseconds(std::max<std::int64_t>(r.reset_ms - 50, 0)));
-  std::lock_guard lock(mu_);
   auto [it, fresh] = quota_.try_emplace(std::move(id), std::move(q));
   if (!fresh) return;  // (ids are random: never twice)
   QuotaLease* lease = &it->second;
@@ -165,7 +159,6 @@ void LeaseTable::give_back(Map<QuotaLease>::iterator it) {
 }
 
 void LeaseTable::settle(const Reserved& r, std::int64_t actual) {
-  std::lock_guard lock(mu_);
   QuotaLease& q = *r.lease;
   q.avail += r.amount - actual;
   q.unsent += actual;
@@ -174,7 +167,6 @@ void LeaseTable::settle(const Reserved& r, std::int64_t actual) {
 }
 
 void LeaseTable::drain(std::vector<Pending>& out, Clock::time_point now) {
-  std::lock_guard lock(mu_);
   // Ended leases nobody will settle again are given back here.
   for (auto it = quota_.begin(); it != quota_.end();) {
     auto next = std::next(it);
@@ -192,17 +184,14 @@ void LeaseTable::drain(std::vector<Pending>& out, Clock::time_point now) {
 }
 
 bool LeaseTable::busy() const {
-  std::lock_guard lock(mu_);
   return !quota_.empty() || !released_.empty();
 }
 
 std::size_t LeaseTable::quota_leases() const {
-  std::lock_guard lock(mu_);
   return quota_.size();
 }
 
 std::int64_t LeaseTable::units(std::string_view key) const {
-  std::lock_guard lock(mu_);
   const Slot* s = find(key);
   return !s || Clock::now() >= s->units.valid_until ? 0 : s->units.units;
 }

@@ -1,8 +1,9 @@
 #pragma once
 // What one worker took from Redis in advance (leases), so that requests far from their
 // limits are admitted without a Redis call. Each worker has its own table (a share of the
-// process's lease size): the request path touches nothing another core writes. The lock
-// is uncontended; it keeps a misuse safe. See docs/limits.md, "Leases".
+// process's lease size), used on that worker's thread only (its requests, settlement
+// flushes and refills all run there): no lock, and nothing another core writes. See
+// docs/limits.md, "Leases".
 //   Request limits: units already counted in Redis. Admitting with one never over-admits;
 //     units left unused when their window ends are lost (a small under-admission, bounded
 //     by the lease sizes). A window's units end a little before it does: a
@@ -17,7 +18,6 @@
 //     that under steady traffic no request waits for Redis.
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -123,12 +123,11 @@ class LeaseTable {
 
   void retire(QuotaLease& q);
   void give_back(Map<QuotaLease>::iterator it);
-  std::uint32_t slot_locked(std::string_view key);
+  std::uint32_t slot_of_key(std::string_view key);
   std::uint32_t index(const Check& c);  // c's slot (made on first use)
   Slot& slot_at(const Check& c) { return *slots_[index(c)]; }
   const Slot* find(std::string_view key) const;
 
-  mutable std::mutex mu_;
   std::vector<std::unique_ptr<Slot>> slots_;  // by slot
   Map<std::uint32_t> slot_of_;                // counter key -> slot
   Map<QuotaLease> quota_;                     // by lease id
