@@ -100,10 +100,11 @@ std::string mask_postgres_url(std::string_view url);
 // connection details).
 std::string scrub_password(std::string text, std::string_view url);
 
+inline constexpr int kSchemaVersion = 2;
 // Applies the migrations not yet recorded in schema_migrations (idempotent, safe when
-// several instances start at once). Sets `version` to the schema version afterwards.
-std::string migrate(Connection& c, int& version);
-inline constexpr int kSchemaVersion = 1;
+// several instances start at once), up to `up_to` (the tests make older schemas). Sets
+// `version` to the schema version afterwards.
+std::string migrate(Connection& c, int& version, int up_to = kSchemaVersion);
 
 // The column a stats group_by name reads ("key" -> "key_name"); "" if unknown.
 std::string_view group_column(std::string_view group_by);

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "helpers.hpp"
+#include "history/db.hpp"
 #include "pg_server.hpp"
 
 namespace sluice::history {
@@ -72,6 +73,38 @@ class HistoryTest : public ::testing::TestWithParam<Db> {
     return n;
   }
 
+  // The database as a sluice of schema version 1 left it: only migration 1 applied, and
+  // one row per given time written.
+  void make_version_1(std::initializer_list<std::int64_t> times) {
+    std::string error;
+    std::unique_ptr<Connection> c;
+    if (GetParam() == Db::postgres) {
+      c = open_postgres(settings_.url, 2s, 10s, error);
+    } else {
+      std::filesystem::create_directories(std::filesystem::path(settings_.sqlite_path).parent_path());
+      c = open_sqlite(settings_.sqlite_path, false, error);
+    }
+    ASSERT_TRUE(c) << error;
+    int version = 0;
+    ASSERT_EQ(migrate(*c, version, 1), "");
+    ASSERT_EQ(version, 1);
+    std::vector<Row> rows;
+    for (std::int64_t t : times) {
+      Row r;
+      r.unix_ms = t;
+      r.request_id = "v1-" + std::to_string(t);
+      r.method = "POST";
+      r.path = "/v1/chat/completions";
+      r.key_name = "k";
+      r.model = "m-old";
+      r.status = 200;
+      r.reason = "ok";
+      r.wall_ms = 2;
+      rows.push_back(r);
+    }
+    ASSERT_EQ(c->insert(rows), "");
+  }
+
   test::TempDir dir_;
   std::unique_ptr<test::PgServer> pg_;
   config::HistorySettings settings_;
@@ -114,7 +147,7 @@ TEST_P(HistoryTest, RowsLandAfterFlushWithEveryField) {
   EXPECT_EQ(st.written, 2u);
   EXPECT_EQ(st.queued, 0u);
   EXPECT_EQ(st.dropped, 0u);
-  EXPECT_EQ(st.schema_version, 1);
+  EXPECT_EQ(st.schema_version, kSchemaVersion);
   EXPECT_EQ(raw_count("SELECT count(*) FROM requests"), 2);
 
   const auto body = list_json(*h, "");
@@ -363,9 +396,10 @@ TEST_P(HistoryTest, MigrationsAreAppliedOnce) {
   auto h = make();  // a second start on the same database
   ASSERT_TRUE(h);
   ASSERT_TRUE(wait_until([&] { return h->status().up; })) << h->status().last_error;
-  EXPECT_EQ(h->status().schema_version, 1);
-  EXPECT_EQ(raw_count("SELECT count(*) FROM schema_migrations"), 1);
+  EXPECT_EQ(h->status().schema_version, 2);
+  EXPECT_EQ(raw_count("SELECT count(*) FROM schema_migrations"), 2);
   EXPECT_EQ(raw_count("SELECT count(*) FROM schema_migrations WHERE version = 1"), 1);
+  EXPECT_EQ(raw_count("SELECT count(*) FROM schema_migrations WHERE version = 2"), 1);
   h->consume(record(2000, "m", "k", 200, 1));
   ASSERT_TRUE(h->flush(20s));
   EXPECT_EQ(raw_count("SELECT count(*) FROM requests"), 2);
@@ -542,6 +576,113 @@ TEST_P(HistoryTest, StatsPercentilesMatchTheInputs) {
   EXPECT_EQ(truncated.at("truncated"), true);
   EXPECT_EQ(truncated.at("rows"), 5);
   EXPECT_EQ(truncated.at("groups").at(0).at("count"), 5);
+}
+
+// A database made by an older sluice (schema version 1: only migration 1 applied, rows
+// in it) is migrated to 2 at the next start, keeps its rows, takes new ones (PostgreSQL:
+// still in COPY's binary format, the column types being migration 1's) and answers both
+// queries over old and new rows alike.
+TEST_P(HistoryTest, AVersion1DatabaseIsMigratedAndKeepsWorking) {
+  constexpr std::int64_t t0 = 1'764'446'400'000;  // unix ms
+  make_version_1({t0, t0 + 1000, t0 + 2000});
+  EXPECT_EQ(raw_count("SELECT count(*) FROM schema_migrations"), 1);
+  if (GetParam() == Db::postgres) {
+    EXPECT_EQ(raw_count("SELECT count(*) FROM pg_indexes WHERE indexname = 'requests_unix_ms'"), 1);
+  }
+
+  auto h = make();
+  ASSERT_TRUE(h);
+  ASSERT_TRUE(wait_until([&] { return h->status().up; })) << h->status().last_error;
+  EXPECT_EQ(h->status().schema_version, 2);
+  EXPECT_EQ(raw_count("SELECT count(*) FROM schema_migrations"), 2);
+  EXPECT_EQ(raw_count("SELECT count(*) FROM schema_migrations WHERE version = 2"), 1);
+  if (GetParam() == Db::postgres) {
+    EXPECT_EQ(raw_count("SELECT count(*) FROM pg_indexes WHERE indexname = 'requests_unix_ms'"), 0);
+    EXPECT_EQ(raw_count("SELECT count(*) FROM pg_indexes WHERE indexname = 'requests_unix_ms_brin' "
+                        "AND indexdef LIKE '%USING brin (unix_ms)%'"),
+              1);
+    EXPECT_EQ(raw_count("SELECT count(*) FROM pg_indexes WHERE indexname IN "
+                        "('requests_pkey', 'requests_key_name_unix_ms')"),
+              2);
+    // The column types are still migration 1's: what the binary COPY checks.
+    EXPECT_EQ(raw_count("SELECT count(*) FROM information_schema.columns WHERE table_name = 'requests' AND "
+                        "((column_name IN ('status', 'upstream_status') AND data_type <> 'integer') OR "
+                        "(column_name = 'unix_ms' AND data_type <> 'bigint') OR "
+                        "(column_name = 'wall_ms' AND data_type <> 'double precision'))"),
+              0);
+  }
+
+  h->consume(awkward_record(t0 + 10'000));
+  h->consume(record(t0 + 10'001, "m-new", "k", 200, 4));
+  ASSERT_TRUE(h->flush(20s)) << h->status().last_error;
+  EXPECT_EQ(h->status().written, 2u);
+  EXPECT_EQ(h->status().write_errors, 0u);
+  EXPECT_EQ(raw_count("SELECT count(*) FROM requests"), 5);
+
+  const auto page = list_json(*h, "limit=2");
+  ASSERT_TRUE(page.is_object());
+  ASSERT_EQ(page.at("data").as_array().size(), 2u);
+  EXPECT_EQ(page.at("data").at(0).at("unix_ms"), t0 + 10'001);
+  expect_awkward(page.at("data").at(1).as_object(), t0 + 10'000);
+  const auto old_rows = list_json(*h, "until=" + std::to_string(t0 + 5000) + "&limit=10");
+  ASSERT_TRUE(old_rows.is_object());
+  ASSERT_EQ(old_rows.at("data").as_array().size(), 3u);
+  EXPECT_EQ(old_rows.at("data").at(0).at("unix_ms"), t0 + 2000);
+  const auto key_rows = list_json(*h, "key=k&since=" + std::to_string(t0 + 1000) + "&until=" + std::to_string(t0 + 10'001));
+  ASSERT_TRUE(key_rows.is_object());
+  EXPECT_EQ(key_rows.at("data").as_array().size(), 2u);  // t0 + 1000 and t0 + 2000 (+10000 is team-a's)
+
+  StatsQuery q;
+  q.since_ms = t0;
+  q.until_ms = t0 + 20'000;
+  const auto stats = stats_json(*h, q);
+  ASSERT_TRUE(stats.is_object());
+  EXPECT_EQ(stats.at("rows"), 5);
+  EXPECT_EQ(stats.at("groups").at(0).at("count"), 5);
+}
+
+// Instances starting together on a version-1 database: one migrates, the others wait for
+// it (SQLite: BEGIN IMMEDIATE; PostgreSQL: the advisory lock) and find version 2 applied.
+TEST_P(HistoryTest, InstancesStartingTogetherMigrateOnce) {
+  make_version_1({1000});
+  std::vector<std::unique_ptr<History>> instances;
+  for (int i = 0; i < 4; ++i) instances.push_back(make());
+  for (auto& h : instances) {
+    ASSERT_TRUE(h);
+    ASSERT_TRUE(wait_until([&] { return h->status().up; })) << h->status().last_error;
+    EXPECT_EQ(h->status().schema_version, 2);
+  }
+  EXPECT_EQ(raw_count("SELECT count(*) FROM schema_migrations"), 2);
+  EXPECT_EQ(raw_count("SELECT count(*) FROM schema_migrations WHERE version = 2"), 1);
+  for (int i = 0; i < 4; ++i) instances[static_cast<std::size_t>(i)]->consume(record(2000 + i, "m", "k", 200, 1));
+  for (auto& h : instances) ASSERT_TRUE(h->flush(20s)) << h->status().last_error;
+  EXPECT_EQ(raw_count("SELECT count(*) FROM requests"), 5);
+}
+
+// More rows in the window than max_rows: the newest are read (PostgreSQL reads the window
+// unordered first, then again newest first when it holds more than max_rows).
+TEST_P(HistoryTest, TruncatedStatsKeepTheNewestRows) {
+  auto h = make();
+  ASSERT_TRUE(h);
+  for (int i = 0; i < 20; ++i) h->consume(record(1000 + i, "m", "k", 200, i));
+  ASSERT_TRUE(h->flush(20s)) << h->status().last_error;
+  StatsQuery q;
+  q.since_ms = 1000;
+  q.until_ms = 2000;
+  q.max_rows = 5;
+  const auto stats = stats_json(*h, q);
+  ASSERT_TRUE(stats.is_object());
+  EXPECT_EQ(stats.at("truncated"), true);
+  EXPECT_EQ(stats.at("rows"), 5);
+  const auto& wall = stats.at("groups").at(0).at("wall_ms");
+  EXPECT_EQ(wall.at("mean").to_number<double>(), 17.0);  // rows 15..19
+  EXPECT_EQ(wall.at("p50").to_number<double>(), 17.0);
+  q.max_rows = 20;  // exactly the window: not truncated, every row
+  const auto all = stats_json(*h, q);
+  ASSERT_TRUE(all.is_object());
+  EXPECT_EQ(all.at("truncated"), false);
+  EXPECT_EQ(all.at("rows"), 20);
+  EXPECT_EQ(all.at("groups").at(0).at("wall_ms").at("mean").to_number<double>(), 9.5);
 }
 
 TEST_P(HistoryTest, RetentionDeletesOldRows) {
