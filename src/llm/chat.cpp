@@ -389,7 +389,15 @@ ParseResult parse_chat_request(std::string_view body, const config::Config& cfg)
       break;
     }
   }
-  req.prompt_tokens_estimate = prompt_tokens(messages->get_array(), [](std::string_view t) { return tokenizer::estimate(t); });
+  // The estimate, and the bound: the same formula with each text's bytes.
+  std::int64_t estimated = 0, bytes = 0;
+  req.prompt_tokens_estimate = prompt_tokens(messages->get_array(), [&](std::string_view t) {
+    const auto n = static_cast<std::int64_t>(tokenizer::estimate(t));
+    estimated += n;
+    bytes += static_cast<std::int64_t>(t.size());
+    return n;
+  });
+  req.prompt_token_bound = req.prompt_tokens_estimate - estimated + bytes;
   // Move-construct (not assign): assignment between different storages deep-copies, and
   // the body must stay in the request's arena.
   std::destroy_at(&req.body);
@@ -406,12 +414,6 @@ std::int64_t count_prompt_tokens(const ChatRequest& req, const tokenizer::Counte
   const auto* messages = req.body.if_contains("messages");
   if (!messages || !messages->is_array()) return req.prompt_tokens_estimate;
   return prompt_tokens(messages->get_array(), [&](std::string_view t) { return counter.count(t, encoding); });
-}
-
-std::int64_t prompt_token_bound(const ChatRequest& req) {
-  const auto* messages = req.body.if_contains("messages");
-  if (!messages || !messages->is_array()) return req.prompt_tokens_estimate;
-  return prompt_tokens(messages->get_array(), [](std::string_view t) { return t.size(); });
 }
 
 // ---- OpenAI upstream ------------------------------------------------------------------

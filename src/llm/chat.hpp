@@ -23,6 +23,7 @@ struct ChatRequest {
   bool include_usage = false;      // stream_options.include_usage
   std::optional<std::int64_t> max_tokens;  // max_completion_tokens or max_tokens
   std::int64_t prompt_tokens_estimate = 0;
+  std::int64_t prompt_token_bound = 0;  // see prompt_token_bound()
 };
 
 struct RequestError {
@@ -51,7 +52,8 @@ std::int64_t count_prompt_tokens(const ChatRequest& req, const tokenizer::Counte
                                  tokenizer::Encoding encoding);
 // An upper bound of count_prompt_tokens for every BPE encoding, found without tokenizing:
 // the same formula with each text's UTF-8 bytes (a BPE token is at least one byte).
-std::int64_t prompt_token_bound(const ChatRequest& req);
+// parse_chat_request computes it with the estimate, in the same walk of the messages.
+inline std::int64_t prompt_token_bound(const ChatRequest& req) { return req.prompt_token_bound; }
 
 struct UpstreamCall {
   std::string target;   // path on the backend, including its path prefix
