@@ -453,8 +453,8 @@ class WorkerHandler {
   static void add_ratelimit_headers(http::HeaderList& h, const limits::Admission& a) {
     const limits::HeaderLimit& main = a.requests.set ? a.requests : a.tokens;
     if (!main.set) return;
-    std::string block(512, '\0');  // at most 451 bytes: the 9 names, 20-digit numbers, 32-byte resets
-    char* p = block.data();
+    char block[512];  // at most 451 bytes: the 9 names, 20-digit numbers, 32-byte resets
+    char* p = block;
     auto name = [&p](std::string_view n) {
       std::memcpy(p, n.data(), n.size());
       p += n.size();
@@ -465,10 +465,30 @@ class WorkerHandler {
       p = std::to_chars(p, p + 20, v).ptr;
       return std::string_view(from, static_cast<std::size_t>(p - from));
     };
+    // A limit is a configured figure: its digits are kept (per thread) once formatted.
+    struct Digits {
+      std::int64_t v = -1;
+      std::uint8_t n = 0;
+      char d[20];
+    };
+    thread_local Digits limits_seen[2];
+    thread_local unsigned next_seen = 0;
+    auto limit_number = [&](std::string_view n, std::int64_t v) {
+      name(n);
+      Digits* hit = limits_seen[0].v == v ? &limits_seen[0] : limits_seen[1].v == v ? &limits_seen[1] : nullptr;
+      if (!hit) {
+        hit = &limits_seen[next_seen++ & 1];
+        hit->v = v;
+        hit->n = static_cast<std::uint8_t>(std::to_chars(hit->d, hit->d + sizeof hit->d, v).ptr - hit->d);
+      }
+      const char* from = p;
+      name(std::string_view(hit->d, hit->n));
+      return std::string_view(from, hit->n);
+    };
     std::string_view main_limit, main_remaining;
     auto openai = [&](const limits::HeaderLimit& l, std::string_view limit, std::string_view remaining,
                       std::string_view reset) {
-      const auto lim = number(limit, l.limit);
+      const auto lim = limit_number(limit, l.limit);
       const auto rem = number(remaining, std::max<std::int64_t>(l.remaining, 0));
       name(reset);
       p = limits::write_reset(p, l.reset_ms);
@@ -488,8 +508,7 @@ class WorkerHandler {
     name("\r\nx-ratelimit-remaining: ");
     name(main_remaining);
     number("\r\nx-ratelimit-reset: ", (main.reset_ms + 999) / 1000);
-    block.resize(static_cast<std::size_t>(p - block.data()));
-    h.emplace_back(std::string(), std::move(block));
+    h.emplace_back(std::string(), std::string(block, static_cast<std::size_t>(p - block)));
   }
 
   // A 429/503 of admission, with Retry-After in whole seconds (at least 1).
