@@ -110,7 +110,8 @@ stop_pid "$SCRAPER"
 
 # ---- check that the recording variants recorded everything -----------------------------
 for t in sqlite postgres; do
-  for _ in $(seq 150); do infra "$t" | grep -q '"queued":0,' && break; sleep 0.2; done
+  # (the history's own queue: the events' has a "queued" too)
+  for _ in $(seq 150); do infra "$t" | grep -q '"history":{[^}]*"queued":0,' && break; sleep 0.2; done
   i=$(infra "$t")
   printf '{"phase":"records","target":"%s","infra":%s}\n' "$t" "$i" >>"$RAW"
   node -e '
