@@ -433,7 +433,15 @@ class WorkerHandler {
         pass.emplace(g_.gate, need);
       }
     }
-    co_await dispatch(ex, ctx, creq, *rr);
+    try {
+      co_await dispatch(ex, ctx, creq, *rr);
+    } catch (...) {
+      // A request ended by an exception still settles what it was charged: its
+      // reservation (maybe a worker's token lease) would stay held otherwise. (A catch, not
+      // a destructor: a frame destroyed at shutdown may outlive the limiter.)
+      if (limiter_ && !adm.reserved.empty()) limiter_->settle(adm, charged_tokens(ctx.rec));
+      throw;
+    }
     pass.reset();
     if (limiter_ && !adm.reserved.empty()) limiter_->settle(adm, charged_tokens(ctx.rec));
   }
