@@ -395,10 +395,7 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
   if (checks.empty()) co_return Admission{};
 
   if (redis_ && redis_->up()) {
-    {
-      Admission a;
-      if (from_leases(checks, a)) co_return a;
-    }
+    // (Leases were tried by admit_now(), which the caller asks first.)
     // Asks for leases too when it may, unless this worker already asks for one of them.
     const bool claimed = leasable(checks) && leases_->claim(checks);
     // Unmarks the claimed counters however this ends (the coroutine may be destroyed).

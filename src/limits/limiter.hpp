@@ -117,15 +117,16 @@ class WorkerLimiter {
   WorkerLimiter(Limiter& owner, boost::asio::any_io_executor ex);
   ~WorkerLimiter();
 
-  // Decides a request. `tokens` = prompt tokens + output tokens to reserve. With `bound`,
-  // the prompt's tokens are an upper bound: a refusal by a token limit then sets
-  // `recount` instead of counting as a refusal.
+  // Decides a request without waiting, when that decides it: no limit applies, every
+  // limit is served from this worker's leases, or counting is local (memory backend,
+  // Redis down). `tokens` = prompt tokens + output tokens to reserve. With `bound`, the
+  // prompt's tokens are an upper bound: a refusal by a token limit then sets `recount`
+  // instead of counting as a refusal. False (`out` untouched) when Redis must be asked.
+  bool admit_now(const config::ApiKey& key, std::string_view model, std::int64_t tokens, bool bound, Admission& out);
+  // The same, asking Redis: for a request admit_now() did not decide (it does not try the
+  // leases again).
   boost::asio::awaitable<Admission> admit(const config::ApiKey& key, std::string_view model, std::int64_t tokens,
                                           bool bound = false);
-  // The same without waiting, when that decides it: no limit applies, every limit is
-  // served from this worker's leases, or counting is local (memory backend, Redis down).
-  // False (`out` untouched) when Redis must be asked: then co_await admit().
-  bool admit_now(const config::ApiKey& key, std::string_view model, std::int64_t tokens, bool bound, Admission& out);
   // Charges what the request really used and releases its reservation. Never waits: with
   // Redis, settlements are queued and sent together, one script call per batch (at most
   // one batch every kSettleEvery per worker, so a batch grows with the load).
