@@ -162,9 +162,14 @@ class ExchangeImpl final : public Exchange {
   }
 
   awaitable<void> wait_client_gone() override {
+    // The race this waits in may be decided between two reads (the other side finished
+    // without suspending): return then, instead of letting the next co_await throw.
+    co_await net::this_coro::throw_if_cancelled(false);
+    const auto cs = co_await net::this_coro::cancellation_state;
     // Reads into the session buffer so a pipelined request is not lost. No timeout:
     // this read only watches for the peer closing.
     for (;;) {
+      if (cs.cancelled() != net::cancellation_type::none) co_return;
       if (s_.buffer.size() > kMaxPipelined) {
         // The client keeps sending while we answer; stop reading and just wait.
         net::steady_timer t{s_.stream.get_executor(), net::steady_timer::time_point::max()};

@@ -37,7 +37,9 @@ std::int64_t ns_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration_cast<nanoseconds>(b - a).count();
 }
 
+// A deadline already past (zero delays) costs no timer and no trip through the scheduler.
 asio::awaitable<void> sleep_until(Clock::time_point tp) {
+  if (tp <= Clock::now()) co_return;
   asio::steady_timer t(co_await asio::this_coro::executor);
   t.expires_at(tp);
   co_await t.async_wait(asio::use_awaitable);
