@@ -140,11 +140,15 @@ class WorkerHandler {
         co_await count_tokens(ex, ctx);
       }
     } else if (path == "/history" || path == "/history/stats") {
+      // A query of the records is not itself a record (the access log keeps its line);
+      // a failed authentication is (request.auth_failed).
       if (method != "GET") {
+        ctx.rec.to_sinks = false;
         co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for " + std::string(path));
       } else if (auto denied = authenticate(ex, ctx)) {
         co_await auth_failure(ex, ctx, *denied);
       } else {
+        ctx.rec.to_sinks = false;
         co_await history_query(ex, ctx, path == "/history/stats");
       }
     } else if (path == "/v1/models") {

@@ -215,8 +215,23 @@ void AccessLog::run() {
         json.emplace_back(text.data() + begin, end - begin);
         begin = end + 1;
       }
+      // Records the sinks must not see (queries of the history) leave the batch; the
+      // others keep their order. Their log lines are written above.
+      std::size_t kept = 0;
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        if (!batch[i].to_sinks) continue;
+        if (kept != i) {
+          batch[kept] = std::move(batch[i]);
+          json[kept] = json[i];
+        }
+        ++kept;
+      }
       // The whole batch at once: each sink takes its lock (and wakes its thread) once.
-      for (auto* sink : sinks_) sink->consume_batch(batch, json);
+      if (kept > 0) {
+        const std::span<const RequestRecord> records(batch.data(), kept);
+        const std::span<const std::string_view> lines(json.data(), kept);
+        for (auto* sink : sinks_) sink->consume_batch(records, lines);
+      }
     }
     batch.clear();
     {

@@ -53,6 +53,9 @@ struct RequestRecord {
   std::int64_t num_ctx = -1;       // Ollama-style options
   std::int64_t num_gpu = -1;
   std::int64_t num_batch = -1;
+  // False for a query of the records themselves (/history): the access log keeps its line,
+  // the sinks (history, events) never see it. A failed authentication stays a record.
+  bool to_sinks = true;
 };
 
 // The fields above, by event type: what the event stream sends.

@@ -201,7 +201,22 @@ describe('acceptance: shared state, history, events and degradation drills', () 
     assert.ok(demo.ttft_ms.p50 > 0);
   });
 
-  check('08 Kafka holds all four event types, in the envelope, one per request', async () => {
+  check('08 Kafka holds all four event types, in the envelope, one per request; queries of the history are neither', async () => {
+    // One request through each instance after the /history queries of 06 and 07: once its
+    // row and its event are in, theirs would be too (each instance records in order).
+    const markers = [];
+    for (const gw of gws) {
+      const r = await chat(gw, BODY, { key: APP });
+      assert.equal(r.status, 200);
+      markers.push(r.headers.get('x-request-id'));
+      sent.push(r.headers.get('x-request-id'));
+    }
+    const marked = markers.map((id) => `'${id}'`).join(',');
+    await waitFor(async () => Number(await pg.query(`SELECT count(*) FROM requests WHERE request_id IN (${marked})`)) === 2, {
+      timeout: 10000,
+      what: 'the rows of the requests sent after the /history queries',
+    });
+    assert.equal(Number(await pg.query(`SELECT count(*) FROM requests WHERE path LIKE '/history%'`)), 0);
     let events;
     await waitFor(async () => {
       events = await kafka.messages();
@@ -218,6 +233,7 @@ describe('acceptance: shared state, history, events and degradation drills', () 
     assert.equal(e.data.status, 429);
     const ids = events.map((x) => x.data.request_id).filter((id) => sent.includes(id));
     assert.equal(ids.length, new Set(ids).size, 'an event was delivered twice');
+    assert.deepEqual(events.filter((x) => x.data.path.startsWith('/history')).map((x) => x.data.path), []);
   });
 
   check('09 /metrics passes promtool and counts requests by model, status and reason', async () => {

@@ -170,3 +170,32 @@ TEST(AccessLog, SinksGetEveryRecordWithItsJsonWhetherTheLogIsOnOrOff) {
   EXPECT_EQ(read_lines(path).size(), 50u);
   std::filesystem::remove(path);
 }
+
+TEST(AccessLog, RecordsKeptFromTheSinksAreLoggedButNeverHandedOn) {
+  const auto path = (std::filesystem::temp_directory_path() / "sluice-to-sinks-test.log").string();
+  std::filesystem::remove(path);
+  BatchSink sink;
+  {
+    AccessLog log(path, 1024, {&sink});
+    for (int i = 0; i < 30; ++i) {
+      RequestRecord r = sample(i);
+      r.to_sinks = i % 3 != 1;  // every third one is a query of the history
+      log.submit(std::move(r));
+    }
+    log.flush();
+    RequestRecord only = sample(30);  // a batch with nothing for the sinks
+    only.to_sinks = false;
+    log.submit(std::move(only));
+  }
+  std::vector<std::string> expected;
+  for (int i = 0; i < 30; ++i)
+    if (i % 3 != 1) expected.push_back("req-" + std::to_string(i));
+  EXPECT_EQ(sink.ids, expected);
+  ASSERT_EQ(sink.jsons.size(), expected.size());
+  for (std::size_t k = 0; k < expected.size(); ++k) {
+    const int i = std::stoi(expected[k].substr(4));
+    EXPECT_EQ(sink.jsons[k], to_json(sample(i)));  // each record with its own JSON
+  }
+  EXPECT_EQ(read_lines(path).size(), 31u);  // the log keeps every line
+  std::filesystem::remove(path);
+}
