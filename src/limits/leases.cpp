@@ -9,6 +9,7 @@ namespace sluice::limits {
 using std::chrono::milliseconds;
 
 LeaseTable::Taken LeaseTable::take(std::span<const Check> checks, Admission& a, Clock::time_point now) {
+  on_owner_thread();
   Taken t;
   if (checks.size() > kMaxChecks) return t;
   // What each check draws on, found once.
@@ -61,6 +62,7 @@ LeaseTable::Taken LeaseTable::take(std::span<const Check> checks, Admission& a, 
 }
 
 std::uint32_t LeaseTable::slot(std::string_view key) {
+  on_owner_thread();
   return slot_of_key(key);
 }
 
@@ -80,6 +82,7 @@ const LeaseTable::Slot* LeaseTable::find(std::string_view key) const {
 }
 
 bool LeaseTable::claim(std::span<const Check> checks) {
+  on_owner_thread();
   for (const auto& c : checks) {
     if (slot_at(c).fetching) return false;
   }
@@ -88,12 +91,14 @@ bool LeaseTable::claim(std::span<const Check> checks) {
 }
 
 void LeaseTable::release(std::span<const Check> checks, std::uint32_t mask) {
+  on_owner_thread();
   for (std::size_t i = 0; i < checks.size() && i < 32; ++i) {
     if (mask & (1u << i)) slot_at(checks[i]).fetching = false;
   }
 }
 
 void LeaseTable::add(const Check& c, const CheckResult& r, Clock::time_point received) {
+  on_owner_thread();
   Units fresh;
   fresh.period = r.period;
   fresh.units = r.leased;
@@ -117,6 +122,7 @@ void LeaseTable::add(const Check& c, const CheckResult& r, Clock::time_point rec
 
 void LeaseTable::add_quota(const Check& c, const CheckResult& r, std::string id, Reserved* first,
                            Clock::time_point received) {
+  on_owner_thread();
   const std::int64_t own = first ? c.cost : 0;
   QuotaLease q;
   if (first) {
@@ -159,6 +165,7 @@ void LeaseTable::give_back(Map<QuotaLease>::iterator it) {
 }
 
 void LeaseTable::settle(const Reserved& r, std::int64_t actual) {
+  on_owner_thread();
   QuotaLease& q = *r.lease;
   q.avail += r.amount - actual;
   q.unsent += actual;
@@ -167,6 +174,7 @@ void LeaseTable::settle(const Reserved& r, std::int64_t actual) {
 }
 
 void LeaseTable::drain(std::vector<Pending>& out, Clock::time_point now) {
+  on_owner_thread();
   // Ended leases nobody will settle again are given back here.
   for (auto it = quota_.begin(); it != quota_.end();) {
     auto next = std::next(it);

@@ -16,9 +16,11 @@
 //   Refills: a request that leaves a lease low (less than half of a lease left, or a
 //     token lease near its end) claims a refill, asked of Redis in the background, so
 //     that under steady traffic no request waits for Redis.
+#include <cassert>
 #include <chrono>
 #include <cstdint>
 #include <span>
+#include <thread>
 #include <string>
 #include <string_view>
 #include <memory>
@@ -132,6 +134,18 @@ class LeaseTable {
   Map<std::uint32_t> slot_of_;                // counter key -> slot
   Map<QuotaLease> quota_;                     // by lease id
   std::vector<Pending> released_;             // given back, not drained yet
+
+  // The table has no lock: in builds with assertions (the sanitizer build of the tests),
+  // every call that changes it must come from the thread of the first one.
+#ifndef NDEBUG
+  std::thread::id owner_;
+  void on_owner_thread() {
+    if (owner_ == std::thread::id()) owner_ = std::this_thread::get_id();
+    assert(owner_ == std::this_thread::get_id() && "a worker's lease table used from another thread");
+  }
+#else
+  void on_owner_thread() {}
+#endif
 };
 
 }  // namespace sluice::limits

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace sluice::limits {
@@ -263,6 +264,25 @@ TEST(LeaseTableTest, AChecksSlotAndItsKeyReachTheSameLeases) {
   Admission c;
   ASSERT_TRUE(t.take(std::vector<Check>{tok_slot}, c).ok);
   EXPECT_EQ(c.reserved[0].lease->id, "new");
+}
+
+TEST(LeaseTable, AChangeFromASecondThreadIsCaughtInBuildsWithAssertions) {
+#ifdef NDEBUG
+  GTEST_SKIP() << "assertions are off in this build (the sanitizer build runs this test)";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        LeaseTable t;
+        t.slot("k:a");
+        std::thread([&] { t.slot("k:b"); }).join();
+      },
+      "another thread");
+  LeaseTable t;  // one thread only: no complaint
+  t.slot("k:a");
+  t.slot("k:b");
+  EXPECT_EQ(t.units("k:a"), 0);
+#endif
 }
 
 }  // namespace
