@@ -24,6 +24,55 @@ TEST(JsonString, EscapesControlAndQuotes) {
   EXPECT_EQ(out, R"("a\"b\\c\n\u0001")");
 }
 
+// Byte by byte, as RFC 8259 says: what append_json_string (which copies plain runs in
+// bulk) must equal.
+std::string reference_json_string(std::string_view s) {
+  std::string o = "\"";
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    char buf[8];
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\r': o += "\\r"; break;
+      case '\t': o += "\\t"; break;
+      case '\b': o += "\\b"; break;
+      case '\f': o += "\\f"; break;
+      default:
+        if (c < 0x20) {
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          o += buf;
+        } else {
+          o += ch;
+        }
+    }
+  }
+  return o + "\"";
+}
+
+TEST(JsonString, EveryByteAtEveryPositionOfLongStrings) {
+  // Each byte that needs escaping (and some that do not: the 0x1f/0x20 and 0x7f/0x80
+  // edges, UTF-8) at each position of strings of several lengths, with a second one after
+  // it: the plain runs before, between and after must be copied whole.
+  const std::string plain = "The quick brown fox jumps over the lazy dog, caf\xc3\xa9 \xe2\x82\xac 0123456789";
+  for (const int special : {0x00, 0x01, 0x08, 0x0a, 0x1f, 0x20, int{'"'}, int{'\\'}, 0x7f, 0x80, 0xff}) {
+    for (std::size_t len : {15u, 16u, 17u, 31u, 32u, 33u, 47u, 64u}) {
+      for (std::size_t at = 0; at < len; ++at) {
+        std::string s = plain.substr(0, len);
+        s[at] = static_cast<char>(special);
+        if (at + 5 < len) s[at + 5] = '"';  // a second one in the same or the next block
+        std::string out = "x";
+        append_json_string(out, s);
+        ASSERT_EQ(out, "x" + reference_json_string(s)) << "byte " << special << " at " << at << " of " << len;
+      }
+    }
+  }
+  std::string none;
+  append_json_string(none, plain);
+  EXPECT_EQ(none, reference_json_string(plain));
+}
+
 TEST(ErrorBody, HasOpenAiShape) {
   EXPECT_EQ(error_body(Reason::model_not_found, "no such model", "model"),
             R"({"error":{"message":"no such model","type":"invalid_request_error","code":"model_not_found","param":"model"}})");
