@@ -19,7 +19,8 @@ class SqliteConnection final : public Connection {
  public:
   explicit SqliteConnection(sqlite3* db) : db_(db) {}
   ~SqliteConnection() override {
-    for (auto& ins : inserts_) sqlite3_finalize(ins.stmt);
+    for (auto& shape : shapes_)
+      for (auto& ins : shape.inserts) sqlite3_finalize(ins.stmt);
     for (auto* stmt : {begin_, commit_}) sqlite3_finalize(stmt);
     sqlite3_close_v2(db_);
   }
@@ -69,32 +70,28 @@ class SqliteConnection final : public Connection {
   // One transaction; rows go through prepared multi-row INSERTs of 32, 16, 8, 4, 2 and 1
   // rows (a statement's own work, its cursors, its statement journal and its end, is
   // then paid once per 32 rows, and at most five more times for the rest of a batch).
-  // Statements are prepared once per connection, BEGIN and COMMIT too.
+  // A column that is NULL in every row of the batch (most request options, usually) is
+  // left out of the INSERT: SQLite stores its NULL without a parameter to bind or copy.
+  // Statements are prepared once per connection and set of columns left out (a few sets
+  // are kept), BEGIN and COMMIT once.
   std::string insert(std::span<const Row> rows) override {
-    if (!prepared_) {
-      std::string e;
-      // As many rows as the build's parameter limit allows (32766 by default, 999 before 3.32).
-      const auto max_params = static_cast<std::size_t>(sqlite3_limit(db_, SQLITE_LIMIT_VARIABLE_NUMBER, -1));
-      for (std::size_t k = 0; k < kSizes && e.empty(); ++k) {
-        if ((std::size_t{1} << k) * columns().size() > max_params) continue;
-        e = prepare_insert(std::size_t{1} << k, inserts_[k].stmt);
-        inserts_[k].bound.assign((std::size_t{1} << k) * columns().size(), Bound{});
-      }
-      if (e.empty()) e = prepare("BEGIN IMMEDIATE", begin_);
+    if (!begin_ || !commit_) {
+      std::string e = prepare("BEGIN IMMEDIATE", begin_);
       if (e.empty()) e = prepare("COMMIT", commit_);
-      if (!e.empty()) return e;  // those prepared are finalized at the next try or with the connection
-      prepared_ = true;
+      if (!e.empty()) return e;  // finalized at the next try or with the connection
     }
+    Shape* shape = nullptr;
+    if (auto e = shape_for(null_columns(rows), shape); !e.empty()) return e;
     if (auto e = run(begin_); !e.empty()) return e;
     std::string e;
     std::size_t at = 0;
     for (std::size_t k = kSizes; k-- > 0 && e.empty();) {
-      if (!inserts_[k].stmt) continue;
+      if (!shape->inserts[k].stmt) continue;
       const std::size_t n = std::size_t{1} << k;
-      for (; e.empty() && rows.size() - at >= n; at += n) e = insert_rows(inserts_[k], rows.subspan(at, n));
+      for (; e.empty() && rows.size() - at >= n; at += n) e = insert_rows(*shape, shape->inserts[k], rows.subspan(at, n));
     }
     // No pointer into the rows stays bound (each step rebinds every text parameter before).
-    for (auto& ins : inserts_) {
+    for (auto& ins : shape->inserts) {
       if (!ins.stmt) continue;
       sqlite3_clear_bindings(ins.stmt);
       std::fill(ins.bound.begin(), ins.bound.end(), Bound{});
@@ -117,6 +114,75 @@ class SqliteConnection final : public Connection {
     std::vector<Bound> bound;  // per parameter
   };
   static constexpr std::size_t kSizes = 6;  // statements of 1, 2, 4, 8, 16, 32 rows (1056 parameters)
+  // The INSERTs of one set of columns left out (bit i: columns()[i]).
+  struct Shape {
+    std::uint64_t omitted = 0;
+    Insert inserts[kSizes];  // inserts[k]: 2^k rows
+    std::uint64_t used = 0;  // when last used (for replacing the least recent)
+  };
+  static constexpr std::size_t kMaxShapes = 4;
+
+  // The nullable columns that are NULL in every row.
+  static std::uint64_t null_columns(std::span<const Row> rows) {
+    if (columns().size() > 64) return 0;  // (33 today) a wider table is always written whole
+    std::uint64_t all = 0;
+    std::size_t i = 0;
+    for (const Column& c : columns()) {
+      if (c.nullable) all |= std::uint64_t{1} << i;
+      ++i;
+    }
+    std::uint64_t nulls = all;
+    for (const Row& r : rows) {
+      std::uint64_t bit = 1;
+      for_each_value(r, [&](const Column&, const auto& v) {
+        if constexpr (!std::is_same_v<std::decay_t<decltype(v)>, std::monostate>) nulls &= ~bit;
+        bit <<= 1;
+      });
+      if (nulls == 0) break;
+    }
+    return nulls;
+  }
+
+  // The statements for `omitted`, prepared on first use; a fifth set replaces the least
+  // recently used one.
+  std::string shape_for(std::uint64_t omitted, Shape*& out) {
+    ++uses_;
+    for (auto& sh : shapes_) {
+      if (sh.omitted == omitted) {
+        sh.used = uses_;
+        out = &sh;
+        return "";
+      }
+    }
+    Shape fresh;
+    fresh.omitted = omitted;
+    fresh.used = uses_;
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < columns().size(); ++i) kept += (omitted >> i & 1) ? 0 : 1;
+    // As many rows as the build's parameter limit allows (32766 by default, 999 before 3.32).
+    const auto max_params = static_cast<std::size_t>(sqlite3_limit(db_, SQLITE_LIMIT_VARIABLE_NUMBER, -1));
+    std::string e;
+    for (std::size_t k = 0; k < kSizes && e.empty(); ++k) {
+      if ((std::size_t{1} << k) * kept > max_params) continue;
+      e = prepare_insert(std::size_t{1} << k, omitted, fresh.inserts[k].stmt);
+      fresh.inserts[k].bound.assign((std::size_t{1} << k) * kept, Bound{});
+    }
+    if (!e.empty()) {
+      for (auto& ins : fresh.inserts) sqlite3_finalize(ins.stmt);
+      return e;
+    }
+    if (shapes_.size() < kMaxShapes) {
+      shapes_.push_back(std::move(fresh));
+      out = &shapes_.back();
+      return "";
+    }
+    auto oldest = std::min_element(shapes_.begin(), shapes_.end(),
+                                   [](const Shape& x, const Shape& y) { return x.used < y.used; });
+    for (auto& ins : oldest->inserts) sqlite3_finalize(ins.stmt);
+    *oldest = std::move(fresh);
+    out = &*oldest;
+    return "";
+  }
 
   std::string error() const { return sqlite3_errmsg(db_); }
 
@@ -127,18 +193,19 @@ class SqliteConnection final : public Connection {
     return "";
   }
 
-  std::string prepare_insert(std::size_t rows, sqlite3_stmt*& stmt) {
+  std::string prepare_insert(std::size_t rows, std::uint64_t omitted, sqlite3_stmt*& stmt) {
     std::string sql = "INSERT INTO requests (";
-    int n = 0;
-    for (const auto& c : columns()) {
-      if (n++) sql += ", ";
-      sql += c.name;
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < columns().size(); ++i) {
+      if (omitted >> i & 1) continue;
+      if (kept++) sql += ", ";
+      sql += columns()[i].name;
     }
     sql += ") VALUES ";
-    n = 0;
+    int n = 0;
     for (std::size_t r = 0; r < rows; ++r) {
       sql += r ? ", (" : "(";
-      for (std::size_t k = 0; k < columns().size(); ++k) sql += (k ? ", " : "") + placeholder(Dialect::sqlite, ++n);
+      for (std::size_t k = 0; k < kept; ++k) sql += (k ? ", " : "") + placeholder(Dialect::sqlite, ++n);
       sql += ')';
     }
     return prepare(sql, stmt);
@@ -153,13 +220,17 @@ class SqliteConnection final : public Connection {
 
   // Binds rows.size() rows in place (SQLITE_STATIC: the rows outlive the step, and
   // nothing is copied), steps once.
-  std::string insert_rows(Insert& ins, std::span<const Row> rows) {
+  std::string insert_rows(const Shape& shape, Insert& ins, std::span<const Row> rows) {
     sqlite3_stmt* stmt = ins.stmt;
     Bound* bound = ins.bound.data();
     int i = 0, rc = SQLITE_OK;
     for (const Row& r : rows) {
+      std::uint64_t bit = 1;
       for_each_value(r, [&](const Column&, const auto& v) {
         using T = std::decay_t<decltype(v)>;
+        const bool omitted = (shape.omitted & bit) != 0;
+        bit <<= 1;
+        if (omitted) return;  // NULL in every row of the batch: not in the statement
         Bound& b = bound[i++];
         if (rc != SQLITE_OK) return;
         if constexpr (std::is_same_v<T, std::monostate>) {
@@ -206,10 +277,10 @@ class SqliteConnection final : public Connection {
   }
 
   sqlite3* db_;
-  // Prepared once per connection, reused for every batch.
-  Insert inserts_[kSizes];  // inserts_[k]: 2^k rows
+  // Prepared once per connection (and set of columns left out), reused for every batch.
+  std::vector<Shape> shapes_;
+  std::uint64_t uses_ = 0;
   sqlite3_stmt *begin_ = nullptr, *commit_ = nullptr;
-  bool prepared_ = false;
 };
 
 }  // namespace

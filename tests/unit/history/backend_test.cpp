@@ -292,6 +292,28 @@ TEST_P(HistoryTest, BatchesWhenBatchRowsAreQueued) {
   EXPECT_EQ(raw_count("SELECT count(*) FROM requests"), 25);
 }
 
+// A row of /history (JSON) holds what `r` recorded; NULL where the record has nothing.
+void expect_row_is(const json::object& o, const telemetry::RequestRecord& r) {
+  auto nullable_int = [](std::int64_t v) { return v < 0 ? json::value(nullptr) : json::value(v); };
+  auto nullable_double = [](double v) { return v < 0 ? json::value(nullptr) : json::value(v); };
+  auto nullable_text = [](std::string_view v) { return v.empty() ? json::value(nullptr) : json::value(v); };
+  EXPECT_EQ(o.at("request_id"), json::value(r.request_id));
+  EXPECT_EQ(o.at("model"), json::value(r.model));
+  EXPECT_EQ(o.at("key_name"), json::value(r.key_name));
+  EXPECT_EQ(o.at("status").to_number<std::int64_t>(), r.status);
+  EXPECT_EQ(o.at("wall_ms").to_number<double>(), r.wall_ms);
+  EXPECT_EQ(o.at("error"), nullable_text(r.error));
+  EXPECT_EQ(o.at("stream"), json::value(r.stream));
+  EXPECT_EQ(o.at("upstream_status"), nullable_int(r.upstream_status));
+  EXPECT_EQ(o.at("ttft_ms"), nullable_double(r.ttft_ms));
+  EXPECT_EQ(o.at("prompt_tokens"), nullable_int(r.prompt_tokens));
+  EXPECT_EQ(o.at("completion_tokens"), nullable_int(r.completion_tokens));
+  EXPECT_EQ(o.at("temperature"), nullable_double(r.temperature));
+  EXPECT_EQ(o.at("max_tokens"), nullable_int(r.max_tokens));
+  EXPECT_EQ(o.at("num_ctx"), nullable_int(r.num_ctx));
+  EXPECT_EQ(o.at("limiter"), nullable_text(r.limiter));
+}
+
 // Batches of 77 rows go through statements of several sizes (SQLite: 32, 32, 8, 4, 1),
 // whose parameters keep what the previous step bound: every value, NULL or not, must
 // still land in its own row, batch after batch. Handed over with consume_batch, as the
@@ -331,29 +353,54 @@ TEST_P(HistoryTest, EveryValueOfEveryBatchLandsInItsRow) {
   ASSERT_TRUE(body.is_object());
   const auto& data = body.at("data").as_array();
   ASSERT_EQ(data.size(), 2u * kRows);
-  auto nullable_int = [](std::int64_t v) { return v < 0 ? json::value(nullptr) : json::value(v); };
-  auto nullable_double = [](double v) { return v < 0 ? json::value(nullptr) : json::value(v); };
-  auto nullable_text = [](std::string_view v) { return v.empty() ? json::value(nullptr) : json::value(v); };
   for (const auto& row : data) {
     const auto& o = row.as_object();
     const int i = static_cast<int>(o.at("unix_ms").to_number<std::int64_t>() - 1000);
-    const auto r = make_record(i);
     SCOPED_TRACE("row " + std::to_string(i));
-    EXPECT_EQ(o.at("request_id"), json::value(r.request_id));
-    EXPECT_EQ(o.at("model"), json::value(r.model));
-    EXPECT_EQ(o.at("key_name"), json::value(r.key_name));
-    EXPECT_EQ(o.at("status").to_number<std::int64_t>(), r.status);
-    EXPECT_EQ(o.at("wall_ms").to_number<double>(), r.wall_ms);
-    EXPECT_EQ(o.at("error"), nullable_text(r.error));
-    EXPECT_EQ(o.at("stream"), json::value(r.stream));
-    EXPECT_EQ(o.at("upstream_status"), nullable_int(r.upstream_status));
-    EXPECT_EQ(o.at("ttft_ms"), nullable_double(r.ttft_ms));
-    EXPECT_EQ(o.at("prompt_tokens"), nullable_int(r.prompt_tokens));
-    EXPECT_EQ(o.at("completion_tokens"), nullable_int(r.completion_tokens));
-    EXPECT_EQ(o.at("temperature"), nullable_double(r.temperature));
-    EXPECT_EQ(o.at("max_tokens"), nullable_int(r.max_tokens));
-    EXPECT_EQ(o.at("num_ctx"), nullable_int(r.num_ctx));
-    EXPECT_EQ(o.at("limiter"), nullable_text(r.limiter));
+    expect_row_is(o, make_record(i));
+  }
+}
+
+// SQLite leaves out of a batch's INSERT the columns that are NULL in all its rows, with
+// statements kept per set of such columns (a few, the least recently used replaced): six
+// batches with six different sets, then the first set again, must each land whole.
+TEST_P(HistoryTest, BatchesWithDifferentAllNullColumnsEachLandWhole) {
+  settings_.batch_rows = 20;
+  settings_.flush_interval = std::chrono::hours(1);
+  auto h = make();
+  ASSERT_TRUE(h);
+  constexpr int kRows = 20, kBatches = 7;
+  auto make_record = [](int i) {
+    const int pattern = (i / kRows) % 6;  // batch 6 repeats batch 0's
+    auto r = record(1000 + i, "m-a", "team-a", 200, 1);
+    if (pattern == 1 || (pattern == 2 && i % 2)) r.error = "e" + std::to_string(i);
+    if (pattern == 2 || pattern == 3) r.temperature = 0.1 + 0.25 * (i % 4);
+    if (pattern == 3 && i % 3 == 0) r.num_ctx = 4096;
+    if (pattern == 4) r.limiter = "redis";
+    r.upstream_status = pattern == 0 ? -1 : pattern >= 4 && i % 2 ? -1 : 200;
+    if (pattern != 5) r.ttft_ms = 0.5;
+    if (pattern == 5) r.max_tokens = i;
+    return r;
+  };
+  std::vector<telemetry::RequestRecord> batch;
+  for (int b = 0; b < kBatches; ++b) {
+    batch.clear();
+    for (int i = 0; i < kRows; ++i) batch.push_back(make_record(b * kRows + i));
+    const std::vector<std::string_view> json(batch.size());
+    h->consume_batch(batch, json);
+    ASSERT_TRUE(wait_until([&] { return h->status().written == static_cast<std::uint64_t>((b + 1) * kRows); }))
+        << h->status().last_error;
+  }
+  EXPECT_EQ(h->status().write_errors, 0u) << h->status().last_error;
+  const auto body = list_json(*h, "limit=1000");
+  ASSERT_TRUE(body.is_object());
+  const auto& data = body.at("data").as_array();
+  ASSERT_EQ(data.size(), static_cast<std::size_t>(kBatches * kRows));
+  for (const auto& row : data) {
+    const auto& o = row.as_object();
+    const int i = static_cast<int>(o.at("unix_ms").to_number<std::int64_t>() - 1000);
+    SCOPED_TRACE("row " + std::to_string(i));
+    expect_row_is(o, make_record(i));
   }
 }
 
