@@ -314,6 +314,33 @@ void expect_row_is(const json::object& o, const telemetry::RequestRecord& r) {
   EXPECT_EQ(o.at("limiter"), nullable_text(r.limiter));
 }
 
+// Hands the history `batches` batches of `rows` records (make(i), i = 0, 1...; record i
+// has unix_ms 1000 + i), one consume_batch each as the access log does, waiting for each
+// to be written at its first try; then every row of /history must hold what its record did.
+template <class Make>
+void write_batches_and_check(History& h, int batches, int rows, const Make& make) {
+  std::vector<telemetry::RequestRecord> batch;
+  for (int b = 0; b < batches; ++b) {
+    batch.clear();
+    for (int i = 0; i < rows; ++i) batch.push_back(make(b * rows + i));
+    const std::vector<std::string_view> json(batch.size());
+    h.consume_batch(batch, json);
+    ASSERT_TRUE(wait_until([&] { return h.status().written == static_cast<std::uint64_t>((b + 1) * rows); }))
+        << h.status().last_error;
+  }
+  EXPECT_EQ(h.status().write_errors, 0u) << h.status().last_error;
+  const auto body = list_json(h, "limit=1000");
+  ASSERT_TRUE(body.is_object());
+  const auto& data = body.at("data").as_array();
+  ASSERT_EQ(data.size(), static_cast<std::size_t>(batches * rows));
+  for (const auto& row : data) {
+    const auto& o = row.as_object();
+    const int i = static_cast<int>(o.at("unix_ms").to_number<std::int64_t>() - 1000);
+    SCOPED_TRACE("row " + std::to_string(i));
+    expect_row_is(o, make(i));
+  }
+}
+
 // Batches of 77 rows go through statements of several sizes (SQLite: 32, 32, 8, 4, 1),
 // whose parameters keep what the previous step bound: every value, NULL or not, must
 // still land in its own row, batch after batch. Handed over with consume_batch, as the
@@ -338,27 +365,8 @@ TEST_P(HistoryTest, EveryValueOfEveryBatchLandsInItsRow) {
     r.limiter = i % 5 == 1 ? "redis" : "";
     return r;
   };
-  std::vector<telemetry::RequestRecord> batch;
-  for (int round = 0; round < 2; ++round) {
-    batch.clear();
-    for (int i = 0; i < kRows; ++i) batch.push_back(make_record(round * kRows + i));
-    const std::vector<std::string_view> json(batch.size());
-    h->consume_batch(batch, json);
-    ASSERT_TRUE(wait_until([&] { return h->status().written == static_cast<std::uint64_t>((round + 1) * kRows); }))
-        << h->status().last_error;
-  }
+  write_batches_and_check(*h, 2, kRows, make_record);
   EXPECT_EQ(h->status().batches, 2u);
-  EXPECT_EQ(h->status().write_errors, 0u) << h->status().last_error;  // each batch written at its first try
-  const auto body = list_json(*h, "limit=1000");
-  ASSERT_TRUE(body.is_object());
-  const auto& data = body.at("data").as_array();
-  ASSERT_EQ(data.size(), 2u * kRows);
-  for (const auto& row : data) {
-    const auto& o = row.as_object();
-    const int i = static_cast<int>(o.at("unix_ms").to_number<std::int64_t>() - 1000);
-    SCOPED_TRACE("row " + std::to_string(i));
-    expect_row_is(o, make_record(i));
-  }
 }
 
 // SQLite leaves out of a batch's INSERT the columns that are NULL in all its rows, with
@@ -382,26 +390,7 @@ TEST_P(HistoryTest, BatchesWithDifferentAllNullColumnsEachLandWhole) {
     if (pattern == 5) r.max_tokens = i;
     return r;
   };
-  std::vector<telemetry::RequestRecord> batch;
-  for (int b = 0; b < kBatches; ++b) {
-    batch.clear();
-    for (int i = 0; i < kRows; ++i) batch.push_back(make_record(b * kRows + i));
-    const std::vector<std::string_view> json(batch.size());
-    h->consume_batch(batch, json);
-    ASSERT_TRUE(wait_until([&] { return h->status().written == static_cast<std::uint64_t>((b + 1) * kRows); }))
-        << h->status().last_error;
-  }
-  EXPECT_EQ(h->status().write_errors, 0u) << h->status().last_error;
-  const auto body = list_json(*h, "limit=1000");
-  ASSERT_TRUE(body.is_object());
-  const auto& data = body.at("data").as_array();
-  ASSERT_EQ(data.size(), static_cast<std::size_t>(kBatches * kRows));
-  for (const auto& row : data) {
-    const auto& o = row.as_object();
-    const int i = static_cast<int>(o.at("unix_ms").to_number<std::int64_t>() - 1000);
-    SCOPED_TRACE("row " + std::to_string(i));
-    expect_row_is(o, make_record(i));
-  }
+  write_batches_and_check(*h, kBatches, kRows, make_record);
 }
 
 TEST_P(HistoryTest, BatchesWhenTheFlushIntervalPasses) {
