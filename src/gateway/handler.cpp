@@ -443,11 +443,16 @@ class WorkerHandler {
       // A request ended by an exception still settles what it was charged: its
       // reservation (maybe a worker's token lease) would stay held otherwise. (A catch, not
       // a destructor: a frame destroyed at shutdown may outlive the limiter.)
-      if (limiter_ && !adm.reserved.empty()) limiter_->settle(adm, charged_tokens(ctx.rec));
+      settle(adm, ctx.rec);
       throw;
     }
     pass.reset();
-    if (limiter_ && !adm.reserved.empty()) limiter_->settle(adm, charged_tokens(ctx.rec));
+    settle(adm, ctx.rec);
+  }
+
+  // Charges a request's token reservations (if it has any) with what it used.
+  void settle(limits::Admission& adm, const telemetry::RequestRecord& rec) {
+    if (limiter_ && !adm.reserved.empty()) limiter_->settle(adm, charged_tokens(rec));
   }
 
   // What a request is charged: the prompt and the completion tokens the client received
