@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "common/ids.hpp"
+#include "common/thread_name.hpp"
 #include "common/text.hpp"
 #include "events/testing.hpp"
 
@@ -317,7 +318,10 @@ std::unique_ptr<EventSink> EventSink::create(const config::EventSettings& settin
   impl->client_id = "sluice" + (instance.empty() ? std::string() : "-" + instance);
   impl->rk = impl->make_producer(error);
   if (!impl->rk) return nullptr;
-  impl->poller = std::thread([p = impl.get()] { p->run(); });
+  impl->poller = std::thread([p = impl.get()] {
+    name_this_thread("sluice-events");
+    p->run();
+  });
   return std::unique_ptr<EventSink>(new EventSink(std::move(impl)));
 }
 

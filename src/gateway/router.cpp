@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "common/text.hpp"
+#include "common/thread_name.hpp"
 #include "llm/anthropic.hpp"
 #include "llm/chat.hpp"
 #include "sim/sim.hpp"
@@ -475,7 +476,10 @@ void Router::start() {
         }
       },
       net::detached);
-  impl_->thread = std::thread([this] { impl_->io.run(); });
+  impl_->thread = std::thread([this] {
+    name_this_thread("sluice-monitor");
+    impl_->io.run();
+  });
 }
 
 // Lets the thread's work end by itself (a probe or webhook call in flight ends within its

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/reason.hpp"
+#include "common/thread_name.hpp"
 #include "common/text.hpp"
 #include "history/db.hpp"
 
@@ -403,7 +404,10 @@ std::unique_ptr<History> History::create(const config::HistorySettings& settings
   }
   impl->counters.backend = std::string(config::to_string(settings.backend));
   std::unique_ptr<History> h(new History(std::move(impl)));
-  h->impl_->writer = std::thread([i = h->impl_.get()] { i->run(); });
+  h->impl_->writer = std::thread([i = h->impl_.get()] {
+    name_this_thread("sluice-history");
+    i->run();
+  });
   return h;
 }
 

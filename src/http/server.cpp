@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "common/text.hpp"
+#include "common/thread_name.hpp"
 #include "http/beast.hpp"
 #include "http/write_now.hpp"
 
@@ -518,6 +519,7 @@ std::unique_ptr<Server> Server::start(ServerOptions options, HandlerFactory fact
     Worker* w = wp.get();
     net::co_spawn(w->ioc, accept_loop(*w), net::detached);
     w->thread = std::thread([w] {
+      name_this_thread(("sluice-w" + std::to_string(w->index)).c_str());
       try {
         w->ioc.run();
       } catch (const std::exception& e) {

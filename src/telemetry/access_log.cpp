@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/text.hpp"
+#include "common/thread_name.hpp"
 
 namespace sluice::telemetry {
 namespace {
@@ -178,6 +179,7 @@ void AccessLog::flush() {
 }
 
 void AccessLog::run() {
+  name_this_thread("sluice-log");
   std::vector<RequestRecord> batch;
   std::string text;
   std::vector<std::size_t> ends;  // where each record's JSON ends in `text`
