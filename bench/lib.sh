@@ -5,7 +5,7 @@
 #     BENCH, KEY, CLK_TCK, CHAT_PATH, RESULTS_DIR; installs the ERR trap;
 #   - defines log/die, pid tracking and stopping (PIDS, stop_pid, stop_all), the cleanup
 #     trap, free_port, wait_line, port_open, start_sim, start_nginx, sluice_config,
-#     start_sluice, check_targets, cpu_ticks, busy_ticks, children_cpu_ms, run_wrk, kv,
+#     start_sluice, check_targets, cpu_ticks, thread_ticks, thread_ticks_json, busy_ticks, children_cpu_ms, run_wrk, kv,
 #     wrk_errors, measure_nonstream, access_log_json, json_object, bench_meta, write_report.
 # bench_setup then checks the tools, creates the temp dir TMP and the raw results file RAW,
 # installs the traps, copies the binary (BIN) and raises `ulimit -n` (NOFILE, NGINX_NOFILE).
@@ -266,6 +266,23 @@ cpu_ticks() {
   awk '{ sub(/^.*\) /, ""); s += $12 + $13 } END { print s + 0 }' "${files[@]}"
 }
 
+# "ROLE TICKS" lines: the CPU ticks of the pids' threads summed by role, the thread's name
+# without its number (sluice-w0 and sluice-w1 are sluice-w, rdk:broker1 is rdk:broker).
+thread_ticks() {
+  local p
+  for p in "$@"; do cat "/proc/$p/task/"*/stat 2>/dev/null || true; done |
+    awk '{ n = $0; sub(/^[^(]*\(/, "", n); sub(/\).*$/, "", n); sub(/-?[0-9]+$/, "", n)
+           r = $0; sub(/^.*\) /, "", r); split(r, f, " "); t[n] += f[12] + f[13] }
+         END { for (k in t) print k, t[k] }'
+}
+
+# The JSON object {"ROLE":ticks,...} of what each role used between two thread_ticks
+# outputs (roles whose threads all ended in between are left out).
+thread_ticks_json() {
+  awk 'NR == FNR { a[$1] = $2; next } { d[$1] = $2 - a[$1] }
+       END { printf "{"; s = ""; for (k in d) { printf "%s\"%s\":%d", s, k, d[k]; s = "," } printf "}" }' "$1" "$2"
+}
+
 # Busy CPU ticks of the whole machine (all CPUs) from /proc/stat.
 busy_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }
 
@@ -294,7 +311,8 @@ wrk_errors() {  # wrk_errors LINE: connect + read + write + status + timeout err
 # WRK_DURATION s run with WRK_CONNS connections, then LIGHT_DURATION s with one; appends
 # one "nonstream" JSON line to $RAW with wrk's figures and the CPU ticks, during the
 # measured run, of the proxy (proxy_pids TARGET), the simulator, wrk and the machine, and,
-# when EXTRA_NAME is given, of EXTRA_PIDS as "EXTRA_NAME_ticks".
+# when EXTRA_NAME is given, of EXTRA_PIDS as "EXTRA_NAME_ticks"; "threads" splits the
+# proxy's ticks by thread role (thread_ticks).
 measure_nonstream() {
   local r=$1 t=$2 xname=${3:-} xpids=${4:-} pp xp p0 p1 s0 s1 b0 b1 x0=0 x1=0 line lline req dur errs wrk_ms extra=""
   local light_p50=null light_p99=null light_req=null
@@ -302,6 +320,7 @@ measure_nonstream() {
   read -r -a pp <<<"$(proxy_pids "$t")"
   read -r -a xp <<<"$xpids"
   p0=$(cpu_ticks "${pp[@]}")
+  thread_ticks "${pp[@]}" >"$TMP/threads0"
   s0=$(cpu_ticks "$SIM_PID")
   [[ -z "$xname" ]] || x0=$(cpu_ticks "${xp[@]}")
   b0=$(busy_ticks)
@@ -310,6 +329,7 @@ measure_nonstream() {
   times >"$TMP/times1"
   b1=$(busy_ticks)
   p1=$(cpu_ticks "${pp[@]}")
+  thread_ticks "${pp[@]}" >"$TMP/threads1"
   s1=$(cpu_ticks "$SIM_PID")
   [[ -z "$xname" ]] || x1=$(cpu_ticks "${xp[@]}")
   wrk_ms=$(($(children_cpu_ms "$TMP/times1") - $(children_cpu_ms "$TMP/times0")))
@@ -322,10 +342,10 @@ measure_nonstream() {
     errs=$((errs + $(wrk_errors "$lline")))
   fi
   [[ -z "$xname" ]] || extra=$(printf ',"%s_ticks":%d' "$xname" $((x1 - x0)))
-  printf '{"phase":"nonstream","round":%d,"target":"%s","requests":%d,"duration_us":%d,"p50_us":%d,"p90_us":%d,"p99_us":%d,"max_us":%d,"errors":%d,"proxy_ticks":%d,"sim_ticks":%d,"light_requests":%s,"light_p50_us":%s,"light_p99_us":%s,"wrk_cpu_ms":%d,"busy_ticks":%d%s}\n' \
+  printf '{"phase":"nonstream","round":%d,"target":"%s","requests":%d,"duration_us":%d,"p50_us":%d,"p90_us":%d,"p99_us":%d,"max_us":%d,"errors":%d,"proxy_ticks":%d,"sim_ticks":%d,"light_requests":%s,"light_p50_us":%s,"light_p99_us":%s,"wrk_cpu_ms":%d,"busy_ticks":%d,"threads":%s%s}\n' \
     "$r" "$t" "$req" "$dur" "$(kv "$line" p50_us)" "$(kv "$line" p90_us)" "$(kv "$line" p99_us)" \
     "$(kv "$line" max_us)" "$errs" $((p1 - p0)) $((s1 - s0)) "$light_req" "$light_p50" "$light_p99" \
-    "$wrk_ms" $((b1 - b0)) "$extra" >>"$RAW"
+    "$wrk_ms" $((b1 - b0)) "$(thread_ticks_json "$TMP/threads0" "$TMP/threads1")" "$extra" >>"$RAW"
   log "round $r $t: $req requests in $((dur / 1000)) ms, p50 $(kv "$line" p50_us) us, p99 $(kv "$line" p99_us) us, errors $errs; cpu ticks: proxy $((p1 - p0)), sim $((s1 - s0)), ${xname:+$xname $((x1 - x0)), }wrk $((wrk_ms * CLK_TCK / 1000)), machine $((b1 - b0))"
 }
 

@@ -57,6 +57,14 @@ out.push(table(['', ...TARGETS.map((t) => NAMES[t])], [
 const cost = (x) => (x === null ? '—' : fmt((1 - x) * 100, 1, ' %'));
 const sq = ratio('sqlite', 'off');
 const pg = ratio('postgres', 'off');
+// Where each sluice variant's CPU goes, by thread role (the threads' names: docs/phases.md).
+const SLUICE = TARGETS.filter((t) => t !== 'nginx');
+const roles = [...new Set(ns.filter((r) => SLUICE.includes(r.target) && r.threads).flatMap((r) => Object.keys(r.threads)))].sort();
+if (roles.length) {
+  out.push('### CPU per request by thread (µs, median of the rounds)', '');
+  const perRole = (t, role) => median(ns.filter((r) => r.target === t && r.threads).map((r) => ((r.threads[role] ?? 0) * 1e6) / CLK / r.requests));
+  out.push(table(['thread', ...SLUICE.map((t) => NAMES[t])], roles.map((role) => [role, ...SLUICE.map((t) => fmt(perRole(t, role), 2))])), '');
+}
 out.push('## Ratios (median of the per-round ratios)', '');
 out.push(table(['', 'requests/s ratio', 'throughput cost', 'p99 ratio'], [
   ['**SQLite history + events / recording off**', `**${fmt(sq, 3)}**`, `**${cost(sq)}**`, fmt(ratio('sqlite', 'off', ms('p99_us')), 2)],

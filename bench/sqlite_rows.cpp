@@ -1,13 +1,15 @@
 // What SQLite itself spends per history row, outside the gateway: rows of the history's
-// shape (migration 1's 33 columns) inserted the way the writer does (transactions of
-// ROWS_PER_TX rows, multi-row prepared INSERTs, values bound in place, WAL,
-// synchronous=NORMAL), with variants of the table. Run under callgrind by
-// bench/sqlite_rows.sh, which divides the instructions by the rows this prints.
+// shape (migration 1's 33 columns) inserted the way the writer does (a connection
+// without SQLite's mutexes, one transaction per batch, multi-row prepared INSERTs,
+// values bound in place, WAL, synchronous=NORMAL), with variants of the table. Run under
+// callgrind and strace by bench/sqlite_rows.sh, which divides by the rows this prints.
 //
-//   sqlite_rows DB_PATH INDEXES ROWS_PER_STATEMENT COLUMNS OMIT_NULL
+//   sqlite_rows DB_PATH INDEXES ROWS_PER_STATEMENT COLUMNS OMIT_NULL ROWS_PER_TX
 //     INDEXES: 0 none, 1 unix_ms, 2 (key_name, unix_ms), 3 both (the schema's)
 //     COLUMNS: the first COLUMNS columns of the table (33: all)
 //     OMIT_NULL: 1 leaves out of the INSERT the columns the benchmark's rows never set
+//     ROWS_PER_TX: rows per transaction (the writer's batch), a divisor of 38,400 and a
+//                  multiple of ROWS_PER_STATEMENT
 #include <sqlite3.h>
 
 #include <cstdint>
@@ -18,8 +20,7 @@
 
 namespace {
 
-constexpr int kRowsPerTx = 192;  // a multiple of every statement size used
-constexpr int kTransactions = 100;
+constexpr int kRows = 38'400;
 
 struct Col {
   const char* name;
@@ -85,8 +86,8 @@ int bind(sqlite3_stmt* st, int p, int c, int r, const std::string& id) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 6) {
-    std::fprintf(stderr, "usage: sqlite_rows DB_PATH INDEXES ROWS_PER_STATEMENT COLUMNS OMIT_NULL\n");
+  if (argc != 7) {
+    std::fprintf(stderr, "usage: sqlite_rows DB_PATH INDEXES ROWS_PER_STATEMENT COLUMNS OMIT_NULL ROWS_PER_TX\n");
     return 2;
   }
   const std::string path = argv[1];
@@ -94,13 +95,19 @@ int main(int argc, char** argv) {
   const int per = std::atoi(argv[3]);
   const int ncols = std::atoi(argv[4]);
   const bool omit = std::atoi(argv[5]) != 0;
-  if (per < 1 || kRowsPerTx % per != 0 || ncols < 5 || ncols > kAllCols) {
-    std::fprintf(stderr, "sqlite_rows: ROWS_PER_STATEMENT must divide %d; COLUMNS 5..%d\n", kRowsPerTx, kAllCols);
+  const int per_tx = std::atoi(argv[6]);
+  if (per < 1 || per_tx < 1 || kRows % per_tx != 0 || per_tx % per != 0 || ncols < 5 || ncols > kAllCols) {
+    std::fprintf(stderr, "sqlite_rows: ROWS_PER_TX must divide %d, ROWS_PER_STATEMENT divide it; COLUMNS 5..%d\n",
+                 kRows, kAllCols);
     return 2;
   }
   for (const char* suffix : {"", "-wal", "-shm"}) std::remove((path + suffix).c_str());
   sqlite3* db = nullptr;
-  if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) return fail(db, "open");
+  // As the writer opens it (src/history/sqlite_db.cpp): one thread uses the connection,
+  // so no mutex per call.
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr) !=
+      SQLITE_OK)
+    return fail(db, "open");
   if (sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL", nullptr, nullptr, nullptr) != SQLITE_OK)
     return fail(db, "pragma");
   std::string sql = "CREATE TABLE requests (id INTEGER PRIMARY KEY";
@@ -128,7 +135,7 @@ int main(int argc, char** argv) {
   if (sqlite3_prepare_v3(db, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &insert, nullptr) != SQLITE_OK)
     return fail(db, "prepare");
 
-  const int rows = kRowsPerTx * kTransactions;
+  const int rows = kRows;
   std::vector<std::string> ids(static_cast<std::size_t>(rows));
   for (int i = 0; i < rows; ++i) {
     char buf[40];
@@ -136,9 +143,9 @@ int main(int argc, char** argv) {
                   static_cast<unsigned long long>(i) * 0xbf58476d1ce4e5b9ULL);
     ids[static_cast<std::size_t>(i)] = buf;
   }
-  for (int t = 0; t < kTransactions; ++t) {
+  for (int tx = 0; tx < rows; tx += per_tx) {
     if (sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK) return fail(db, "begin");
-    for (int first = t * kRowsPerTx; first < (t + 1) * kRowsPerTx; first += per) {
+    for (int first = tx; first < tx + per_tx; first += per) {
       int p = 1;
       for (int r = first; r < first + per; ++r)
         for (const int c : used)

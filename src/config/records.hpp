@@ -19,7 +19,7 @@ struct HistorySettings {
   HistoryBackend backend = HistoryBackend::sqlite;
   std::string sqlite_path;         // "" = <data_dir>/history.db
   std::string url;                 // libpq connection URI; never logged unmasked
-  std::size_t batch_rows = 200;    // flush when this many rows are queued...
+  std::size_t batch_rows = 1000;   // flush when this many rows are queued...
   std::chrono::milliseconds flush_interval{1000};  // ...or this long after the first
   std::size_t queue_size = 50000;  // rows waiting to be written; beyond it rows are dropped
   std::chrono::milliseconds retry_interval{1000};  // after a failed write: reconnect, retry

@@ -26,7 +26,7 @@ TEST_F(RecordsConfigTest, Defaults) {
   EXPECT_EQ(c.data_dir, "data");
   EXPECT_EQ(c.history.backend, HistoryBackend::sqlite);
   EXPECT_EQ(c.history.sqlite_path, "data/history.db");
-  EXPECT_EQ(c.history.batch_rows, 200u);
+  EXPECT_EQ(c.history.batch_rows, 1000u);
   EXPECT_EQ(c.history.flush_interval, Millis(1000));
   EXPECT_EQ(c.history.queue_size, 50000u);
   EXPECT_FALSE(c.events.enabled);
