@@ -2,6 +2,7 @@
 // validation, size limits and trace propagation.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import {
   BAD_KEY,
   KEY,
@@ -75,6 +76,14 @@ describe('probes', () => {
     assert.deepEqual(r.json, { status: 'ready', checks: { draining: false, rate_limiter: 'none' } });
     assert.equal(r.headers.get('x-sluice-instance'), 'it-basics');
   });
+});
+
+// Operators see each thread's role in top -H, ps -L and perf (docs/phases.md).
+test('the gateway names its threads by role', () => {
+  const names = fs.readdirSync(`/proc/${gw.pid}/task`).map((t) => fs.readFileSync(`/proc/${gw.pid}/task/${t}/comm`, 'utf8').trim());
+  for (const name of ['sluice-w0', 'sluice-w1', 'sluice-log', 'sluice-history', 'sluice-monitor']) {
+    assert.ok(names.includes(name), `${name} among ${names.join(', ')}`);
+  }
 });
 
 describe('models', () => {
