@@ -40,3 +40,4 @@ run "  columns never set left out of the INSERT (the writer)" 3 32 33 1 192
 run "  a table of the first 12 columns" 3 32 12 0 192
 run "  one row per INSERT" 3 1 33 0 192
 run "the writer, transactions of 960 rows" 3 32 33 1 960
+run "the writer, transactions of 960 rows, no unix_ms index" 2 32 33 1 960

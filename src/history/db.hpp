@@ -82,6 +82,12 @@ class Connection {
   virtual std::string exec(const std::string& sql) = 0;
   // All rows in one transaction: all are written or none.
   virtual std::string insert(std::span<const Row> rows) = 0;
+  // Whether the last statement that failed was refused for what it held (PostgreSQL: a
+  // data exception or an integrity violation, SQLSTATE classes 22 and 23; SQLite: a
+  // constraint, a type mismatch, a value too big), so that the same rows would be refused
+  // again. Any other failure (the database down, full, slow, locked, read-only, a broken
+  // connection) says nothing against the rows.
+  virtual bool refused_for_content() const noexcept = 0;
 };
 
 // The n-th (1-based) parameter placeholder of the dialect: "?1" or "$1".

@@ -26,8 +26,9 @@ constexpr auto kWriteStatementTimeout = std::chrono::seconds(10);
 constexpr auto kReadStatementTimeout = std::chrono::seconds(30);
 constexpr auto kRetentionEvery = std::chrono::hours(1);
 constexpr auto kFinalFlush = std::chrono::seconds(2);
-// A batch that fails this often on fresh connections is refused for its content, not
-// for an outage: it is dropped (and counted) so it cannot block the history forever.
+// A batch the database refuses this often for its content (Connection::refused_for_content,
+// each time on a fresh connection) is dropped and counted, so that it cannot block the
+// history forever. Other failures never drop a batch.
 constexpr int kMaxBatchFailures = 5;
 
 // True when `s` is plain ASCII without NUL: nearly always, and then copied as it is.
@@ -320,15 +321,19 @@ void History::Impl::run() {
     }
     if (batch.n > 0) {
       if (auto error = conn->insert(std::span<const Row>(batch.rows.data(), batch.n)); !error.empty()) {
+        // Only a refusal of the rows themselves counts against the batch: a database that
+        // is down, full, slow or locked gets the same batch until it takes it (new rows
+        // wait in the bounded queue meanwhile).
+        const bool content = conn->refused_for_content();
         conn.reset();  // a failed connection is replaced, the same batch retried
         next_connect = Clock::now() + settings.retry_interval;
         std::lock_guard lk(mu);
         ++counters.write_errors;
         counters.up = false;
         counters.last_error = std::move(error);
-        if (++batch_failures >= kMaxBatchFailures) {
+        if (content && ++batch_failures >= kMaxBatchFailures) {
           counters.last_error = "dropped a batch of " + std::to_string(batch.n) + " rows after " +
-                                std::to_string(batch_failures) + " failed writes: " + counters.last_error;
+                                std::to_string(batch_failures) + " refusals of its rows: " + counters.last_error;
           counters.dropped += batch.n;
           done += batch.n;
           recycle(batch);

@@ -78,11 +78,13 @@ class PgConnection final : public Connection {
   Dialect dialect() const noexcept override { return Dialect::postgres; }
 
   std::string exec(const std::string& sql) override {
+    content_ = false;
     if (!PQsendQuery(conn_, sql.c_str())) return last_error();
     return finish({});
   }
 
   std::string query(const std::string& sql, const std::vector<Value>& params, const RowFn& on_row) override {
+    content_ = false;
     std::vector<std::string> texts;
     texts.reserve(params.size());
     std::vector<const char*> values;
@@ -108,6 +110,7 @@ class PgConnection final : public Connection {
   // column's input function like the INSERT's parameters, so that a column whose type a
   // newer migration changed (a database "used as it is") still takes the rows.
   std::string insert(std::span<const Row> rows) override {
+    content_ = false;
     if (rows.empty()) return "";
     const auto deadline = Clock::now() + timeout_ + kClientMargin;
     if (format_ == Format::unknown) {
@@ -120,6 +123,7 @@ class PgConnection final : public Connection {
     PGresult* res = PQgetResult(conn_);
     const auto status = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
     if (status != PGRES_COPY_IN) {
+      note_refusal(res);
       std::string e = res ? scrub_password(one_line(PQresultErrorMessage(res)), url_) : last_error();
       if (e.empty()) e = PQresStatus(status);
       PQclear(res);
@@ -315,6 +319,14 @@ class PgConnection final : public Connection {
 
   std::string last_error() const { return scrub_password(one_line(PQerrorMessage(conn_)), url_); }
 
+  bool refused_for_content() const noexcept override { return content_; }
+
+  // An error result: data exception (22xxx) or integrity constraint violation (23xxx)?
+  void note_refusal(const PGresult* res) {
+    const char* state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : nullptr;
+    content_ = state && state[0] == '2' && (state[1] == '2' || state[1] == '3');
+  }
+
   // Sends what is buffered, then collects every result before the deadline.
   std::string finish(const RowFn& on_row) {
     const auto deadline = Clock::now() + timeout_ + kClientMargin;
@@ -345,6 +357,7 @@ class PgConnection final : public Connection {
           on_row(row);
         }
       } else if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK && error.empty()) {
+        note_refusal(res);
         error = scrub_password(one_line(PQresultErrorMessage(res)), url_);
         if (error.empty()) error = PQresStatus(status);
       }
@@ -358,6 +371,7 @@ class PgConnection final : public Connection {
   std::string url_;  // only to scrub its password from error messages
   std::string buf_;  // COPY data being built (kept: its capacity serves the next batch)
   Format format_ = Format::unknown;  // of this connection's COPY, known at its first batch
+  bool content_ = false;  // refused_for_content() of the last statement
 };
 
 }  // namespace

@@ -30,6 +30,7 @@ class SqliteConnection final : public Connection {
   std::string exec(const std::string& sql) override {
     char* msg = nullptr;
     if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &msg) == SQLITE_OK) return "";
+    last_code_ = sqlite3_errcode(db_);
     std::string e = msg ? msg : sqlite3_errmsg(db_);
     sqlite3_free(msg);
     return e;
@@ -75,6 +76,7 @@ class SqliteConnection final : public Connection {
   // Statements are prepared once per connection and set of columns left out (a few sets
   // are kept), BEGIN and COMMIT once.
   std::string insert(std::span<const Row> rows) override {
+    last_code_ = SQLITE_OK;
     if (!begin_ || !commit_) {
       std::string e = prepare("BEGIN IMMEDIATE", begin_);
       if (e.empty()) e = prepare("COMMIT", commit_);
@@ -97,8 +99,17 @@ class SqliteConnection final : public Connection {
       std::fill(ins.bound.begin(), ins.bound.end(), Bound{});
     }
     if (e.empty()) e = run(commit_);
-    if (!e.empty()) exec("ROLLBACK");
+    if (!e.empty()) {
+      const int code = last_code_;  // the failure's, not the ROLLBACK's
+      exec("ROLLBACK");
+      last_code_ = code;
+    }
     return e;
+  }
+
+  bool refused_for_content() const noexcept override {
+    const int primary = last_code_ & 0xff;
+    return primary == SQLITE_CONSTRAINT || primary == SQLITE_MISMATCH || primary == SQLITE_TOOBIG;
   }
 
  private:
@@ -184,7 +195,11 @@ class SqliteConnection final : public Connection {
     return "";
   }
 
-  std::string error() const { return sqlite3_errmsg(db_); }
+  // The connection's last error, remembered for refused_for_content().
+  std::string error() const {
+    last_code_ = sqlite3_errcode(db_);
+    return sqlite3_errmsg(db_);
+  }
 
   std::string prepare(const std::string& sql, sqlite3_stmt*& stmt) {
     sqlite3_finalize(stmt);  // of an earlier try that failed further on (no-op on nullptr)
@@ -281,6 +296,7 @@ class SqliteConnection final : public Connection {
   std::vector<Shape> shapes_;
   std::uint64_t uses_ = 0;
   sqlite3_stmt *begin_ = nullptr, *commit_ = nullptr;
+  mutable int last_code_ = SQLITE_OK;  // of the last failure (error(), exec())
 };
 
 }  // namespace

@@ -73,6 +73,39 @@ class HistoryTest : public ::testing::TestWithParam<Db> {
     return n;
   }
 
+  // One statement through a client of its own (psql, the sqlite3 C API).
+  void raw_exec(const std::string& sql) {
+    if (GetParam() == Db::postgres) {
+      EXPECT_TRUE(pg_->psql("history", sql)) << sql << ": " << pg_->last_error();
+      return;
+    }
+    sqlite3* db = nullptr;
+    char* msg = nullptr;
+    ASSERT_EQ(sqlite3_open_v2(settings_.sqlite_path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &msg), SQLITE_OK) << sql << ": " << (msg ? msg : "");
+    sqlite3_free(msg);
+    sqlite3_close_v2(db);
+  }
+
+  // A trigger that makes every insert into requests fail: with a constraint violation
+  // (the rows' fault) or with an error that says nothing against them (PostgreSQL: disk
+  // full; SQLite: an error raised while running the statement).
+  void refuse_inserts(bool for_content) {
+    if (GetParam() == Db::postgres) {
+      raw_exec(std::string("CREATE OR REPLACE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN ") +
+               "RAISE EXCEPTION 'refused by the test' USING ERRCODE = '" +
+               (for_content ? "check_violation" : "disk_full") + "'; END $$");
+      raw_exec("CREATE TRIGGER refuse BEFORE INSERT ON requests FOR EACH ROW EXECUTE FUNCTION refuse()");
+    } else {
+      raw_exec(std::string("CREATE TRIGGER refuse BEFORE INSERT ON requests BEGIN ") +
+               (for_content ? "SELECT RAISE(ABORT, 'refused by the test')" : "SELECT json('{')") + "; END");
+    }
+  }
+  void accept_inserts() {
+    raw_exec(GetParam() == Db::postgres ? "DROP TRIGGER refuse ON requests" : "DROP TRIGGER refuse");
+  }
+
   // The database as a sluice of schema version 1 left it: only migration 1 applied, and
   // one row per given time written.
   void make_version_1(std::initializer_list<std::int64_t> times) {
@@ -420,6 +453,47 @@ TEST_P(HistoryTest, AFullQueueDropsAndCounts) {
   EXPECT_EQ(st.written, 5u);
   EXPECT_EQ(st.dropped, 3u);
   EXPECT_EQ(raw_count("SELECT count(*) FROM requests"), 5);
+}
+
+// A database that keeps failing the writes for a reason that is not in the rows (a full
+// disk, a timeout, a lock) gets the same batch again until it takes it; only a batch the
+// database refuses for its content is dropped, after 5 refusals.
+TEST_P(HistoryTest, OnlyABatchRefusedForItsContentIsDropped) {
+  settings_.retry_interval = 20ms;
+  auto h = make();
+  ASSERT_TRUE(h);
+  ASSERT_TRUE(wait_until([&] { return h->status().up; }));  // migrated: the table is there
+  refuse_inserts(false);
+  h->consume(record(2000, "m", "k", 200, 1));
+  h->consume(record(2001, "m", "k", 200, 1));
+  ASSERT_TRUE(wait_until([&] { return h->status().write_errors >= 12; }))
+      << "write errors: " << h->status().write_errors << ", last error: " << h->status().last_error;
+  auto st = h->status();
+  EXPECT_EQ(st.dropped, 0u) << st.last_error;
+  EXPECT_FALSE(st.up);
+  EXPECT_NE(st.last_error.find(GetParam() == Db::postgres ? "refused by the test" : "malformed JSON"), std::string::npos)
+      << st.last_error;
+  accept_inserts();
+  ASSERT_TRUE(h->flush(20s));
+  st = h->status();
+  EXPECT_EQ(st.written, 2u);
+  EXPECT_EQ(st.dropped, 0u);
+  EXPECT_TRUE(st.up);
+  EXPECT_EQ(raw_count("SELECT count(*) FROM requests"), 2);
+
+  refuse_inserts(true);
+  const auto errors_before = st.write_errors;
+  h->consume(record(2002, "m", "k", 200, 1));
+  ASSERT_TRUE(wait_until([&] { return h->status().dropped == 1; })) << h->status().last_error;
+  st = h->status();
+  EXPECT_EQ(st.write_errors - errors_before, 5u);
+  EXPECT_NE(st.last_error.find("dropped a batch of 1 rows after 5 refusals of its rows"), std::string::npos)
+      << st.last_error;
+  accept_inserts();
+  h->consume(record(2003, "m", "k", 200, 1));
+  ASSERT_TRUE(h->flush(20s));
+  EXPECT_EQ(h->status().written, 3u);
+  EXPECT_EQ(raw_count("SELECT count(*) FROM requests"), 3);
 }
 
 TEST_P(HistoryTest, MigrationsAreAppliedOnce) {
