@@ -77,6 +77,31 @@ bool parse_u64(std::string_view s, std::uint64_t& out) noexcept {
   return ec == std::errc() && p == s.data() + s.size();
 }
 
+std::size_t utf8_sequence_at(std::string_view s, std::size_t i) noexcept {
+  const auto c = static_cast<unsigned char>(s[i]);
+  const std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+  bool ok = n > 0 && c != 0 && i + n <= s.size() && !(n == 2 && c < 0xC2);
+  for (std::size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+  if (ok && n == 3) {  // no overlong forms, no surrogates
+    const auto c1 = static_cast<unsigned char>(s[i + 1]);
+    ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);
+  }
+  if (ok && n == 4) {
+    const auto c1 = static_cast<unsigned char>(s[i + 1]);
+    ok = c <= 0xF4 && !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);
+  }
+  return ok ? n : 0;
+}
+
+bool valid_utf8(std::string_view s) noexcept {
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t n = utf8_sequence_at(s, i);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
 void append_utf8(std::string& out, std::uint32_t cp) {
   if (cp < 0x80) {
     out += static_cast<char>(cp);

@@ -15,6 +15,13 @@ bool iequals(std::string_view a, std::string_view b) noexcept;
 // Appends the UTF-8 encoding of code point `cp` (up to U+10FFFF; not checked).
 void append_utf8(std::string& out, std::uint32_t cp);
 
+// The length (1-4) of the well-formed UTF-8 sequence that starts s[i], or 0 when none
+// does: a stray continuation byte, a cut sequence, an overlong form, a surrogate, a code
+// point above U+10FFFF. NUL counts as not well-formed (databases and C strings refuse it).
+std::size_t utf8_sequence_at(std::string_view s, std::size_t i) noexcept;
+// Every byte of s is part of a well-formed sequence (see above).
+bool valid_utf8(std::string_view s) noexcept;
+
 // "sk-prod-abcdef1a2b" -> "sk-prod-***1a2b": keeps a prefix up to the last '-' (at most
 // 12 chars) and the last 4 chars; never more than half of the key is shown.
 std::string mask_key(std::string_view key);

@@ -62,19 +62,7 @@ void assign_clean(std::string& out, std::string_view s) {
   out.clear();
   out.reserve(s.size());
   for (std::size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    bool ok = n > 0 && c != 0 && i + n <= s.size() && !(n == 2 && c < 0xC2);
-    for (std::size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
-    if (ok && n == 3) {  // no overlong forms, no surrogates
-      const auto c1 = static_cast<unsigned char>(s[i + 1]);
-      ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);
-    }
-    if (ok && n == 4) {
-      const auto c1 = static_cast<unsigned char>(s[i + 1]);
-      ok = c <= 0xF4 && !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);
-    }
-    if (ok) {
+    if (const std::size_t n = utf8_sequence_at(s, i); n > 0) {
       out.append(s.substr(i, n));
       i += n;
     } else {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <vector>
 
+#include "common/text.hpp"
 #include "history/db.hpp"
 #include "history/history.hpp"
 
@@ -24,9 +25,18 @@ struct Param {
   std::string name, value;
 };
 
-// A value quoted for an error message, cut short: it is the client's text.
+// A value quoted for an error message, cut short: it is the client's text (a byte that
+// is not UTF-8 shows as U+FFFD, so that the JSON answer stays valid).
 std::string quoted(std::string_view v) {
-  return "\"" + std::string(v.substr(0, 64)) + (v.size() > 64 ? "...\"" : "\"");
+  std::string out = "\"";
+  const std::string_view head = v.substr(0, 64);
+  for (std::size_t i = 0; i < head.size();) {
+    const std::size_t n = utf8_sequence_at(head, i);
+    if (n > 0) out.append(head.substr(i, n));
+    else out += "\xEF\xBF\xBD";
+    i += n > 0 ? n : 1;
+  }
+  return out + (v.size() > 64 ? "...\"" : "\"");
 }
 
 // key=value pairs; empty values count as not given; a parameter may appear once.
@@ -51,6 +61,12 @@ std::optional<std::vector<Param>> split(std::string_view qs, std::span<const std
       error = "unknown parameter " + quoted(p.name) + " (expected one of:";
       for (auto a : allowed) error += " " + std::string(a);
       error += ")";
+      return std::nullopt;
+    }
+    // Filters are compared with stored text, which is always UTF-8 (PostgreSQL would
+    // refuse the query itself).
+    if (!valid_utf8(p.value)) {
+      error = p.name + ": not valid UTF-8 once percent-decoded";
       return std::nullopt;
     }
     for (const auto& q : out) {

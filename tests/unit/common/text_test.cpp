@@ -18,6 +18,28 @@ TEST(MaskKey, KeepsPrefixAndLastFour) {
   EXPECT_EQ(masked.find("abcdefghijkl"), std::string::npos);
 }
 
+TEST(Utf8, SequencesAreMeasuredAndMalformedOnesRefused) {
+  EXPECT_EQ(utf8_sequence_at("a", 0), 1u);
+  EXPECT_EQ(utf8_sequence_at("\xC3\xA9", 0), 2u);          // é
+  EXPECT_EQ(utf8_sequence_at("\xE2\x82\xAC", 0), 3u);      // €
+  EXPECT_EQ(utf8_sequence_at("\xF0\x9F\x98\x80", 0), 4u);  // U+1F600
+  EXPECT_EQ(utf8_sequence_at("\xF4\x8F\xBF\xBF", 0), 4u);  // U+10FFFF, the last
+  EXPECT_EQ(utf8_sequence_at(std::string_view("\0", 1), 0), 0u);
+  EXPECT_EQ(utf8_sequence_at("\x80", 0), 0u);              // a stray continuation byte
+  EXPECT_EQ(utf8_sequence_at("\xE2\x82", 0), 0u);          // cut short
+  EXPECT_EQ(utf8_sequence_at("\xC0\x80", 0), 0u);          // overlong forms
+  EXPECT_EQ(utf8_sequence_at("\xE0\x80\x80", 0), 0u);
+  EXPECT_EQ(utf8_sequence_at("\xF0\x80\x80\x80", 0), 0u);
+  EXPECT_EQ(utf8_sequence_at("\xED\xA0\x80", 0), 0u);      // a surrogate
+  EXPECT_EQ(utf8_sequence_at("\xF4\x90\x80\x80", 0), 0u);  // above U+10FFFF
+  EXPECT_EQ(utf8_sequence_at("\xFF", 0), 0u);
+  EXPECT_EQ(utf8_sequence_at("a\xC3\xA9", 1), 2u);        // from the middle
+  EXPECT_TRUE(valid_utf8(""));
+  EXPECT_TRUE(valid_utf8("caf\xC3\xA9 \xE2\x82\xAC\xF0\x9F\x98\x80"));
+  EXPECT_FALSE(valid_utf8("caf\xC3"));
+  EXPECT_FALSE(valid_utf8("ab\xFFcd"));
+}
+
 TEST(JsonString, EscapesControlAndQuotes) {
   std::string out;
   append_json_string(out, "a\"b\\c\n\x01");

@@ -77,6 +77,21 @@ TEST(HistoryListQuery, BadValuesNameTheParameter) {
   EXPECT_NE(list_error("model=%zz").find("percent-encoding"), std::string::npos);
 }
 
+// A filter that is not UTF-8 once decoded is the client's mistake (400), not something to
+// send to the database (which would refuse the query: a 503 and a lost connection).
+TEST(HistoryListQuery, FiltersMustBeUtf8) {
+  EXPECT_EQ(list_error("model=%FF"), "model: not valid UTF-8 once percent-decoded");
+  EXPECT_EQ(list_error("key=a%C0%80"), "key: not valid UTF-8 once percent-decoded");  // overlong NUL
+  EXPECT_EQ(list_error("tenant=%00"), "tenant: not valid UTF-8 once percent-decoded");
+  EXPECT_EQ(stats_error("model=%ED%A0%80"), "model: not valid UTF-8 once percent-decoded");  // a surrogate
+  std::string error;
+  const auto q = parse_list_query("model=caf%C3%A9", error);
+  ASSERT_TRUE(q) << error;
+  EXPECT_EQ(q->model, "caf\xC3\xA9");
+  // The client's bytes quoted in an error stay UTF-8 (the answer is JSON).
+  EXPECT_TRUE(list_error("col\xFFur=1").starts_with("unknown parameter \"col\xEF\xBF\xBDur\" ("));
+}
+
 TEST(HistoryStatsQuery, WindowDefaultsToTheLastHour) {
   const std::int64_t now = 1'800'000'000'000;
   std::string error;
