@@ -80,6 +80,11 @@ class Connection {
   virtual std::string query(const std::string& sql, const std::vector<Value>& params, const RowFn& on_row) = 0;
   // Statements without parameters, separated by ';'.
   virtual std::string exec(const std::string& sql) = 0;
+  // exec() for statements that may run long on purpose (a migration building an index on
+  // a large table lifts the server's statement timeout for its transaction): the client
+  // waits up to `limit` instead of giving up after the statement timeout (and leaving the
+  // server to finish, holding its locks, work nobody waits for).
+  virtual std::string exec_long(const std::string& sql, std::chrono::milliseconds limit) = 0;
   // All rows in one transaction: all are written or none.
   virtual std::string insert(std::span<const Row> rows) = 0;
   // Whether the last statement that failed was refused for what it held (PostgreSQL: a

@@ -83,6 +83,14 @@ class PgConnection final : public Connection {
     return finish({});
   }
 
+  std::string exec_long(const std::string& sql, std::chrono::milliseconds limit) override {
+    const auto usual = timeout_;
+    timeout_ = std::max(limit, usual);  // finish() waits timeout_ plus its margin
+    auto e = exec(sql);
+    timeout_ = usual;
+    return e;
+  }
+
   std::string query(const std::string& sql, const std::vector<Value>& params, const RowFn& on_row) override {
     content_ = false;
     std::vector<std::string> texts;

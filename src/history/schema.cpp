@@ -50,6 +50,10 @@ std::string placeholder(Dialect d, int n) { return (d == Dialect::sqlite ? "?" :
 
 namespace {
 
+// How long the client waits for one migration (migration 2 builds an index over the whole
+// table): the writer waits with it, rows queue meanwhile.
+constexpr auto kMigrationLimit = std::chrono::hours(1);
+
 // Migrations are frozen text: a later change is a new migration, never an edit. The
 // types are spelled so that SQLite and PostgreSQL read them alike (SQLite maps BIGINT to
 // INTEGER, DOUBLE PRECISION to REAL and keeps BOOLEAN as 0/1); only the id differs.
@@ -138,7 +142,9 @@ std::string migrate_locked(Connection& c, int& version, int up_to) {
   const std::int64_t now_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   for (int v = static_cast<int>(current) + 1; v <= up_to; ++v) {
-    if (e = c.exec(migration_sql(c.dialect(), v)); !e.empty()) return "migration " + std::to_string(v) + ": " + e;
+    if (e = c.exec_long(migration_sql(c.dialect(), v), kMigrationLimit); !e.empty()) {
+      return "migration " + std::to_string(v) + ": " + e;
+    }
     const std::string insert = "INSERT INTO schema_migrations (version, applied_ms) VALUES (" +
                                placeholder(c.dialect(), 1) + ", " + placeholder(c.dialect(), 2) + ")";
     if (e = c.query(insert, {std::int64_t{v}, now_ms}, {}); !e.empty()) return e;

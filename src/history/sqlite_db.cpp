@@ -36,6 +36,9 @@ class SqliteConnection final : public Connection {
     return e;
   }
 
+  // No client-side limit here: a statement runs until it ends (or waits the busy timeout).
+  std::string exec_long(const std::string& sql, std::chrono::milliseconds) override { return exec(sql); }
+
   std::string query(const std::string& sql, const std::vector<Value>& params, const RowFn& on_row) override {
     sqlite3_stmt* stmt = nullptr;
     if (sqlite3_prepare_v2(db_, sql.c_str(), static_cast<int>(sql.size()), &stmt, nullptr) != SQLITE_OK) return error();

@@ -137,6 +137,20 @@ TEST(HistorySQLite, AnUnusablePathIsDownNotAnError) {
 // The drill: PostgreSQL stops while requests keep coming; the rows wait in the queue,
 // the status says down and why; PostgreSQL returns on the same port and data; every row
 // lands without restarting anything.
+// A migration may run longer than a write may (it lifts the server's statement timeout to
+// build an index over a large table): the client waits for it instead of giving up at the
+// usual deadline (the statement timeout plus 5 s) while the server goes on holding locks.
+TEST(HistoryPostgres, ALongStatementOnPurposeIsWaitedFor) {
+  test::PgServer pg;
+  ASSERT_EQ(pg.start(), "");
+  std::string error;
+  auto c = open_postgres(pg.url("postgres"), 2s, 1s, error);  // the usual deadline: 6 s
+  ASSERT_TRUE(c) << error;
+  EXPECT_NE(c->exec("SELECT pg_sleep(2)").find("statement timeout"), std::string::npos);  // the server's 1 s
+  EXPECT_EQ(c->exec_long("BEGIN; SET LOCAL statement_timeout = 0; SELECT pg_sleep(6.5); COMMIT", 60s), "");
+  EXPECT_NE(c->exec("SELECT pg_sleep(2)").find("statement timeout"), std::string::npos);  // as before
+}
+
 TEST(HistoryPostgres, OutageDrillLosesNoRows) {
   test::PgServer pg;
   ASSERT_EQ(pg.start(), "");
