@@ -25,6 +25,7 @@ using std::chrono::milliseconds;
 constexpr auto kWriteStatementTimeout = std::chrono::seconds(10);
 constexpr auto kReadStatementTimeout = std::chrono::seconds(30);
 constexpr auto kRetentionEvery = std::chrono::hours(1);
+constexpr std::int64_t kRetentionChunk = 10'000;  // rows deleted by one statement
 constexpr auto kFinalFlush = std::chrono::seconds(2);
 // A batch the database refuses this often for its content (Connection::refused_for_content,
 // each time on a fresh connection) is dropped and counted, so that it cannot block the
@@ -344,11 +345,20 @@ void History::Impl::run() {
       const std::int64_t cutoff =
           std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count() -
           std::int64_t{settings.retention_days} * 86'400'000;
-      if (auto error = conn->query("DELETE FROM requests WHERE unix_ms < " + placeholder(conn->dialect(), 1), {cutoff}, {});
+      // A chunk at a time, the writer's batches in between: a backlog of old rows (when
+      // retention is first turned on) never holds the writer longer than one chunk, nor
+      // runs into the write's statement timeout.
+      std::int64_t deleted = 0;
+      if (auto error = conn->query("DELETE FROM requests WHERE id IN (SELECT id FROM requests WHERE unix_ms < " +
+                                       placeholder(conn->dialect(), 1) + " LIMIT " + std::to_string(kRetentionChunk) +
+                                       ") RETURNING id",
+                                   {cutoff}, [&](std::vector<Value>&) { ++deleted; });
           !error.empty()) {
         conn.reset();
         next_connect = Clock::now() + settings.retry_interval;
         failed("retention: " + error);
+      } else if (deleted == kRetentionChunk) {
+        next_retention = Clock::now();  // more to delete: the next chunk after the next batch
       }
     }
   }
