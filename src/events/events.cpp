@@ -71,6 +71,9 @@ struct EventSink::Impl {
   std::atomic<bool> up{false};
   std::atomic<std::uint64_t> produced{0}, delivered{0}, failed{0}, rejected{0}, fallback_written{0}, dropped{0},
       skipped{0}, restarts{0};
+  // The same two counts for the current producer `rk` alone: what a retired producer was
+  // given and never reported on is known, and counted as dropped.
+  std::atomic<std::uint64_t> rk_produced{0}, rk_reported{0};
 
   mutable std::mutex err_mu;
   std::string last_error;
@@ -204,6 +207,7 @@ struct EventSink::Impl {
 
   static void on_delivery(rd_kafka_t* rk, const rd_kafka_message_t* m, void* opaque) {
     auto* self = static_cast<Impl*>(opaque);
+    if (rk == self->rk) self->rk_reported.fetch_add(1);
     if (!m->err) {
       self->delivered.fetch_add(1);
       self->up.store(true);
@@ -212,6 +216,9 @@ struct EventSink::Impl {
       // same poll as the error itself, before the producer is replaced: they say fatal.
       std::string reason = is_purge(m->err) && !self->purge_reason.empty() ? self->purge_reason : fatal_of(rk);
       if (reason.empty()) reason = describe(m->err);
+      // Sent, but its acknowledgement never came (a timeout or a purge while in flight):
+      // the broker may have it, and a replay of the file would then add it twice.
+      if (rd_kafka_message_status(m) == RD_KAFKA_MSG_STATUS_POSSIBLY_PERSISTED) reason += " (possibly delivered)";
       self->fallback(reason, {static_cast<const char*>(m->payload), m->len});
       self->failed.fetch_add(1);  // after the line is written: settled means "on disk"
       self->note_error(std::move(reason));
@@ -264,16 +271,28 @@ struct EventSink::Impl {
   }
 
   // Fails everything `handle` still holds into the fallback file with `reason`, then
-  // destroys it. The reason stays set through rd_kafka_destroy: reports that were not
-  // served within kPurgeWait (a purged in-flight request waits for its broker) are served
-  // there, and must carry it too.
-  void retire(rd_kafka_t* handle, std::string reason) {
-    purge_reason = std::move(reason);
+  // destroys it. It was given `produced` events and reported on `reported` of them before.
+  // A purged request in flight waits for its broker to answer, and rd_kafka_destroy
+  // serves no report: the events whose report has not come after kPurgeWait are lost,
+  // their payloads with them. They are counted as dropped (and settled: a flush does not
+  // wait for them), and said in last_error.
+  void retire(rd_kafka_t* handle, std::string reason, std::uint64_t produced_to_it, std::uint64_t reported) {
+    // Only this handle's reports are served until it is gone (by this thread).
+    const auto settled_before = delivered.load() + failed.load();
+    purge_reason = reason;
     rd_kafka_purge(handle, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     const auto deadline = SteadyClock::now() + kPurgeWait;
     while (rd_kafka_outq_len(handle) > 0 && SteadyClock::now() < deadline) rd_kafka_poll(handle, 50);
     rd_kafka_destroy(handle);
     purge_reason.clear();
+    reported += delivered.load() + failed.load() - settled_before;
+    if (produced_to_it <= reported) return;
+    const auto lost = produced_to_it - reported;
+    dropped.fetch_add(lost);
+    failed.fetch_add(lost);
+    note_error(std::to_string(lost) + " events lost (" + reason +
+               "): their producer was closed before the brokers answered for them");
+    wake_flushers();
   }
 
   // An idempotent producer that raised a fatal error refuses everything from then on.
@@ -287,14 +306,17 @@ struct EventSink::Impl {
       return;
     }
     rd_kafka_t* old = nullptr;
+    std::uint64_t old_produced = 0, old_reported = 0;
     {
-      std::unique_lock lk(rk_mu);
+      std::unique_lock lk(rk_mu);  // no event is being produced meanwhile
       old = rk;
       rk = fresh;
+      old_produced = rk_produced.exchange(0);
+      old_reported = rk_reported.exchange(0);
     }
     fatal.store(false);
     restarts.fetch_add(1);
-    retire(old, fatal_reason);
+    retire(old, fatal_reason, old_produced, old_reported);
   }
 
   void run() {
@@ -332,10 +354,7 @@ EventSink::~EventSink() {
   flush(s.up.load() ? std::chrono::milliseconds(kFlushWhileUp) : std::chrono::milliseconds(kFlushWhileDown));
   s.stop.store(true);
   s.poller.join();
-  s.retire(s.rk, "shutdown");
-  // Reports that never came carry payloads we no longer have: count them, at least.
-  const auto done = s.delivered.load() + s.failed.load();
-  if (s.produced.load() > done) s.dropped.fetch_add(s.produced.load() - done);
+  s.retire(s.rk, "shutdown", s.rk_produced.load(), s.rk_reported.load());
 }
 
 void EventSink::consume(const telemetry::RequestRecord& r) { consume(r, {}); }
@@ -388,6 +407,7 @@ void EventSink::consume_batch(std::span<const telemetry::RequestRecord> records,
 
     s.produced.fetch_add(1);  // before producev: its report may arrive before we return
     if (!lk.owns_lock()) lk.lock();
+    s.rk_produced.fetch_add(1);
     // No RD_KAFKA_MSG_F_BLOCK: a full queue fails at once instead of stalling the caller.
     const rd_kafka_resp_err_t err = rd_kafka_producev(
         s.rk, RD_KAFKA_V_TOPIC(s.settings.topic.c_str()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
@@ -396,6 +416,7 @@ void EventSink::consume_batch(std::span<const telemetry::RequestRecord> records,
         RD_KAFKA_V_VALUE(ev.data(), ev.size()),
         RD_KAFKA_V_HEADER("event", name.data(), static_cast<ssize_t>(name.size())), RD_KAFKA_V_END);
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) continue;
+    s.rk_produced.fetch_sub(1);
     lk.unlock();
     s.produced.fetch_sub(1);
     s.rejected.fetch_add(1);
