@@ -102,6 +102,18 @@ bool valid_utf8(std::string_view s) noexcept {
   return true;
 }
 
+void append_clean_utf8(std::string& out, std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    if (const std::size_t n = utf8_sequence_at(s, i); n > 0) {
+      out.append(s.substr(i, n));
+      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+}
+
 void append_utf8(std::string& out, std::uint32_t cp) {
   if (cp < 0x80) {
     out += static_cast<char>(cp);

@@ -21,6 +21,8 @@ void append_utf8(std::string& out, std::uint32_t cp);
 std::size_t utf8_sequence_at(std::string_view s, std::size_t i) noexcept;
 // Every byte of s is part of a well-formed sequence (see above).
 bool valid_utf8(std::string_view s) noexcept;
+// Appends s with each byte that is not part of a well-formed sequence replaced by U+FFFD.
+void append_clean_utf8(std::string& out, std::string_view s);
 
 // "sk-prod-abcdef1a2b" -> "sk-prod-***1a2b": keeps a prefix up to the last '-' (at most
 // 12 chars) and the last 4 chars; never more than half of the key is shown.

@@ -62,15 +62,7 @@ void assign_clean(std::string& out, std::string_view s) {
   }
   out.clear();
   out.reserve(s.size());
-  for (std::size_t i = 0; i < s.size();) {
-    if (const std::size_t n = utf8_sequence_at(s, i); n > 0) {
-      out.append(s.substr(i, n));
-      i += n;
-    } else {
-      out += "\xEF\xBF\xBD";
-      ++i;
-    }
-  }
+  append_clean_utf8(out, s);
 }
 
 double finite_or_null(double v) { return std::isfinite(v) ? v : -1; }

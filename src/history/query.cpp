@@ -29,13 +29,7 @@ struct Param {
 // is not UTF-8 shows as U+FFFD, so that the JSON answer stays valid).
 std::string quoted(std::string_view v) {
   std::string out = "\"";
-  const std::string_view head = v.substr(0, 64);
-  for (std::size_t i = 0; i < head.size();) {
-    const std::size_t n = utf8_sequence_at(head, i);
-    if (n > 0) out.append(head.substr(i, n));
-    else out += "\xEF\xBF\xBD";
-    i += n > 0 ? n : 1;
-  }
+  append_clean_utf8(out, v.substr(0, 64));
   return out + (v.size() > 64 ? "...\"" : "\"");
 }
 

@@ -38,6 +38,9 @@ TEST(Utf8, SequencesAreMeasuredAndMalformedOnesRefused) {
   EXPECT_TRUE(valid_utf8("caf\xC3\xA9 \xE2\x82\xAC\xF0\x9F\x98\x80"));
   EXPECT_FALSE(valid_utf8("caf\xC3"));
   EXPECT_FALSE(valid_utf8("ab\xFFcd"));
+  std::string out = "<";
+  append_clean_utf8(out, std::string_view("a\xC3\xA9\xFF\xE2\x82 \0z", 9));
+  EXPECT_EQ(out, "<a\xC3\xA9\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD \xEF\xBF\xBDz");  // each bad byte
 }
 
 TEST(JsonString, EscapesControlAndQuotes) {
