@@ -8,10 +8,12 @@
 namespace sluice {
 
 namespace {
-// 1 for bytes that need escaping in a JSON string.
+// 1 for bytes that need escaping in a JSON string, and for the bytes of non-ASCII
+// sequences, which are checked.
 constexpr auto kEscape = [] {
   std::array<bool, 256> t{};
   for (int c = 0; c < 0x20; ++c) t[c] = true;
+  for (int c = 0x80; c < 0x100; ++c) t[c] = true;
   t['"'] = true;
   t['\\'] = true;
   return t;
@@ -22,11 +24,23 @@ void append_json_string(std::string& out, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
   out.reserve(out.size() + s.size() + 2);
   out.push_back('"');
-  // Copy runs of plain bytes in bulk; escape the rest.
+  // Copy runs of plain bytes (and well-formed UTF-8) in bulk; escape the rest. A byte
+  // that is not part of well-formed UTF-8 (a client's path, an upstream body cut short)
+  // becomes U+FFFD: JSON text is UTF-8, and its readers refuse anything else.
   std::size_t run = 0;
   for (std::size_t i = 0; i < s.size(); ++i) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (!kEscape[c]) continue;
+    if (c >= 0x80) {
+      if (const std::size_t n = utf8_sequence_at(s, i); n > 0) {
+        i += n - 1;  // part of the run
+        continue;
+      }
+      out.append(s.data() + run, i - run);
+      run = i + 1;
+      out += "\xEF\xBF\xBD";
+      continue;
+    }
     out.append(s.data() + run, i - run);
     run = i + 1;
     switch (c) {

@@ -260,8 +260,19 @@ Limiter::Status Limiter::status() const {
     s.active = "mixed";
     s.reason = "some workers lost Redis: " + s.last_error;
   } else {
-    s.active = cfg_->rate_limits.on_redis_down == DownPolicy::closed ? "refusing" : "memory";
+    // Each limit has its own policy (rate_limits.on_redis_down is only their default):
+    // refusing only when every limit refuses, as every limited request then is.
+    const auto& rl = cfg_->rate_limits;
+    std::size_t closed = 0;
+    for (const auto& l : rl.requests) closed += l.on_redis_down == DownPolicy::closed;
+    for (const auto& l : rl.tokens) closed += l.on_redis_down == DownPolicy::closed;
+    const std::size_t limits = rl.requests.size() + rl.tokens.size();
+    s.active = limits > 0 && closed == limits ? "refusing" : "memory";
     s.reason = s.connections ? "redis unreachable: " + s.last_error : "starting";
+    if (closed > 0 && closed < limits) {
+      s.reason += "; " + std::to_string(closed) + " of " + std::to_string(limits) +
+                  " limits refuse meanwhile (on_redis_down: closed), the others count per instance";
+    }
   }
   return s;
 }

@@ -21,13 +21,20 @@ void field(std::string& o, const char (&prefix)[N], std::string_view v) {
 template <std::size_t N>
 void field_num(std::string& o, const char (&prefix)[N], double v) {
   o.append(prefix, N - 1);
-  if (v < 0) {
+  if (!(v >= 0) || !std::isfinite(v)) {  // not set (-1), or a client's 1e400
     o += "null";
     return;
   }
   char buf[32];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, std::round(v * 10) / 10, std::chars_format::fixed, 1);
-  o.append(buf, ec == std::errc() ? static_cast<std::size_t>(end - buf) : 0);
+  const double tenths = std::round(v * 10) / 10;
+  // One decimal while it fits; a client's 1e30 in the shortest exact form ("1e+30").
+  auto [end, ec] = tenths < 1e15 ? std::to_chars(buf, buf + sizeof buf, tenths, std::chars_format::fixed, 1)
+                                 : std::to_chars(buf, buf + sizeof buf, tenths);
+  if (ec != std::errc()) {
+    o += "null";
+    return;
+  }
+  o.append(buf, static_cast<std::size_t>(end - buf));
 }
 template <std::size_t N>
 void field_int(std::string& o, const char (&prefix)[N], std::int64_t v) {

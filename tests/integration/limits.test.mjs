@@ -265,6 +265,33 @@ describe('Redis goes away and comes back', () => {
       const other = await chat(gw, BODY, { key: 'sk-other-1111222233334444' });
       assert.equal(other.status, 503);
       assert.match(other.json.error.message, /requests\[1\]/);
+      // Not every limited request is refused: the instance stays ready, and says why.
+      assert.equal((await rawRequest({ port: gw.port, path: '/ready' })).status, 200);
+      const i = await infra(gw);
+      assert.equal(i.rate_limiter.active, 'memory');
+      assert.match(i.rate_limiter.reason, /1 of 2 limits refuse meanwhile/);
+    } finally {
+      await gw.stop();
+      await redis.start();
+    }
+  });
+
+  test('limits that fail open keep the instance ready though the default is closed', async () => {
+    if (!redis.proc) await redis.start();
+    const rl = {
+      backend: 'redis', // its default: on_redis_down closed
+      requests: [{ scope: 'key', limit: 100, window: '1h', on_redis_down: 'open' }],
+    };
+    const gw = await startGateway(limitsConfig(redis, rl));
+    try {
+      assert.equal((await chat(gw, BODY)).status, 200);
+      await redis.stop();
+      assert.equal((await chat(gw, BODY)).status, 200);
+      const i = await infra(gw);
+      assert.equal(i.rate_limiter.on_redis_down, 'closed');
+      assert.equal(i.rate_limiter.active, 'memory');
+      const ready = await rawRequest({ port: gw.port, path: '/ready' });
+      assert.equal(ready.status, 200, ready.body);
     } finally {
       await gw.stop();
       await redis.start();

@@ -49,13 +49,45 @@ TEST(JsonString, EscapesControlAndQuotes) {
   EXPECT_EQ(out, R"("a\"b\\c\n\u0001")");
 }
 
-// Byte by byte, as RFC 8259 says: what append_json_string (which copies plain runs in
-// bulk) must equal.
+// The length of the well-formed UTF-8 sequence at s[i] (0: none), decoded the long way:
+// the code point's value, then the ranges (not overlong, no surrogate, up to U+10FFFF).
+std::size_t reference_utf8_at(std::string_view s, std::size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  std::size_t n;
+  std::uint32_t cp, min;
+  if (c >= 0xF0 && c < 0xF8) n = 4, cp = c & 0x07, min = 0x10000;
+  else if (c >= 0xE0 && c < 0xF0) n = 3, cp = c & 0x0F, min = 0x800;
+  else if (c >= 0xC0 && c < 0xE0) n = 2, cp = c & 0x1F, min = 0x80;
+  else return 0;
+  if (i + n > s.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k) {
+    const auto b = static_cast<unsigned char>(s[i + k]);
+    if ((b & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return n;
+}
+
+// Byte by byte, as RFC 8259 says (and UTF-8: a byte that is not part of a well-formed
+// sequence becomes U+FFFD): what append_json_string (which copies plain runs in bulk)
+// must equal.
 std::string reference_json_string(std::string_view s) {
   std::string o = "\"";
-  for (const char ch : s) {
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char ch = s[i];
     const auto c = static_cast<unsigned char>(ch);
     char buf[8];
+    if (c >= 0x80) {
+      const std::size_t n = reference_utf8_at(s, i);
+      if (n == 0) {
+        o += "\xEF\xBF\xBD";
+      } else {
+        o.append(s.substr(i, n));
+        i += n - 1;
+      }
+      continue;
+    }
     switch (c) {
       case '"': o += "\\\""; break;
       case '\\': o += "\\\\"; break;
@@ -96,6 +128,20 @@ TEST(JsonString, EveryByteAtEveryPositionOfLongStrings) {
   std::string none;
   append_json_string(none, plain);
   EXPECT_EQ(none, reference_json_string(plain));
+}
+
+TEST(JsonString, BytesThatAreNotUtf8BecomeReplacementCharacters) {
+  std::string out;
+  append_json_string(out, "/v1/\xFF\xFE" "caf\xC3\xA9 \xE2\x82");  // stray bytes, then a cut euro sign
+  EXPECT_EQ(out, "\"/v1/\xEF\xBF\xBD\xEF\xBF\xBD" "caf\xC3\xA9 \xEF\xBF\xBD\xEF\xBF\xBD\"");
+  out.clear();
+  append_json_string(out, "\xC0\x80\xED\xA0\x80\xF4\x90\x80\x80");  // overlong, surrogate, too high
+  EXPECT_EQ(out.find("\xC0"), std::string::npos);
+  EXPECT_EQ(out.find("\xED"), std::string::npos);
+  EXPECT_EQ(out.find("\xF4"), std::string::npos);
+  out.clear();
+  append_json_string(out, "\xF0\x9F\x98\x80\xF4\x8F\xBF\xBF");  // U+1F600 and U+10FFFF stay
+  EXPECT_EQ(out, "\"\xF0\x9F\x98\x80\xF4\x8F\xBF\xBF\"");
 }
 
 TEST(ErrorBody, HasOpenAiShape) {

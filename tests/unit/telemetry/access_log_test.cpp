@@ -3,6 +3,7 @@
 #include <boost/json/parse.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <span>
 #include <string>
@@ -53,6 +54,27 @@ TEST(RecordJson, IsValidJsonWithNullsForUnknowns) {
   EXPECT_TRUE(v.at("completion_tokens").is_null());
   EXPECT_TRUE(v.at("tokens_per_s").is_null());
   EXPECT_EQ(v.at("error").as_string(), "quote \" and newline \n");
+}
+
+// What a client controls stays valid JSON: numbers too large for one decimal, infinity
+// (Boost.JSON reads 1e400 as one), and bytes that are not UTF-8 in the path or the error.
+TEST(RecordJson, StaysValidJsonWhateverTheClientSent) {
+  RequestRecord r = sample(2);
+  r.temperature = 1e30;
+  r.top_p = std::numeric_limits<double>::infinity();
+  r.wall_ms = std::numeric_limits<double>::quiet_NaN();
+  r.path = "/v1/\xFF\xFE?q=caf\xC3\xA9";
+  r.error = "upstream said: \xE2\x82";  // cut inside a character
+  const std::string line = to_json(r);
+  boost::system::error_code ec;
+  const auto v = boost::json::parse(line, ec);  // refuses invalid UTF-8, inf, empty values
+  ASSERT_FALSE(ec) << ec.message() << ": " << line;
+  const auto& o = v.as_object();
+  EXPECT_DOUBLE_EQ(o.at("temperature").to_number<double>(), 1e30);
+  EXPECT_TRUE(o.at("top_p").is_null());
+  EXPECT_TRUE(o.at("wall_ms").is_null());
+  EXPECT_EQ(o.at("path").as_string(), "/v1/\xEF\xBF\xBD\xEF\xBF\xBD?q=caf\xC3\xA9");
+  EXPECT_EQ(o.at("error").as_string(), "upstream said: \xEF\xBF\xBD\xEF\xBF\xBD");
 }
 
 TEST(AccessLog, WritesEveryRecordAsOneLine) {
