@@ -28,6 +28,17 @@ namespace {
 
 constexpr auto nothrow = net::as_tuple(net::use_awaitable);
 constexpr std::size_t kExactCountMaxBytes = 256 * 1024;
+// A client's text kept in a record (path, error message) is cut here: records wait in the
+// access log's queue (65,536 of them at most), and a 16 KiB path twice over each would
+// let a flood of 404s hold gigabytes.
+constexpr std::size_t kRecordedTextMax = 1024;
+
+std::string recorded_text(std::string_view s) {
+  if (s.size() <= kRecordedTextMax) return std::string(s);
+  std::size_t cut = kRecordedTextMax;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
+  return std::string(s.substr(0, cut)) + "...";
+}
 
 double ms_since(Clock::time_point t0, Clock::time_point t1 = Clock::now()) {
   return std::chrono::duration<double, std::milli>(t1 - t0).count();
@@ -84,7 +95,7 @@ class WorkerHandler {
     ctx.rec.unix_ms = unix_ms_now();
     ctx.rec.request_id = ctx.request_id;
     ctx.rec.method = req.method();
-    ctx.rec.path = req.path();
+    ctx.rec.path = recorded_text(req.path());
     ctx.rec.instance = g_.instance;
 
     const auto path = req.path();
@@ -180,7 +191,7 @@ class WorkerHandler {
                               std::string_view param = {}) {
     ctx.rec.status = http_status(reason);
     ctx.rec.reason = reason;
-    ctx.rec.error = message;
+    ctx.rec.error = recorded_text(message);
     if (reason == Reason::client_closed) co_return;  // nobody to answer
     std::string body = ctx.anthropic ? llm::anthropic_error_body(reason, message) : error_body(reason, message, param);
     co_await ex.reply(json_reply(http_status(reason), std::move(body), ctx));

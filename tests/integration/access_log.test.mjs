@@ -188,6 +188,19 @@ describe('access log lines', () => {
     const lines = gw.logLines();
     assert.ok(!lines.some((l) => l.request_id.startsWith('log-probe-')), 'probes are not logged');
   });
+
+  // Records wait in a bounded queue: a client's long path (and the 404 message that
+  // repeats it) is kept to its first 1024 bytes.
+  test('a long path is logged cut short, and so is the error that repeats it', async () => {
+    const h = rid('longpath');
+    const long = `/x${'a'.repeat(8000)}`;
+    assert.equal((await request(`${gw.url}${long}`, { headers: h })).status, 404);
+    const line = await gw.logFor(h['x-request-id']);
+    assert.equal(line.path, `${long.slice(0, 1024)}...`);
+    assert.ok(line.error.startsWith('no route for GET /xaaa'), line.error.slice(0, 40));
+    assert.equal(line.error.length, 1027);
+    assert.ok(line.error.endsWith('...'));
+  });
 });
 
 describe('the log as a whole', () => {
