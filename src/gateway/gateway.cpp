@@ -222,6 +222,7 @@ class GatewayImpl final : public Gateway {
       for (const auto& b : r.backends) add(backends, b.name);  // the backend's name labels it
     }
     for (const auto& k : c.keys) add(tiers, k.tier);
+    telemetry::load_gpu_library();
     return std::make_unique<telemetry::Metrics>(std::move(models), std::move(tiers), std::move(backends));
   }
 

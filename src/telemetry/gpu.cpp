@@ -56,11 +56,13 @@ struct Nvml {
 };
 
 const Nvml& nvml() {
-  static const Nvml n;  // loaded once, at the first scrape
+  static const Nvml n;  // loaded once: at start (load_gpu_library), else at the first scrape
   return n;
 }
 
 }  // namespace
+
+void load_gpu_library() { (void)nvml(); }
 
 void render_gpu_metrics(std::string& o) {
   const Nvml& n = nvml();

@@ -88,6 +88,9 @@ void render_process_metrics(std::string& out, std::string_view version);
 // GPU utilisation and memory per device where NVML is present (loaded at run time);
 // otherwise only sluice_gpu_devices 0.
 void render_gpu_metrics(std::string& out);
+// Loads NVML now (nvmlInit can take seconds without the driver's persistence mode): at
+// start, so that no scrape, served on a worker's thread, waits for it.
+void load_gpu_library();
 
 // Writes one sample line: name{labels} value.
 void metric_line(std::string& out, std::string_view name, std::string_view labels, double value);
