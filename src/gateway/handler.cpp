@@ -127,56 +127,7 @@ class WorkerHandler {
     // A request ended by an exception (the server answers 500 unless the reply began) is
     // still a record: counted, logged, in the history and the events.
     try {
-      if (path == "/v1/chat/completions") {
-        if (method != "POST") {
-          co_await local_reply(ex, ctx, Reason::method_not_allowed, "use POST for /v1/chat/completions");
-        } else if (auto denied = authenticate(ex, ctx)) {
-          co_await auth_failure(ex, ctx, *denied);
-        } else {
-          co_await chat(ex, ctx);
-        }
-      } else if (path == "/v1/messages") {
-        ctx.anthropic = true;
-        if (method != "POST") {
-          co_await local_reply(ex, ctx, Reason::method_not_allowed, "use POST for /v1/messages");
-        } else if (auto denied = authenticate(ex, ctx)) {
-          co_await auth_failure(ex, ctx, *denied);
-        } else {
-          co_await chat(ex, ctx);
-        }
-      } else if (path == "/v1/messages/count_tokens") {
-        ctx.anthropic = true;
-        if (method != "POST") {
-          co_await local_reply(ex, ctx, Reason::method_not_allowed, "use POST for /v1/messages/count_tokens");
-        } else if (auto denied = authenticate(ex, ctx)) {
-          co_await auth_failure(ex, ctx, *denied);
-        } else {
-          co_await count_tokens(ex, ctx);
-        }
-      } else if (path == "/history" || path == "/history/stats") {
-        // A query of the records is not itself a record (the access log keeps its line);
-        // a failed authentication is (request.auth_failed).
-        if (method != "GET") {
-          ctx.rec.to_sinks = false;
-          co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for " + std::string(path));
-        } else if (auto denied = authenticate(ex, ctx)) {
-          co_await auth_failure(ex, ctx, *denied);
-        } else {
-          ctx.rec.to_sinks = false;
-          co_await history_query(ex, ctx, path == "/history/stats");
-        }
-      } else if (path == "/v1/models") {
-        ctx.anthropic = !req.header("anthropic-version").empty();  // an Anthropic SDK
-        if (method != "GET") {
-          co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for /v1/models");
-        } else if (auto denied = authenticate(ex, ctx)) {
-          co_await auth_failure(ex, ctx, *denied);
-        } else {
-          co_await models(ex, ctx);
-        }
-      } else {
-        co_await local_reply(ex, ctx, Reason::not_found, "no route for " + std::string(method) + " " + std::string(path));
-      }
+      co_await route(ex, ctx, path, method);
     } catch (...) {
       std::string what = "internal error";
       try {
@@ -196,6 +147,61 @@ class WorkerHandler {
   }
 
  private:
+  // The request by its path and method (all but the probes and the status pages).
+  awaitable<void> route(http::Exchange& ex, Context& ctx, std::string_view path, std::string_view method) {
+    const auto& req = ex.request();
+    if (path == "/v1/chat/completions") {
+      if (method != "POST") {
+        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use POST for /v1/chat/completions");
+      } else if (auto denied = authenticate(ex, ctx)) {
+        co_await auth_failure(ex, ctx, *denied);
+      } else {
+        co_await chat(ex, ctx);
+      }
+    } else if (path == "/v1/messages") {
+      ctx.anthropic = true;
+      if (method != "POST") {
+        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use POST for /v1/messages");
+      } else if (auto denied = authenticate(ex, ctx)) {
+        co_await auth_failure(ex, ctx, *denied);
+      } else {
+        co_await chat(ex, ctx);
+      }
+    } else if (path == "/v1/messages/count_tokens") {
+      ctx.anthropic = true;
+      if (method != "POST") {
+        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use POST for /v1/messages/count_tokens");
+      } else if (auto denied = authenticate(ex, ctx)) {
+        co_await auth_failure(ex, ctx, *denied);
+      } else {
+        co_await count_tokens(ex, ctx);
+      }
+    } else if (path == "/history" || path == "/history/stats") {
+      // A query of the records is not itself a record (the access log keeps its line);
+      // a failed authentication is (request.auth_failed).
+      if (method != "GET") {
+        ctx.rec.to_sinks = false;
+        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for " + std::string(path));
+      } else if (auto denied = authenticate(ex, ctx)) {
+        co_await auth_failure(ex, ctx, *denied);
+      } else {
+        ctx.rec.to_sinks = false;
+        co_await history_query(ex, ctx, path == "/history/stats");
+      }
+    } else if (path == "/v1/models") {
+      ctx.anthropic = !req.header("anthropic-version").empty();  // an Anthropic SDK
+      if (method != "GET") {
+        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for /v1/models");
+      } else if (auto denied = authenticate(ex, ctx)) {
+        co_await auth_failure(ex, ctx, *denied);
+      } else {
+        co_await models(ex, ctx);
+      }
+    } else {
+      co_await local_reply(ex, ctx, Reason::not_found, "no route for " + std::string(method) + " " + std::string(path));
+    }
+  }
+
   // The request's reply: takes the headers collected for it (a request has one reply).
   http::Response json_reply(int status, std::string body, Context& ctx) {
     http::Response r;
