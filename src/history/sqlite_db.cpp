@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -171,8 +172,7 @@ class SqliteConnection final : public Connection {
     Shape fresh;
     fresh.omitted = omitted;
     fresh.used = uses_;
-    std::size_t kept = 0;
-    for (std::size_t i = 0; i < columns().size(); ++i) kept += (omitted >> i & 1) ? 0 : 1;
+    const std::size_t kept = columns().size() - static_cast<std::size_t>(std::popcount(omitted));
     // As many rows as the build's parameter limit allows (32766 by default, 999 before 3.32).
     const auto max_params = static_cast<std::size_t>(sqlite3_limit(db_, SQLITE_LIMIT_VARIABLE_NUMBER, -1));
     std::string e;
