@@ -584,15 +584,13 @@ bool Loader::get_duration(const YAML::Node& n, const std::string& path, Millis m
 void Loader::parse_limits(const YAML::Node& n, Config& c) {
   Fields f;
   if (n.IsNull() || !fields(n, "limits",
-                            {"max_body_bytes", "max_header_bytes", "max_stream_buffer_events",
-                             "max_upstream_response_bytes", "upstream_pool_per_host"},
+                            {"max_body_bytes", "max_header_bytes", "max_upstream_response_bytes",
+                             "upstream_pool_per_host"},
                             f)) {
     return;
   }
   if (auto v = get(f, "max_body_bytes")) get_int(*v, "limits.max_body_bytes", 1, kMaxI64, c.max_body_bytes);
   if (auto v = get(f, "max_header_bytes")) get_int(*v, "limits.max_header_bytes", 1024, kMaxI64, c.max_header_bytes);
-  if (auto v = get(f, "max_stream_buffer_events"))
-    get_int(*v, "limits.max_stream_buffer_events", 1, kMaxI64, c.max_stream_buffer_events);
   if (auto v = get(f, "max_upstream_response_bytes"))
     get_int(*v, "limits.max_upstream_response_bytes", 1, kMaxI64, c.max_upstream_response_bytes);
   if (auto v = get(f, "upstream_pool_per_host"))
@@ -603,7 +601,7 @@ void Loader::parse_timeouts(const YAML::Node& n, Config& c) {
   Fields f;
   if (n.IsNull() || !fields(n, "timeouts",
                             {"connect", "first_token", "idle", "total", "client_header", "keep_alive",
-                             "heartbeat", "shutdown_grace"},
+                             "heartbeat", "client_write", "shutdown_grace"},
                             f)) {
     return;
   }
@@ -616,6 +614,7 @@ void Loader::parse_timeouts(const YAML::Node& n, Config& c) {
   if (auto v = get(f, "client_header")) get_duration(*v, "timeouts.client_header", positive, t.client_header);
   if (auto v = get(f, "keep_alive")) get_duration(*v, "timeouts.keep_alive", positive, t.keep_alive);
   if (auto v = get(f, "heartbeat")) get_duration(*v, "timeouts.heartbeat", positive, t.heartbeat);
+  if (auto v = get(f, "client_write")) get_duration(*v, "timeouts.client_write", positive, t.client_write);
   if (auto v = get(f, "shutdown_grace")) get_duration(*v, "timeouts.shutdown_grace", Millis{0}, t.shutdown_grace);
 }
 
@@ -2127,13 +2126,14 @@ std::string describe(const Config& c) {
   out += "workers:    " + (c.workers == 0 ? std::string("auto (one per core)") : std::to_string(c.workers)) + "\n";
   out += "access log: " + (c.access_log == "-" ? std::string("stdout") : c.access_log.empty() ? std::string("off") : c.access_log) + "\n";
   out += "limits:     body " + std::to_string(c.max_body_bytes) + " B, headers " + std::to_string(c.max_header_bytes) +
-         " B, stream buffer " + std::to_string(c.max_stream_buffer_events) + " events, upstream response " +
+         " B, upstream response " +
          std::to_string(c.max_upstream_response_bytes) + " B, pool " + std::to_string(c.upstream_pool_per_host) +
          " per host\n";
   const auto& t = c.timeouts;
   out += "timeouts:   connect " + fmt_duration(t.connect) + ", first_token " + fmt_duration(t.first_token) + ", idle " +
          fmt_duration(t.idle) + ", total " + fmt_duration(t.total) + ", client_header " + fmt_duration(t.client_header) +
          ", keep_alive " + fmt_duration(t.keep_alive) + ", heartbeat " + fmt_duration(t.heartbeat) +
+         ", client_write " + fmt_duration(t.client_write) +
          ", shutdown_grace " + fmt_duration(t.shutdown_grace) + "\n";
   out += "routes (" + std::to_string(c.routes.size()) + "):\n";
   for (const auto& r : c.routes) {

@@ -113,6 +113,7 @@ struct Timeouts {
   Millis client_header{30000}; // reading a request's headers and body
   Millis keep_alive{75000};    // idle client connection
   Millis heartbeat{15000};     // ": keep-alive" comment while the upstream is silent
+  Millis client_write{30000};  // a client that takes no byte of a reply for this long is dropped
   Millis shutdown_grace{30000};
 };
 
@@ -123,7 +124,6 @@ struct Config {
   int workers = 0;             // 0 = number of cores
   std::size_t max_body_bytes = 1 << 20;
   std::size_t max_header_bytes = 16 << 10;
-  std::size_t max_stream_buffer_events = 256;  // bounded per-stream relay buffer
   std::size_t max_upstream_response_bytes = 16 << 20;
   int upstream_pool_per_host = 256;            // idle keep-alive connections kept per worker
   Timeouts timeouts;

@@ -1,7 +1,8 @@
 // The request path: identify, authenticate, parse and validate, route, call the upstream,
 // relay (streaming or not), record. See docs/phases.md.
-#include <boost/asio/experimental/channel.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/json/parse.hpp>
 #include <charconv>
 #include <cstring>
 #include <chrono>
@@ -19,7 +20,6 @@
 namespace sluice::gateway {
 
 namespace net = boost::asio;
-using namespace net::experimental::awaitable_operators;
 using net::awaitable;
 using Clock = std::chrono::steady_clock;
 using Ms = std::chrono::milliseconds;
@@ -76,12 +76,25 @@ struct Relay {
   bool error_frame_sent = false;  // the translator already wrote it
 };
 
-using FrameChannel = net::experimental::channel<void(boost::system::error_code, std::string)>;
+// A stream's last writes after its total deadline (the error event, the end) get this
+// long: every request ends within timeouts.total and this grace.
+constexpr Ms kEndGrace{1000};
+
+// A stream open on a worker: what the drain's cut needs to end it.
+struct LiveStream {
+  http::AbortHandle* abort;
+  bool cut = false;
+  std::size_t slot = 0;  // its place in the worker's list
+};
 
 class WorkerHandler {
  public:
   WorkerHandler(Shared& g, net::any_io_executor ex)
-      : g_(g), cfg_(*g.cfg), table_(g.router->table()), client_(http::Client::create(ex, cfg_.upstream_pool_per_host)) {
+      : g_(g),
+        cfg_(*g.cfg),
+        table_(g.router->table()),
+        client_(http::Client::create(ex, cfg_.upstream_pool_per_host)),
+        cut_timer_(ex) {
     if (g.limiter && g.limiter->active()) limiter_ = g.limiter->make_worker(ex);
     if (g.metrics) metrics_ = &g.metrics->add_worker();
   }
@@ -89,6 +102,7 @@ class WorkerHandler {
   awaitable<void> handle(http::Exchange& ex) {
     Context ctx;
     const auto& req = ex.request();
+    ex.set_write_timeout(cfg_.timeouts.client_write);
     auto rid = req.header("x-request-id");
     ctx.request_id = valid_request_id(rid) ? std::string(rid) : new_request_id();
     ctx.headers.emplace_back("x-request-id", ctx.request_id);
@@ -119,10 +133,13 @@ class WorkerHandler {
     // In flight from here until the coroutine ends, however it ends.
     struct InFlight {
       telemetry::Metrics::Worker* m;
+      std::atomic<std::int64_t>& live;
       ~InFlight() {
         if (m) m->request_finished();
+        live.fetch_sub(1, std::memory_order_relaxed);
       }
-    } in_flight{metrics_};
+    } in_flight{metrics_, g_.live_requests};
+    g_.live_requests.fetch_add(1, std::memory_order_relaxed);
     if (metrics_) metrics_->request_started();
     // A request ended by an exception (the server answers 500 unless the reply began) is
     // still a record: counted, logged, in the history and the events.
@@ -636,6 +653,7 @@ class WorkerHandler {
       case Reason::upstream_stream_failed:
       case Reason::first_token_timeout:
       case Reason::upstream_idle_timeout:
+      case Reason::local_resources:  // fds may be free again a moment later
         return true;
       default:
         return false;
@@ -881,7 +899,9 @@ class WorkerHandler {
 
       void outcome(const std::optional<Failure>& f) {
         known = true;
-        client_left = f ? f->reason == Reason::client_closed : ctx.rec.reason == Reason::client_closed;
+        // A client that left, or a gateway out of fds, says nothing about the backend.
+        client_left = f ? f->reason == Reason::client_closed || f->reason == Reason::local_resources
+                        : ctx.rec.reason == Reason::client_closed;
         failed = f ? retryable(*f) || f->reason == Reason::upstream_timeout : upstream_failed(ctx.rec);
       }
       ~Settle() {
@@ -1002,6 +1022,9 @@ class WorkerHandler {
         return {Reason::client_closed, "client closed the connection"};
       case http::ClientErrc::connect_failed:
         return {Reason::upstream_unreachable, "upstream unreachable: " + err.message};
+      case http::ClientErrc::local_resources:
+        // This process, not the upstream: no verdict on the backend (see Settle).
+        return {Reason::local_resources, "the gateway could not open a connection: " + err.message};
       case http::ClientErrc::timeout:
         return {awaiting_first_token ? Reason::first_token_timeout : Reason::upstream_timeout,
                 "upstream did not answer in time"};
@@ -1043,8 +1066,32 @@ class WorkerHandler {
     // Built in a named local: GCC 12 destroys a temporary made by a conditional inside a
     // co_await expression twice.
     std::string message = "upstream answered HTTP " + std::to_string(st);
-    if (!a.body.empty()) message += ": " + a.body.substr(0, 512);
+    if (auto said = api_error_message(a.body); !said.empty()) message += ": " + said;
     co_await local_reply(ex, ctx, Reason::upstream_error, std::move(message));
+  }
+
+  // The message of a structured API error ({"error":{"message":...}} from OpenAI-compatible
+  // servers and Anthropic, {"error":"..."} from Ollama), cut to 300 bytes; empty for
+  // anything else. An upstream's raw bytes (a stack trace, an HTML page, an internal host
+  // name) never reach a client.
+  static std::string api_error_message(std::string_view body) {
+    if (body.empty() || body.front() != '{') return {};
+    boost::system::error_code ec;
+    auto v = boost::json::parse(body, ec);
+    if (ec || !v.is_object()) return {};
+    const auto* e = v.get_object().if_contains("error");
+    if (!e) return {};
+    const boost::json::string* m = nullptr;
+    if (e->is_string()) m = &e->get_string();
+    else if (e->is_object()) {
+      if (const auto* mm = e->get_object().if_contains("message"); mm && mm->is_string()) m = &mm->get_string();
+    }
+    if (!m) return {};
+    std::string_view s(m->data(), m->size());
+    if (s.size() <= 300) return std::string(s);
+    std::size_t cut = 300;
+    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+    return std::string(s.substr(0, cut)) + "...";
   }
 
   awaitable<std::optional<Failure>> reply_whole(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
@@ -1066,10 +1113,14 @@ class WorkerHandler {
     co_return std::nullopt;
   }
 
-  // Streaming: a producer sends the upstream request and reads the answer into a bounded
-  // channel; the consumer writes to the client; a heartbeat fills silences; a watcher
-  // notices the client leaving. The response head goes out with the first frame (or the
-  // first heartbeat), so a failure before that is still a plain HTTP error.
+  // Streaming, as one loop: the upstream is read only when the client took the frames of
+  // the last read, so a slow client holds back the upstream (TCP back-pressure reaches the
+  // model server) and a stream never holds more than one read's frames. The waits of the
+  // loop carry the deadlines (first token, idle gap, total), the heartbeat (served while
+  // the upstream is silent, see http::Quiet) and two ways out: a watch on the client
+  // connection and the drain's cut both abort the upstream exchange, which ends the wait
+  // at once. The response head goes out with the first frame (or the first heartbeat), so
+  // a failure before that is still a plain HTTP error.
   awaitable<std::optional<Failure>> stream_exchange(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
                                                      const BackendRuntime& be, const http::ClientRequest& ureq,
                                                      Clock::time_point deadline) {
@@ -1081,14 +1132,8 @@ class WorkerHandler {
       translator = llm::make_anthropic_output(std::move(translator), creq.model, ctx.request_id,
                                               creq.prompt_tokens_estimate);
     }
-    FrameChannel ch{ex.executor(), cfg_.max_stream_buffer_events};
     Relay relay;
-    std::unique_ptr<http::ClientResponse> resp;
     std::optional<ErrorAnswer> upstream_answer;  // a non-2xx head
-    bool producer_done = false;
-    bool stopped = false;
-    net::steady_timer stop_signal{ex.executor(), Clock::time_point::max()};
-    auto last_write = Clock::now();
     // Each attempt gets its own first-token time (a retry after a timeout starts afresh).
     const auto first_token_deadline = std::min(Clock::now() + to.first_token, deadline);
 
@@ -1098,40 +1143,20 @@ class WorkerHandler {
       relay.reason = r;
       relay.error = std::move(message);
     };
-    auto stop = [&] {
-      if (stopped) return;
-      stopped = true;
-      ch.close();
-      stop_signal.cancel();
-      if (!producer_done && resp) resp->abort();
-    };
 
-    auto producer = [&]() -> awaitable<void> {
-      http::Client::Result sent = http::ClientError{http::ClientErrc::cancelled, "stopped"};
-      auto send_it = [&]() -> awaitable<void> {
-        sent = co_await client_->send(be.target, ureq, to.connect, left_until(first_token_deadline));
-      };
-      auto until_stopped = [&]() -> awaitable<void> { co_await stop_signal.async_wait(nothrow); };
-      co_await (send_it() || until_stopped());
-      if (auto* err = std::get_if<http::ClientError>(&sent)) {
-        auto [reason, message] = classify(*err, true);
-        // The request's whole time ran out (not this attempt's first-token time): no retry.
-        if (reason == Reason::first_token_timeout && left_until(deadline).count() == 0) reason = Reason::upstream_timeout;
-        fail(reason, std::move(message));
-      } else {
-        resp = std::move(std::get<std::unique_ptr<http::ClientResponse>>(sent));
-        ctx.rec.upstream_status = resp->status();
-        if (resp->status() < 200 || resp->status() > 299) {
-          upstream_answer = co_await read_error_answer(*resp);
-        } else {
-          co_await read_stream(*resp, *translator, ch, relay, fail, ctx.start, first_token_deadline, deadline, to.idle);
-        }
+    http::AbortHandle abort;
+    LiveStream live{&abort};
+    struct Unlist {  // also on an exception: the worker's list refers to `live`
+      WorkerHandler& h;
+      LiveStream& s;
+      http::Exchange& ex;
+      ~Unlist() {
+        ex.unwatch_client();
+        h.stream_closed(s);
       }
-      producer_done = true;
-      // The end is a message, not close(): closing an Asio channel discards what it still
-      // buffers, and the last frames ([DONE]) would be lost behind a slow client.
-      co_await ch.async_send(net::error::eof, std::string(), nothrow);
-    };
+    } unlist{*this, live, ex};
+    stream_opened(live);
+    ex.watch_client([&abort] { abort.abort(); });
 
     auto begin = [&]() -> awaitable<bool> {
       http::HeaderList h = ctx.headers;
@@ -1139,58 +1164,49 @@ class WorkerHandler {
       h.emplace_back("X-Accel-Buffering", "no");
       co_return co_await ex.begin_stream(200, "text/event-stream", h);
     };
-
-    auto consumer = [&]() -> awaitable<void> {
-      for (;;) {
-        auto [ec, data] = co_await ch.async_receive(nothrow);
-        if (ec) break;  // eof: the producer finished; or closed by stop()
-        if (!ex.started() && !co_await begin()) {
-          relay.client_gone = true;
-          break;
-        }
-        if (!co_await ex.write_chunk(data)) {
-          relay.client_gone = true;
-          break;
-        }
-        last_write = Clock::now();
-      }
-      stop();
+    http::Quiet quiet;
+    quiet.at = Clock::now() + to.heartbeat;
+    // A write to the client: the head first if it has not gone yet. A client that takes
+    // nothing for timeouts.client_write is dropped; past the total deadline, only a short
+    // grace is left for the last frames.
+    auto write = [&](std::string_view data) -> awaitable<bool> {
+      ex.set_write_timeout(std::min<Ms>(to.client_write, left_until(deadline) + kEndGrace));
+      if (!ex.started() && !co_await begin()) co_return false;
+      if (!co_await ex.write_chunk(data)) co_return false;
+      quiet.at = Clock::now() + to.heartbeat;
+      co_return true;
+    };
+    // Heartbeat: a comment line while nothing was written for timeouts.heartbeat.
+    quiet.on_quiet = [&]() -> awaitable<bool> {
+      if (co_await write(": keep-alive\n\n")) co_return true;
+      relay.client_gone = true;
+      co_return false;
     };
 
-    // Comment lines while nothing was written for `heartbeat`; and while the gateway
-    // drains, ends the stream with an error event shortly before the grace period ends.
-    auto heartbeat = [&]() -> awaitable<void> {
-      net::steady_timer t{ex.executor()};
-      for (;;) {
-        const auto cut = g_.cut_streams_at.load(std::memory_order_relaxed);
-        auto wake = last_write + to.heartbeat;
-        // Short naps so a drain is noticed in time (a timer wake costs about a microsecond).
-        wake = std::min(wake, Clock::now() + (g_.draining.load(std::memory_order_relaxed) ? Ms(50) : Ms(250)));
-        t.expires_at(wake);
-        auto [ec] = co_await t.async_wait(nothrow);
-        if (ec) co_return;
-        const auto now = Clock::now();
-        if (cut != 0 && now.time_since_epoch().count() >= cut) {
-          fail(Reason::shutting_down, "the gateway is shutting down");
-          stop();
-          co_return;
-        }
-        if (now - last_write >= to.heartbeat) {
-          ch.try_send(boost::system::error_code{}, std::string(": keep-alive\n\n"));
-          last_write = now;
-        }
+    auto sent = co_await client_->send(be.target, ureq, to.connect, left_until(first_token_deadline), &abort, &quiet);
+    if (auto* err = std::get_if<http::ClientError>(&sent)) {
+      auto [reason, message] = classify(*err, true);
+      // The request's whole time ran out (not this attempt's first-token time): no retry.
+      if (reason == Reason::first_token_timeout && left_until(deadline).count() == 0) reason = Reason::upstream_timeout;
+      if (live.cut) reason = Reason::shutting_down, message = "the gateway is shutting down";
+      fail(reason, std::move(message));
+    } else {
+      auto& resp = *std::get<std::unique_ptr<http::ClientResponse>>(sent);
+      abort.bind([&resp] { resp.abort(); });
+      ctx.rec.upstream_status = resp.status();
+      if (resp.status() < 200 || resp.status() > 299) {
+        upstream_answer = co_await read_error_answer(resp);
+      } else {
+        co_await pump(resp, *translator, relay, live, fail, write, quiet, ctx.start, first_token_deadline, deadline);
       }
-    };
-
-    auto watch = [&]() -> awaitable<void> {
-      co_await ex.wait_client_gone();
-      if (ex.client_gone()) {
-        relay.client_gone = true;
-        stop();
-      }
-    };
-
-    co_await (producer() && (consumer() || heartbeat() || watch()));
+      abort.unbind();
+      // The upstream exchange ends here, before the last writes to the client: its
+      // connection goes back to the pool if it was read to the end, else it is closed
+      // (and the upstream stops generating).
+      std::get<std::unique_ptr<http::ClientResponse>>(sent).reset();
+    }
+    ex.unwatch_client();
+    if (ex.client_gone()) relay.client_gone = true;
 
     // Settle what happened.
     ctx.rec.ttft_ms = relay.ttft_ms;
@@ -1215,6 +1231,7 @@ class WorkerHandler {
       }
       fail(Reason::upstream_error, "upstream answered HTTP " + std::to_string(upstream_answer->status));
     }
+    ex.set_write_timeout(std::min<Ms>(to.client_write, left_until(deadline) + kEndGrace));
     if (relay.reason == Reason::ok) {
       ctx.rec.status = 200;
       if (!ex.started()) co_await begin();  // an empty but well-formed stream
@@ -1240,26 +1257,39 @@ class WorkerHandler {
     co_return std::nullopt;
   }
 
-  // Reads an upstream stream, translating it into client frames, until it ends or fails.
-  template <class Fail>
-  static awaitable<void> read_stream(http::ClientResponse& resp, llm::StreamTranslator& tr, FrameChannel& ch,
-                                     Relay& relay, Fail& fail, Clock::time_point start,
-                                     Clock::time_point first_token_deadline, Clock::time_point deadline,
-                                     Ms idle) {
+  // The stream loop's body: reads the upstream, translates, writes to the client, until
+  // the upstream ends, something fails, the client leaves or the drain cuts the stream.
+  template <class Fail, class Write>
+  awaitable<void> pump(http::ClientResponse& resp, llm::StreamTranslator& tr, Relay& relay,
+                              const LiveStream& live, Fail& fail, Write& write, http::Quiet& quiet,
+                              Clock::time_point start, Clock::time_point first_token_deadline,
+                              Clock::time_point deadline) {
     std::string frames;
     for (;;) {
-      const Ms timeout = tr.first_token_seen() ? std::min(idle, left_until(deadline)) : left_until(first_token_deadline);
-      auto piece = co_await resp.read_some(timeout);
+      if (live.cut) {
+        fail(Reason::shutting_down, "the gateway is shutting down");
+        co_return;
+      }
+      // An upstream that never pauses still ends at the total deadline.
+      if (Clock::now() >= deadline) {
+        fail(Reason::upstream_timeout, "the request ran past timeouts.total");
+        co_return;
+      }
+      const Ms timeout = tr.first_token_seen() ? std::min(cfg_.timeouts.idle, left_until(deadline)) : left_until(first_token_deadline);
+      auto piece = co_await resp.read_some(timeout, &quiet);
       frames.clear();
       if (auto* err = std::get_if<http::ClientError>(&piece)) {
-        if (err->kind == http::ClientErrc::timeout) {
+        if (relay.client_gone) co_return;
+        if (live.cut) {
+          fail(Reason::shutting_down, "the gateway is shutting down");
+        } else if (err->kind == http::ClientErrc::timeout) {
           const bool out_of_time = left_until(deadline).count() == 0;
           fail(out_of_time                ? Reason::upstream_timeout
                : !tr.first_token_seen()  ? Reason::first_token_timeout
                                          : Reason::upstream_idle_timeout,
                "upstream stream timed out");
         } else if (err->kind == http::ClientErrc::cancelled) {
-          fail(Reason::client_closed, "cancelled");
+          relay.client_gone = true;  // the watch aborted the exchange: the client left
         } else {
           fail(Reason::upstream_stream_failed, err->message);
         }
@@ -1274,7 +1304,7 @@ class WorkerHandler {
           fail(Reason::upstream_stream_failed, tr.error());
           relay.error_frame_sent = true;
         }
-        if (!frames.empty()) co_await ch.async_send({}, std::move(frames), nothrow);
+        if (!frames.empty() && !co_await write(frames)) relay.client_gone = true;
         co_return;
       }
       const bool had_token = tr.first_token_seen();
@@ -1285,10 +1315,9 @@ class WorkerHandler {
         relay.ttft_ms = ms_since(start, now);
       }
       if (tr.first_token_seen()) relay.last_token_at = now;
-      if (!frames.empty()) {
-        auto [ec] = co_await ch.async_send({}, std::move(frames), nothrow);
-        frames = std::string();
-        if (ec) co_return;  // the consumer stopped
+      if (!frames.empty() && !co_await write(frames)) {
+        relay.client_gone = true;
+        co_return;
       }
       if (!ok) {
         // The translator already produced the error frame.
@@ -1297,6 +1326,43 @@ class WorkerHandler {
         co_return;
       }
     }
+  }
+
+  // The streams open on this worker. While there are any, a timer looks four times a
+  // second whether the drain's cut time (g_.cut_streams_at) has come, and ends them with a
+  // `shutting_down` event: their loops may be waiting on a silent upstream.
+  void stream_opened(LiveStream& s) {
+    g_.open_streams.fetch_add(1, std::memory_order_relaxed);
+    s.slot = live_.size();
+    live_.push_back(&s);
+    if (!cut_timer_armed_) arm_cut_timer();
+  }
+
+  void stream_closed(LiveStream& s) {
+    g_.open_streams.fetch_sub(1, std::memory_order_relaxed);
+    live_[s.slot] = live_.back();
+    live_[s.slot]->slot = s.slot;
+    live_.pop_back();
+  }
+
+  void arm_cut_timer() {
+    cut_timer_armed_ = true;
+    cut_timer_.expires_after(Ms(250));
+    cut_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec || live_.empty()) {
+        cut_timer_armed_ = false;
+        return;
+      }
+      const auto cut = g_.cut_streams_at.load(std::memory_order_relaxed);
+      if (cut != 0 && Clock::now().time_since_epoch().count() >= cut) {
+        for (LiveStream* s : live_) {
+          if (s->cut) continue;
+          s->cut = true;
+          s->abort->abort();  // the stream's wait on its upstream ends at once
+        }
+      }
+      arm_cut_timer();
+    });
   }
 
   void record(Context& ctx) {
@@ -1318,6 +1384,9 @@ class WorkerHandler {
   std::unique_ptr<http::Client> client_;
   std::unique_ptr<limits::WorkerLimiter> limiter_;  // null when no limit is configured
   telemetry::Metrics::Worker* metrics_ = nullptr;
+  std::vector<LiveStream*> live_;
+  net::steady_timer cut_timer_;
+  bool cut_timer_armed_ = false;
 };
 
 }  // namespace

@@ -25,18 +25,59 @@ namespace {
 using PlainStream = beast::tcp_stream;
 using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
+using Clock = std::chrono::steady_clock;
+
+// The deadline of a read on an upstream connection. Unlike the tcp_stream's own expiry
+// (which closes the socket), it cancels the pending read only, so a wait can be broken off
+// for a stream's heartbeat and resumed; a read that only reached its deadline closes the
+// connection itself. Shared with the timer's handler, which may run after the read ended.
+struct Waker {
+  explicit Waker(const net::any_io_executor& ex) : timer(ex) {}
+  net::steady_timer timer;
+  net::cancellation_signal signal;
+  std::uint64_t armed = 0;  // which wait the handler belongs to: a late one must not cancel the next read
+  bool fired = false;
+};
+
 struct Conn {
   std::string pool_key;
   std::unique_ptr<PlainStream> plain;
   std::unique_ptr<TlsStream> tls;
   beast::flat_buffer buffer;
-  std::chrono::steady_clock::time_point idle_since{};
+  Clock::time_point idle_since{};
+  std::shared_ptr<Waker> waker;
 
   beast::tcp_stream& lowest() { return plain ? *plain : beast::get_lowest_layer(*tls); }
 
-  // An idle pooled connection the server has closed reads EOF without blocking.
+  // One parser operation (`op(token)`, the token bound to the waker's cancellation) until
+  // it completes or `deadline` passes; `quiet`, if given, is served on the way. Returns the
+  // operation's error, or beast::error::timeout.
+  template <class Op>
+  awaitable<beast::error_code> timed(Clock::time_point deadline, Quiet* quiet, Op op) {
+    if (!waker) waker = std::make_shared<Waker>(lowest().get_executor());
+    for (;;) {
+      const bool for_quiet = quiet && quiet->on_quiet && quiet->at < deadline;
+      waker->fired = false;
+      waker->timer.expires_at(for_quiet ? quiet->at : deadline);
+      waker->timer.async_wait([w = waker, armed = ++waker->armed](const boost::system::error_code& ec) {
+        if (ec || armed != w->armed) return;
+        w->fired = true;
+        w->signal.emit(net::cancellation_type::terminal);
+      });
+      auto [ec, n] = co_await op(net::bind_cancellation_slot(waker->signal.slot(), nothrow));
+      const bool fired = waker->fired;
+      waker->timer.cancel();
+      if (!fired || ec != net::error::operation_aborted) co_return ec;
+      // The read was only interrupted: it consumed nothing (the parser and buffer hold
+      // what they held), so it can go on.
+      if (!for_quiet || Clock::now() >= deadline) co_return beast::error::timeout;
+      if (!co_await quiet->on_quiet()) co_return net::error::operation_aborted;
+    }
+  }
+
+  // An idle pooled connection the server has closed reads EOF without blocking; one with
+  // bytes waiting is out of step with its server.
   bool looks_alive() {
-    if (buffer.size() != 0) return false;  // unsolicited bytes: not a clean connection
     char c;
     auto fd = lowest().socket().native_handle();
     ssize_t r = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
@@ -46,9 +87,16 @@ struct Conn {
   }
 };
 
+// Errors that say this process is out of something, not that the peer failed.
+bool local_resource_error(const beast::error_code& ec) {
+  return ec == net::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system ||
+         ec == net::error::no_buffer_space || ec == net::error::no_memory;
+}
+
 ClientError make_error(const beast::error_code& ec, ClientErrc fallback, std::string_view what) {
   ClientErrc kind = fallback;
-  if (ec == beast::error::timeout) kind = ClientErrc::timeout;
+  if (local_resource_error(ec)) kind = ClientErrc::local_resources;
+  else if (ec == beast::error::timeout) kind = ClientErrc::timeout;
   else if (ec == net::error::operation_aborted) kind = ClientErrc::cancelled;
   else if (ec == bhttp::error::body_limit || ec == bhttp::error::header_limit) kind = ClientErrc::too_large;
   else if (ec.category() == make_error_code(bhttp::error::end_of_stream).category() &&
@@ -75,20 +123,20 @@ class ResponseImpl final : public ClientResponse {
     return {v.data(), v.size()};
   }
 
-  awaitable<Piece> read_some(std::chrono::milliseconds timeout) override {
+  awaitable<Piece> read_some(std::chrono::milliseconds timeout, Quiet* quiet) override {
     if (!conn_) co_return ClientError{ClientErrc::io, "connection closed"};
+    if (failed_) co_return ClientError{ClientErrc::cancelled, "exchange aborted"};
     if (parser_->is_done()) co_return std::string_view{};
+    const auto deadline = Clock::now() + timeout;
     for (;;) {
       auto& body = parser_->get().body();
       body.data = buf_;
       body.size = sizeof buf_;
-      conn_->lowest().expires_after(timeout);
-      beast::error_code ec;
-      if (conn_->plain) {
-        std::tie(ec, std::ignore) = co_await bhttp::async_read_some(*conn_->plain, conn_->buffer, *parser_, nothrow);
-      } else {
-        std::tie(ec, std::ignore) = co_await bhttp::async_read_some(*conn_->tls, conn_->buffer, *parser_, nothrow);
-      }
+      Conn& c = *conn_;
+      beast::error_code ec = co_await c.timed(deadline, quiet, [&c, this](auto token) {
+        return c.plain ? bhttp::async_read_some(*c.plain, c.buffer, *parser_, token)
+                       : bhttp::async_read_some(*c.tls, c.buffer, *parser_, token);
+      });
       if (ec == bhttp::error::need_buffer) ec = {};
       if (ec) {
         failed_ = true;
@@ -110,7 +158,7 @@ class ResponseImpl final : public ClientResponse {
         failed_ = true;
         co_return ClientError{ClientErrc::timeout, "reading upstream body: timed out"};
       }
-      auto piece = co_await read_some(left);
+      auto piece = co_await read_some(left, nullptr);
       if (auto* err = std::get_if<ClientError>(&piece)) co_return std::move(*err);
       auto sv = std::get<std::string_view>(piece);
       if (sv.empty()) co_return out;
@@ -174,7 +222,6 @@ std::string format_head(const Target& t, const ClientRequest& req) {
   return h;
 }
 
-constexpr auto kProbeAfterIdle = std::chrono::milliseconds(1000);
 constexpr auto kResolveTtl = std::chrono::seconds(30);
 
 class ClientImpl final : public Client {
@@ -184,6 +231,12 @@ class ClientImpl final : public Client {
   const ClientStats& stats() const override { return stats_; }
 
   void give_back(std::unique_ptr<Conn> c) {
+    if (c->buffer.size() != 0) {
+      // Bytes after the end of the answer: the server sent more than it framed. The next
+      // request on this connection would read them as its answer.
+      ++stats_.not_reused;
+      return;
+    }
     auto& idle = idle_[c->pool_key];
     if (static_cast<int>(idle.size()) >= max_idle_) return;  // closes it
     c->lowest().expires_never();
@@ -192,7 +245,7 @@ class ClientImpl final : public Client {
   }
 
   awaitable<Result> send(const Target& t, const ClientRequest& req, std::chrono::milliseconds connect_timeout,
-                         std::chrono::milliseconds head_timeout, AbortHandle* abort) override {
+                         std::chrono::milliseconds head_timeout, AbortHandle* abort, Quiet* quiet) override {
     // Connections made under different TLS trust settings are never shared.
     std::string key = t.tls ? "s:" + t.host + ":" + std::to_string(t.port) + (t.verify ? ":v:" : ":n:") + t.ca_file
                             : "p:" + t.host + ":" + std::to_string(t.port);
@@ -230,10 +283,7 @@ class ClientImpl final : public Client {
       std::string head = format_head(t, req);
       std::array<net::const_buffer, 2> bufs{net::buffer(head), net::buffer(req.body)};
 
-      auto parser = std::make_unique<bhttp::response_parser<bhttp::buffer_body>>();
-      parser->header_limit(64 * 1024);
-      // The body is bounded by the caller (read_all limit, stream buffering), not here.
-      parser->body_limit(std::numeric_limits<std::uint64_t>::max());
+      auto parser = make_parser();
       beast::error_code ec;
       conn->lowest().expires_after(head_timeout + connect_timeout);
       if (conn->plain) {
@@ -242,11 +292,20 @@ class ClientImpl final : public Client {
         std::tie(ec, std::ignore) = co_await net::async_write(*conn->tls, bufs, nothrow);
       }
       if (!ec) {
-        conn->lowest().expires_after(head_timeout);
-        if (conn->plain) {
-          std::tie(ec, std::ignore) = co_await bhttp::async_read_header(*conn->plain, conn->buffer, *parser, nothrow);
-        } else {
-          std::tie(ec, std::ignore) = co_await bhttp::async_read_header(*conn->tls, conn->buffer, *parser, nothrow);
+        conn->lowest().expires_never();  // the reads below have deadlines of their own
+        const auto head_deadline = Clock::now() + head_timeout;
+        ec = co_await read_head(*conn, *parser, head_deadline, quiet);
+        // Interim responses (100 Continue, 103 Early Hints...) come before the real one
+        // and are skipped: taking one for the answer would leave the answer unread on a
+        // connection that goes back to the pool, for the next request to read.
+        while (!ec && parser->get().result_int() >= 100 && parser->get().result_int() < 200) {
+          if (parser->get().result_int() == 101) {
+            ec = bhttp::error::bad_status;  // never asked for: not HTTP any more
+            break;
+          }
+          ++stats_.interim_responses;
+          parser = make_parser();
+          ec = co_await read_head(*conn, *parser, head_deadline, quiet);
         }
       }
       if (ec && abort && abort->aborted()) co_return ClientError{ClientErrc::cancelled, "aborted"};
@@ -267,6 +326,23 @@ class ClientImpl final : public Client {
   }
 
  private:
+  using Parser = bhttp::response_parser<bhttp::buffer_body>;
+
+  static std::unique_ptr<Parser> make_parser() {
+    auto p = std::make_unique<Parser>();
+    p->header_limit(64 * 1024);
+    // The body is bounded by the caller (read_all limit, the stream's event size), not here.
+    p->body_limit(std::numeric_limits<std::uint64_t>::max());
+    return p;
+  }
+
+  static awaitable<beast::error_code> read_head(Conn& c, Parser& p, Clock::time_point deadline, Quiet* quiet) {
+    return c.timed(deadline, quiet, [&c, &p](auto token) {
+      return c.plain ? bhttp::async_read_header(*c.plain, c.buffer, p, token)
+                     : bhttp::async_read_header(*c.tls, c.buffer, p, token);
+    });
+  }
+
   std::unique_ptr<Conn> take_idle(const std::string& key) {
     auto it = idle_.find(key);
     if (it == idle_.end()) return nullptr;
@@ -274,10 +350,11 @@ class ClientImpl final : public Client {
     while (!v.empty()) {
       auto c = std::move(v.back());
       v.pop_back();
-      // Servers close idle keep-alive connections after seconds, not milliseconds: only a
-      // connection idle for a while is probed (a syscall), and a request that still meets
-      // a closed one is retried once on a fresh connection (see send()).
-      if (std::chrono::steady_clock::now() - c->idle_since < kProbeAfterIdle || c->looks_alive()) return c;
+      // Every reuse is checked (one non-blocking peek): a connection the server closed is
+      // dropped, and so is one on which bytes arrived while it was idle — never asked
+      // for, they would be read as the next request's answer. A request that still meets
+      // a closed connection is retried once on a fresh one (see send()).
+      if (c->buffer.size() == 0 && c->looks_alive()) return c;
     }
     return nullptr;
   }

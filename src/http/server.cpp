@@ -126,7 +126,7 @@ class ExchangeImpl final : public Exchange {
     started_ = true;
     std::string head = format_head(r.status, r.content_type, r.headers, static_cast<std::int64_t>(r.body.size()));
     std::array<net::const_buffer, 2> bufs{net::buffer(head), net::buffer(r.body)};
-    auto ec = co_await detail::write_all(s_.stream, bufs, kWriteTimeout);
+    auto ec = co_await detail::write_all(s_.stream, bufs, write_timeout_);
     finished_ = !ec;
     failed_ = !!ec;
     co_return !ec;
@@ -137,7 +137,7 @@ class ExchangeImpl final : public Exchange {
     started_ = true;
     std::string head = format_head(status, content_type, headers, -1);
     std::array<net::const_buffer, 1> bufs{net::buffer(head)};
-    auto ec = co_await detail::write_all(s_.stream, bufs, kWriteTimeout);
+    auto ec = co_await detail::write_all(s_.stream, bufs, write_timeout_);
     failed_ = !!ec;
     co_return !ec;
   }
@@ -148,7 +148,7 @@ class ExchangeImpl final : public Exchange {
     const int len = std::snprintf(size_line, sizeof size_line, "%zx\r\n", data.size());
     std::array<net::const_buffer, 3> bufs{net::buffer(size_line, static_cast<std::size_t>(len)),
                                           net::buffer(data.data(), data.size()), net::buffer("\r\n", 2)};
-    auto ec = co_await detail::write_all(s_.stream, bufs, kWriteTimeout);
+    auto ec = co_await detail::write_all(s_.stream, bufs, write_timeout_);
     failed_ = !!ec;
     co_return !ec;
   }
@@ -156,7 +156,7 @@ class ExchangeImpl final : public Exchange {
   awaitable<bool> end_stream() override {
     if (failed_) co_return false;
     std::array<net::const_buffer, 1> bufs{net::buffer("0\r\n\r\n", 5)};
-    auto ec = co_await detail::write_all(s_.stream, bufs, kWriteTimeout);
+    auto ec = co_await detail::write_all(s_.stream, bufs, write_timeout_);
     failed_ = !!ec;
     finished_ = !ec;
     co_return !ec;
@@ -209,7 +209,13 @@ class ExchangeImpl final : public Exchange {
         net::buffer(&w->peek, 1), net::socket_base::message_peek,
         net::bind_cancellation_slot(w->stop.slot(), [this, w](const boost::system::error_code& ec, std::size_t n) {
           if (!w->active || ec == net::error::operation_aborted) return;
-          if (!ec && n > 0) return;  // a pipelined request: nothing to say about closing
+          if (!ec && n > 0) {
+            // The client sent more (a pipelined request, or a byte before leaving): move
+            // what is there into the session's buffer, where the next request is read
+            // from, and watch on. Nothing else reads the socket while the watch is on.
+            if (take_pipelined()) arm_watch(w);
+            return;
+          }
           // EOF or an error: the client is gone.
           w->active = false;
           client_gone_ = true;
@@ -217,6 +223,24 @@ class ExchangeImpl final : public Exchange {
           auto cb = std::move(w->on_gone);
           if (cb) cb();
         }));
+  }
+
+  // Reads what the client already sent into the session buffer, without blocking. False
+  // when the client sent more than kMaxPipelined while its request runs (it is not
+  // watched further: its next request waits in the socket). An error or EOF is left for
+  // the next peek to report.
+  bool take_pipelined() {
+    for (;;) {
+      if (s_.buffer.size() >= kMaxPipelined) return false;
+      boost::system::error_code ec;
+      auto& sock = s_.stream.socket();
+      if (!sock.non_blocking()) sock.non_blocking(true, ec);
+      const std::size_t n = sock.read_some(s_.buffer.prepare(kMaxPipelined - s_.buffer.size()), ec);
+      s_.buffer.commit(n);
+      if (ec == net::error::would_block || ec == net::error::try_again) return true;
+      if (ec) return true;
+      if (n == 0) return true;
+    }
   }
 
   void watch_client(std::function<void()> on_gone) override {
@@ -235,6 +259,8 @@ class ExchangeImpl final : public Exchange {
 
   ~ExchangeImpl() override { unwatch_client(); }
 
+  void set_write_timeout(std::chrono::milliseconds t) override { write_timeout_ = t; }
+
   void abort() override {
     started_ = true;  // the session must not write a reply of its own
     failed_ = true;
@@ -243,7 +269,7 @@ class ExchangeImpl final : public Exchange {
   }
 
  private:
-  static constexpr auto kWriteTimeout = std::chrono::seconds(30);
+  std::chrono::steady_clock::duration write_timeout_ = std::chrono::seconds(30);
   static constexpr std::size_t kMaxPipelined = 64 * 1024;
 
   // Status line and headers; content_length < 0 means chunked.

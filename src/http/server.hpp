@@ -64,11 +64,15 @@ class Exchange {
 
   // A cheaper watch for a stretch of work that is not a coroutine race: calls `on_gone`
   // (once, on this loop) if the client closes the connection before unwatch_client().
-  // It waits for readability and peeks, so it never consumes request bytes; it stops by
-  // itself when the client sends more (a pipelined request). Call unwatch_client() before
-  // replying.
+  // It peeks, so it takes no syscall to arm; bytes the client sends meanwhile (a pipelined
+  // request) are moved into the connection's buffer for the next request, and the watch
+  // goes on (up to 64 KiB of them). Call unwatch_client() before replying.
   virtual void watch_client(std::function<void()> on_gone) = 0;
   virtual void unwatch_client() = 0;
+
+  // Bounds each later write that the socket does not take at once (default 30 s): a
+  // client that takes nothing of a reply for this long is dropped.
+  virtual void set_write_timeout(std::chrono::milliseconds t) = 0;
 
   // Drops the connection at once, whatever was sent so far (the peer sees EOF/reset);
   // nothing more is written on it.

@@ -15,11 +15,13 @@ struct Gate::Waiter {
   explicit Waiter(net::any_io_executor ex) : timer(ex), executor(std::move(ex)) {}
   Need need;
   Priority cls = Priority::standard;
+  std::string key;
   std::uint64_t seq = 0;
   Clock::time_point arrived;
   net::steady_timer timer;
   net::any_io_executor executor;
   bool granted = false;    // under the gate's mutex
+  bool evicted = false;    // under the gate's mutex: its place went to another key
   bool cancelled = false;  // on the waiter's own thread
 };
 
@@ -67,6 +69,7 @@ Gate::~Gate() = default;
 Gate::Need Gate::need(const config::ApiKey& key, const std::string& alias) const {
   Need n;
   if (!active_) return n;
+  n.key = key.name;
   if (auto it = key_slots_.find(key.name); it != key_slots_.end()) n.slots[0] = it->second.get();
   if (auto it = model_slots_.find(alias); it != model_slots_.end()) n.slots[1] = it->second.get();
   if (auto b = backend_of_alias_.find(alias); b != backend_of_alias_.end()) n.slots[2] = backend_slots_.at(b->second).get();
@@ -111,6 +114,7 @@ void Gate::dispatch() {
       auto w = *it;
       it = q.erase(it);
       --queued_;
+      if (auto k = queued_by_key_.find(w->key); k != queued_by_key_.end() && --k->second <= 0) queued_by_key_.erase(k);
       take(w->need);
       w->granted = true;
       // The timer belongs to the waiter's thread: wake it there.
@@ -125,9 +129,37 @@ void Gate::remove(Waiter* w) {
     if (it->get() == w) {
       q.erase(it);
       --queued_;
+      if (auto k = queued_by_key_.find(w->key); k != queued_by_key_.end() && --k->second <= 0) queued_by_key_.erase(k);
       return;
     }
   }
+}
+
+// The queue is full and `key` wants a place: if another key has more requests waiting than
+// `key` has, its newest request of its lowest class gives its place up (longest-queue
+// drop). Returns whether a place was freed.
+bool Gate::make_room(std::string_view key) {
+  const auto own = queued_by_key_.find(std::string(key));
+  const int mine = own == queued_by_key_.end() ? 0 : own->second;
+  const std::string* heaviest = nullptr;
+  int most = 0;
+  for (const auto& [k, n] : queued_by_key_) {
+    if (n > most) most = n, heaviest = &k;
+  }
+  if (!heaviest || most <= mine + 1) return false;
+  for (int c = 0; c < kPriorities; ++c) {
+    auto& q = queues_[c];
+    for (auto it = q.rbegin(); it != q.rend(); ++it) {
+      if ((*it)->key != *heaviest) continue;
+      auto w = *it;
+      remove(w.get());
+      w->evicted = true;
+      ++stats_.queue_full;
+      net::post(w->executor, [w] { w->timer.cancel(); });
+      return true;
+    }
+  }
+  return false;
 }
 
 void Gate::observe_wait(Priority cls, double ms) {
@@ -147,12 +179,14 @@ net::awaitable<Gate::Result> Gate::enter(Need need, Priority p, Cancel& cancel) 
   std::shared_ptr<Waiter> w;
   {
     std::lock_guard lock(mu_);
-    if (queued_ == 0 && fits(need)) {
+    // No waiter fits (dispatch() grants every one that does, whenever a slot frees), so
+    // a request whose slots are free goes ahead of none of them, full queue or not.
+    if (fits(need)) {
       take(need);
       ++stats_.granted_now;
       co_return res;
     }
-    if (queued_ >= cfg_.concurrency.queue_size) {
+    if (queued_ >= cfg_.concurrency.queue_size && !make_room(need.key)) {
       ++stats_.queue_full;
       res.outcome = Outcome::queue_full;
       co_return res;
@@ -160,23 +194,19 @@ net::awaitable<Gate::Result> Gate::enter(Need need, Priority p, Cancel& cancel) 
     w = std::make_shared<Waiter>(ex);
     w->need = need;
     w->cls = p;
+    w->key = std::string(need.key);
     w->seq = ++seq_;
     w->arrived = Clock::now();
     queues_[static_cast<int>(p)].push_back(w);
     ++queued_;
-    dispatch();  // the others may be blocked on slots this one does not need
-    if (w->granted) {
-      // Its slots were free: it never waited.
-      ++stats_.granted_now;
-      co_return res;
-    }
+    ++queued_by_key_[w->key];
   }
   res.queued = true;
   // Leaves the queue at once (a slot freed meanwhile must not go to a client that left).
   cancel.fn = [this, w] {
     {
       std::lock_guard lock(mu_);
-      if (!w->granted && !w->cancelled) {
+      if (!w->granted && !w->evicted && !w->cancelled) {
         remove(w.get());
         ++stats_.cancelled;
       }
@@ -185,12 +215,12 @@ net::awaitable<Gate::Result> Gate::enter(Need need, Priority p, Cancel& cancel) 
     w->timer.cancel();
   };
   for (;;) {
-    bool granted = false;
+    bool decided = false;
     {
       std::lock_guard lock(mu_);
-      granted = w->granted;
+      decided = w->granted || w->evicted;
     }
-    if (!granted && !w->cancelled) {
+    if (!decided && !w->cancelled) {
       w->timer.expires_at(w->arrived + cfg_.concurrency.max_wait[static_cast<int>(w->cls)]);
       co_await w->timer.async_wait(net::as_tuple(net::use_awaitable));
     }
@@ -200,6 +230,10 @@ net::awaitable<Gate::Result> Gate::enter(Need need, Priority p, Cancel& cancel) 
     if (w->granted) {
       ++stats_.granted_after_wait[static_cast<int>(w->cls)];
       observe_wait(w->cls, res.waited_ms);
+      break;
+    }
+    if (w->evicted) {  // out of the queue, counted as queue_full
+      res.outcome = Outcome::queue_full;
       break;
     }
     if (w->cancelled) {  // already out of the queue
@@ -217,6 +251,7 @@ net::awaitable<Gate::Result> Gate::enter(Need need, Priority p, Cancel& cancel) 
       while (pos != q.end() && (*pos)->seq < w->seq) ++pos;
       q.insert(pos, w);
       ++queued_;
+      ++queued_by_key_[w->key];
       res.demoted = true;
       continue;
     }

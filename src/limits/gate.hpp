@@ -3,7 +3,9 @@
 // per backend, with a bounded priority queue in front. One per process, shared by the
 // workers. A queued request waits at most its class's max_wait; vip and premium are then
 // demoted to standard (keeping their arrival order), and standard's max_wait ends the
-// wait (503). See docs/limits.md.
+// wait (503). The queue is shared fairly: when it is full, a key with fewer requests
+// waiting takes the place of the newest request of the key with the most (which gets
+// 429 queue_full), so one key cannot fill it for all. See docs/limits.md.
 #include <array>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -32,9 +34,11 @@ class Gate {
     int limit = 0;
     int used = 0;          // guarded by the gate's mutex
   };
-  // The slots one request needs (null = unlimited).
+  // The slots one request needs (null = unlimited), and whose request it is (the queue is
+  // shared fairly between keys).
   struct Need {
     std::array<Slot*, 3> slots{};
+    std::string_view key;  // the key's name; lives as long as the config
     bool empty() const { return !slots[0] && !slots[1] && !slots[2]; }
   };
   enum class Outcome : std::uint8_t { granted, queue_full, timed_out, cancelled };
@@ -85,6 +89,7 @@ class Gate {
   void take(const Need& n);
   void dispatch();
   void remove(Waiter* w);
+  bool make_room(std::string_view key);
   void observe_wait(Priority cls, double ms);
 
   const config::Config& cfg_;
@@ -94,6 +99,7 @@ class Gate {
   mutable std::mutex mu_;
   std::array<std::deque<std::shared_ptr<Waiter>>, kPriorities> queues_;
   int queued_ = 0;
+  std::unordered_map<std::string, int> queued_by_key_;  // keys with requests waiting
   int in_flight_ = 0;
   std::uint64_t seq_ = 0;
   Snapshot stats_;

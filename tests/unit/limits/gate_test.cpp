@@ -387,6 +387,67 @@ TEST_F(GateTest, QueueFull) {
   release(w1);
 }
 
+// One key cannot fill the shared queue for everyone: when the queue is full, a key with
+// fewer requests waiting takes the place of the newest request of the key with the most.
+TEST_F(GateTest, FullQueueIsSharedBetweenKeys) {
+  cfg.concurrency.queue_size = 4;
+  cfg.keys = {make_key("noisy", 1), make_key("quiet", 1)};
+  cfg.routes = {make_route("m")};
+  make();
+  Req& n0 = start("noisy", "m", Priority::standard);
+  ASSERT_TRUE(granted(n0));
+  Req& q0 = start("quiet", "m", Priority::standard);
+  ASSERT_TRUE(granted(q0));  // its own slot is free: it never queues
+  Req& n1 = start("noisy", "m", Priority::standard, "n1");
+  Req& n2 = start("noisy", "m", Priority::standard, "n2");
+  Req& n3 = start("noisy", "m", Priority::standard, "n3");
+  Req& n4 = start("noisy", "m", Priority::standard, "n4");
+  EXPECT_EQ(gate->snapshot().depth[0], 4);
+  // The noisy key's fifth waiter: the queue is full and it holds every place.
+  Req& n5 = start("noisy", "m", Priority::standard, "n5");
+  ASSERT_TRUE(n5.result);
+  EXPECT_EQ(n5.result->outcome, Gate::Outcome::queue_full);
+  // The quiet key's next request waits (its slot is busy): it takes n4's place.
+  Req& q1 = start("quiet", "m", Priority::standard, "q1");
+  EXPECT_FALSE(q1.result);
+  ASSERT_TRUE(run_until([&] { return n4.result.has_value(); }));
+  EXPECT_EQ(n4.result->outcome, Gate::Outcome::queue_full);
+  EXPECT_FALSE(n1.result);
+  EXPECT_FALSE(n3.result);
+  release(q0);
+  ASSERT_TRUE(granted(q1));
+  release(n0);
+  ASSERT_TRUE(granted(n1));
+  release(n1);
+  ASSERT_TRUE(granted(n2));
+  release(n2);
+  ASSERT_TRUE(granted(n3));
+  release(n3);
+  release(q1);
+  auto s = gate->snapshot();
+  EXPECT_EQ(s.in_flight, 0);
+  EXPECT_EQ(s.queue_full, 2u);
+  EXPECT_EQ(s.depth[0] + s.depth[1] + s.depth[2], 0);
+}
+
+// A request whose slots are free goes ahead even when the queue is full of others'.
+TEST_F(GateTest, FreeSlotsNeedNoPlaceInAFullQueue) {
+  cfg.concurrency.queue_size = 1;
+  cfg.keys = {make_key("a", 1), make_key("b", 1)};
+  cfg.routes = {make_route("m")};
+  make();
+  Req& a0 = start("a", "m", Priority::standard);
+  ASSERT_TRUE(granted(a0));
+  Req& a1 = start("a", "m", Priority::standard, "a1");
+  EXPECT_FALSE(a1.result);
+  Req& b0 = start("b", "m", Priority::standard);
+  ASSERT_TRUE(granted(b0));
+  release(a0);
+  ASSERT_TRUE(granted(a1));
+  release(a1);
+  release(b0);
+}
+
 TEST_F(GateTest, QueueSizeZeroRefusesAnyWait) {
   cfg.concurrency.queue_size = 0;
   cfg.keys = {make_key("a", 1)};
