@@ -179,12 +179,23 @@ std::string check_secret(std::string_view s) {
   return {};
 }
 
+// An environment variable's name as errors show it. A secret pasted where a variable's
+// name belongs must not reach a log or /infra (a reload's error is shown there): only a
+// conventional name (upper case, digits, '_', at most 64) is echoed.
+std::string env_name_for_error(std::string_view s) {
+  const bool conventional = !s.empty() && s.size() <= 64 && !std::isdigit(static_cast<unsigned char>(s.front())) &&
+                            std::all_of(s.begin(), s.end(), [](char c) {
+                              return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+                            });
+  return conventional ? std::string(s) : "(not shown: it does not look like a variable name; is it a secret?)";
+}
+
 std::string check_env_name(std::string_view s) {
   const bool ok = !s.empty() && !std::isdigit(static_cast<unsigned char>(s.front())) &&
                   std::all_of(s.begin(), s.end(), [](char c) {
                     return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
                   });
-  return ok ? std::string() : "invalid environment variable name " + q(s);
+  return ok ? std::string() : "invalid environment variable name " + env_name_for_error(s);
 }
 
 std::string check_host(std::string_view h) {
@@ -458,6 +469,7 @@ class Loader {
   bool parse_limit_common(const YAML::Node& n, const std::string& path, Fields& f, LimitScope& scope,
                           LimitMatch& when, DownPolicy& down, std::int64_t& limit);
   void parse_concurrency(const YAML::Node& n, Config& c);
+  void parse_admin(const YAML::Node& n, Config& c);
   void parse_history(const YAML::Node& n, Config& c);
   void parse_events(const YAML::Node& n, Config& c);
   std::string resolve_path(const std::string& p) const;
@@ -682,9 +694,9 @@ void Loader::parse_key(const YAML::Node& n, const std::string& path, ApiKey& k, 
     if (get_string(*var, p, name) && report(check_env_name(name), p, *var)) {
       auto val = getenv(name);
       if (!val) {
-        error(p, line_of(*var), "environment variable " + name + " is not set" + std::string(suffix_));
+        error(p, line_of(*var), "environment variable " + env_name_for_error(name) + " is not set" + std::string(suffix_));
       } else if (auto e = check_secret(*val); !e.empty()) {
-        error(p, line_of(*var), "environment variable " + name + ": " + e + std::string(suffix_));
+        error(p, line_of(*var), "environment variable " + env_name_for_error(name) + ": " + e + std::string(suffix_));
       } else {
         k.key = *val;
       }
@@ -910,9 +922,9 @@ void Loader::parse_backend(const YAML::Node& n, const std::string& path, const F
     std::string name;
     if (get_string(*var, p("api_key_env"), name) && report(check_env_name(name), p("api_key_env"), *var)) {
       auto val = getenv(name);
-      if (!val) error(p("api_key_env"), line_of(*var), "environment variable " + name + " is not set");
+      if (!val) error(p("api_key_env"), line_of(*var), "environment variable " + env_name_for_error(name) + " is not set");
       else if (auto e = check_secret(*val); !e.empty())
-        error(p("api_key_env"), line_of(*var), "environment variable " + name + ": " + e);
+        error(p("api_key_env"), line_of(*var), "environment variable " + env_name_for_error(name) + ": " + e);
       else b.api_key = *val;
     }
   } else if (provider_ok && (b.provider == Provider::openai || b.provider == Provider::anthropic)) {
@@ -1364,6 +1376,18 @@ void Loader::parse_rate_limits(const YAML::Node& n, Config& c) {
       if (ok) rl.tokens.push_back(std::move(l));
     }
   }
+}
+
+void Loader::parse_admin(const YAML::Node& n, Config& c) {
+  Fields f;
+  if (n.IsNull() || !fields(n, "admin", {"listen", "public_status"}, f)) return;
+  if (auto v = get(f, "listen")) {
+    std::string s;
+    if (get_string(*v, "admin.listen", s)) {
+      report(check_host_port(trim(s), c.admin_listen_host, c.admin_listen_port), "admin.listen", *v);
+    }
+  }
+  if (auto v = get(f, "public_status")) get_bool(*v, "admin.public_status", c.public_status);
 }
 
 void Loader::parse_concurrency(const YAML::Node& n, Config& c) {
@@ -1864,7 +1888,7 @@ LoadResult Loader::run(const YAML::Node& root) {
       fields(root, "",
              {"instance", "listen", "workers", "limits", "timeouts", "access_log", "keys", "keys_file", "models",
               "params", "options", "redis", "rate_limits", "concurrency", "tokenizer_dir", "data_dir", "history",
-              "events", "routing"},
+              "events", "routing", "admin"},
              f);
     }
   }
@@ -1892,6 +1916,7 @@ LoadResult Loader::run(const YAML::Node& root) {
     }
   }
   if (auto v = get(f, "concurrency")) parse_concurrency(*v, *c);
+  if (auto v = get(f, "admin")) parse_admin(*v, *c);
   if (auto v = get(f, "data_dir")) {
     if (get_string(*v, "data_dir", c->data_dir)) {
       if (c->data_dir.empty()) error("data_dir", line_of(*v), "must not be empty (omit it for the default, ./data)");
@@ -2124,6 +2149,13 @@ std::string describe(const Config& c) {
   out += "listen:     " + host_for_display(c.listen_host) + ":" + std::to_string(c.listen_port) +
          (c.listen_port == 0 ? " (any free port)" : "") + "\n";
   out += "workers:    " + (c.workers == 0 ? std::string("auto (one per core)") : std::to_string(c.workers)) + "\n";
+  out += "status:     /metrics and /infra ";
+  out += c.public_status ? "public" : "need an admin key";
+  if (!c.admin_listen_host.empty()) {
+    out += "; admin listener " + host_for_display(c.admin_listen_host) + ":" + std::to_string(c.admin_listen_port) +
+           " (no key)";
+  }
+  out += "\n";
   out += "access log: " + (c.access_log == "-" ? std::string("stdout") : c.access_log.empty() ? std::string("off") : c.access_log) + "\n";
   out += "limits:     body " + std::to_string(c.max_body_bytes) + " B, headers " + std::to_string(c.max_header_bytes) +
          " B, upstream response " +

@@ -128,6 +128,12 @@ struct Config {
   int upstream_pool_per_host = 256;            // idle keep-alive connections kept per worker
   Timeouts timeouts;
   std::string access_log = "-";  // "-" = stdout, "" = off, else a file path
+  // /metrics and /infra show backends, routes and the database's place: on the main
+  // listener they need an admin key, unless public_status; an admin listener (a port of
+  // its own, for Prometheus and operators) serves them and the probes without a key.
+  bool public_status = false;
+  std::string admin_listen_host;  // empty: no admin listener
+  std::uint16_t admin_listen_port = 0;
   std::vector<ApiKey> keys;
   std::vector<Route> routes;
   // Top-level OpenAI parameters with a checked range (temperature, top_p, max_tokens...).

@@ -120,9 +120,19 @@ class GatewayImpl final : public Gateway {
     server_ = http::Server::start(so, [this](int, boost::asio::any_io_executor ex) {
       return make_handler(shared_, std::move(ex));
     });
+    if (!c.admin_listen_host.empty()) {
+      http::ServerOptions ao = so;
+      ao.host = c.admin_listen_host;
+      ao.port = c.admin_listen_port;
+      ao.workers = 1;
+      admin_server_ = http::Server::start(ao, [this](int, boost::asio::any_io_executor ex) {
+        return make_handler(shared_, std::move(ex), /*admin_listener=*/true);
+      });
+    }
   }
 
   std::uint16_t port() const override { return server_->port(); }
+  std::uint16_t admin_port() const { return admin_server_ ? admin_server_->port() : 0; }
   const std::string& instance() const { return shared_.instance; }
 
   // For the banner: which limiter backend is active and why. Waits for the workers'
@@ -169,9 +179,12 @@ class GatewayImpl final : public Gateway {
     shared_.cut_streams_at.store((std::chrono::steady_clock::now() + grace - margin).time_since_epoch().count());
     shared_.draining.store(true);
     server_->shutdown(shared_.cfg->timeouts.shutdown_grace);
+    if (admin_server_) admin_server_->shutdown(shared_.cfg->timeouts.shutdown_grace);
   }
 
-  bool forced_stop() const override { return server_->forced_stop(); }
+  bool forced_stop() const override {
+    return server_->forced_stop() || (admin_server_ && admin_server_->forced_stop());
+  }
 
   // Routes, backends and routing settings from the file again; the rest stays as started.
   // A file that does not load is refused with its errors and the running table stays.
@@ -200,6 +213,7 @@ class GatewayImpl final : public Gateway {
 
   void join() override {
     server_->join();
+    if (admin_server_) admin_server_->join();
     router_->stop();
     access_log_->flush();
     queries_.join();
@@ -238,6 +252,7 @@ class GatewayImpl final : public Gateway {
   std::string tokenizer_info_;
   std::unique_ptr<Router> router_;  // before the server: the workers use it
   std::unique_ptr<http::Server> server_;
+  std::unique_ptr<http::Server> admin_server_;  // admin.listen: probes and status pages
 };
 
 config::LoadResult load_or_report(const std::string& path) {
@@ -285,6 +300,9 @@ int run_serve(const std::string& path) {
   auto* impl = static_cast<GatewayImpl*>(gw.get());
   std::cerr << "sluice " << "serving as " << impl->instance() << "\n" << config::describe(*res.config)
             << impl->limiter_banner() << impl->records_banner();
+  if (impl->admin_port() != 0) {
+    std::cerr << "sluice admin listening on " << res.config->admin_listen_host << ":" << impl->admin_port() << "\n";
+  }
   std::cerr << "sluice listening on " << res.config->listen_host << ":" << gw->port() << std::endl;
 
   int sig = 0;

@@ -89,12 +89,14 @@ struct LiveStream {
 
 class WorkerHandler {
  public:
-  WorkerHandler(Shared& g, net::any_io_executor ex)
-      : g_(g),
+  WorkerHandler(Shared& g, net::any_io_executor ex, bool admin_listener)
+      : admin_listener_(admin_listener),
+        g_(g),
         cfg_(*g.cfg),
         table_(g.router->table()),
         client_(http::Client::create(ex, cfg_.upstream_pool_per_host)),
         cut_timer_(ex) {
+    if (admin_listener_) return;  // no requests to limit or count there
     if (g.limiter && g.limiter->active()) limiter_ = g.limiter->make_worker(ex);
     if (g.metrics) metrics_ = &g.metrics->add_worker();
   }
@@ -124,10 +126,26 @@ class WorkerHandler {
       co_return;
     }
     if (path == "/metrics" || path == "/infra") {
-      // Public like the probes: they hold counts and states, never a key or a prompt.
+      // They hold counts and states, never a key or a prompt, but also backend addresses,
+      // every route and where the database is: on the main listener only an admin key
+      // reads them (unless admin.public_status); the admin listener needs none.
+      if (!admin_listener_ && !cfg_.public_status) {
+        auto denied = authenticate(ex, ctx);
+        if (denied || !ctx.key->admin) {
+          ctx.rec.to_sinks = false;  // the access log keeps the line
+          if (denied) co_await auth_failure(ex, ctx, *denied);
+          else co_await local_reply(ex, ctx, Reason::forbidden, "only an admin key may read " + std::string(path));
+          record(ctx);
+          co_return;
+        }
+      }
       http::Response r = json_reply(200, path == "/metrics" ? render_metrics(g_) : render_infra(g_), ctx);
       if (path == "/metrics") r.content_type = "text/plain; version=0.0.4";
       co_await ex.reply(std::move(r));
+      co_return;
+    }
+    if (admin_listener_) {
+      co_await ex.reply(json_reply(404, error_body(Reason::not_found, "the admin listener serves /health, /ready, /metrics and /infra"), ctx));
       co_return;
     }
     // In flight from here until the coroutine ends, however it ends.
@@ -1377,6 +1395,7 @@ class WorkerHandler {
     return table_;
   }
 
+  const bool admin_listener_;  // serves the probes and status pages only, without a key
   Shared& g_;
   const config::Config& cfg_;
   std::shared_ptr<const RoutingTable> table_;
@@ -1391,8 +1410,8 @@ class WorkerHandler {
 
 }  // namespace
 
-http::Handler make_handler(Shared& shared, net::any_io_executor ex) {
-  auto h = std::make_shared<WorkerHandler>(shared, std::move(ex));
+http::Handler make_handler(Shared& shared, net::any_io_executor ex, bool admin_listener) {
+  auto h = std::make_shared<WorkerHandler>(shared, std::move(ex), admin_listener);
   return [h](http::Exchange& ex) -> awaitable<void> { return h->handle(ex); };
 }
 

@@ -59,7 +59,9 @@ struct Shared {
   std::atomic<std::int64_t> cut_streams_at{0};
 };
 
-http::Handler make_handler(Shared& shared, boost::asio::any_io_executor ex);
+// `admin_listener`: the handler of the admin listener, which serves /health, /ready,
+// /metrics and /infra without a key, and nothing else.
+http::Handler make_handler(Shared& shared, boost::asio::any_io_executor ex, bool admin_listener = false);
 
 // GET /metrics (Prometheus text format) and GET /infra (JSON): status.cpp.
 std::string render_metrics(const Shared& shared);

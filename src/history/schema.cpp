@@ -1,6 +1,7 @@
 // The table, its migrations, and what both backends share (columns, URL masking).
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <chrono>
 
 #include "history/db.hpp"
@@ -167,7 +168,18 @@ std::string migrate(Connection& c, int& version, int up_to) {
   return e;
 }
 
+bool percent_decode(std::string_view s, std::string& out, bool plus_is_space);
+
 namespace {
+
+// Whether a URL query parameter's name is one libpq reads a secret from. libpq decodes the
+// name first (`pass%77ord` is `password`); any case is masked, to be safe.
+bool secret_param(std::string_view raw_name) {
+  std::string name;
+  if (!percent_decode(raw_name, name, false)) name = std::string(raw_name);
+  for (auto& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return name == "password" || name == "sslpassword";
+}
 
 // Where the passwords are in a postgres URL: [begin, end) ranges of the raw text.
 std::vector<std::pair<std::size_t, std::size_t>> password_ranges(std::string_view url) {
@@ -186,7 +198,8 @@ std::vector<std::pair<std::size_t, std::size_t>> password_ranges(std::string_vie
     for (std::size_t pos = q + 1; pos < url.size();) {
       const std::size_t end = std::min(url.find('&', pos), url.size());
       const std::string_view param = url.substr(pos, end - pos);
-      if (param.starts_with("password=")) out.emplace_back(pos + 9, end);
+      const auto eq = param.find('=');
+      if (eq != std::string_view::npos && secret_param(param.substr(0, eq))) out.emplace_back(pos + eq + 1, end);
       pos = end + 1;
     }
   }

@@ -34,9 +34,9 @@ async function json(gw, path, key) {
   return { status: r.status, body: r.json ?? JSON.parse(r.body) };
 }
 
-const infra = async (gw) => (await json(gw, '/infra')).body;
+const infra = async (gw) => gw.infra();
 async function metrics(gw) {
-  const r = await rawRequest({ port: gw.port, path: '/metrics' });
+  const r = await rawRequest({ port: gw.adminPort, path: '/metrics' });
   assert.equal(r.status, 200);
   return r.body;
 }

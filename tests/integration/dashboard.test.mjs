@@ -281,7 +281,7 @@ describe('against a live gateway', () => {
       assert.ok(s.done, 'the stream did not end with [DONE]');
     }
     assert.equal((await chat(gw, body, { key: BAD_KEY })).status, 401);
-    const r = await rawRequest({ port: gw.port, path: '/metrics' });
+    const r = await rawRequest({ port: gw.adminPort, path: '/metrics' });
     assert.equal(r.status, 200);
     page = r.body;
     const queries = [...dashboardQueries(dashboard()), ...rulesQueries(fs.readFileSync(RULES, 'utf8'))];
@@ -346,7 +346,7 @@ describe('against a live gateway', () => {
         '    metrics_path: /metrics',
         '    scrape_timeout: 1s',
         '    static_configs:',
-        `      - targets: ["127.0.0.1:${gw.port}"]`,
+        `      - targets: ["127.0.0.1:${gw.adminPort}"]`,
         '',
       ].join('\n');
       const configPath = path.join(dir, 'prometheus.yml');
@@ -383,7 +383,7 @@ describe('against a live gateway', () => {
       await waitFor(
         async () => {
           const t = await api('/api/v1/targets?state=active');
-          const target = t.data.activeTargets.find((x) => x.scrapeUrl === `http://127.0.0.1:${gw.port}/metrics`);
+          const target = t.data.activeTargets.find((x) => x.scrapeUrl === `http://127.0.0.1:${gw.adminPort}/metrics`);
           if (!target) return false;
           if (target.health !== 'up') throw new Error(`target health ${target.health} ${target.lastError}`);
           return true;

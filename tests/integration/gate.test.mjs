@@ -31,7 +31,7 @@ function config({ ttft = '300ms', queueSize = 8, maxWait = {}, perKey } = {}) {
 const BODY = { model: 'demo', messages: USER, max_tokens: 2 };
 
 async function infra(gw) {
-  return JSON.parse((await rawRequest({ port: gw.port, path: '/infra' })).body).concurrency_gate;
+  return JSON.parse((await rawRequest({ port: gw.adminPort, path: '/infra' })).body).concurrency_gate;
 }
 
 async function queued(gw) {
@@ -143,7 +143,7 @@ describe('queue limits', () => {
         (await Promise.all(all)).map((x) => x.status),
         [200, 200, 200],
       );
-      const metrics = (await rawRequest({ port: gw.port, path: '/metrics' })).body;
+      const metrics = (await rawRequest({ port: gw.adminPort, path: '/metrics' })).body;
       assert.match(metrics, /^sluice_gate_rejected_total\{reason="queue_full"\} 1$/m);
     } finally {
       await gw.stop();
@@ -182,7 +182,7 @@ describe('queue limits', () => {
       assert.deepEqual(t.done, ['blocker', 's1', 'v1']);
       const v1 = await gw.logFor(results[2].headers.get('x-request-id'));
       assert.equal(v1.priority, 'standard');
-      const metrics = (await rawRequest({ port: gw.port, path: '/metrics' })).body;
+      const metrics = (await rawRequest({ port: gw.adminPort, path: '/metrics' })).body;
       assert.match(metrics, /^sluice_gate_demoted_total\{class="vip"\} 1$/m);
     } finally {
       await gw.stop();

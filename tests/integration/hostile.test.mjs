@@ -301,13 +301,13 @@ describe('clients that stop reading', () => {
   test('every request ended: no request or stream is left live', async () => {
     const infra = await waitFor(
       async () => {
-        const j = JSON.parse((await request(`${gw2.url}/infra`)).text);
+        const j = JSON.parse((await request(`${gw2.adminUrl}/infra`)).text);
         return j.requests.live === 0 && j.requests.streams === 0 ? j : null;
       },
       { timeout: 15000, what: 'live requests and streams back to 0' },
     );
     assert.equal(infra.requests.live, 0);
-    const metrics = (await request(`${gw2.url}/metrics`)).text;
+    const metrics = (await request(`${gw2.adminUrl}/metrics`)).text;
     assert.match(metrics, /^sluice_requests_in_flight 0$/m);
   });
 });

@@ -269,7 +269,8 @@ function assertOk(r, what) {
 
 // Starts `sluice serve` with `config` (a plain object, written as YAML into a fresh temp
 // dir). Fills in, unless given: listen 127.0.0.1:0, workers 2, an access log file in the
-// temp dir, timeouts.shutdown_grace 2s.
+// temp dir, timeouts.shutdown_grace 2s, and an admin listener on 127.0.0.1:0 (its port is
+// `adminPort`: /metrics and /infra without a key; `admin: null` leaves it out).
 export async function startGateway(config, { env } = {}) {
   const dir = tempDir('sluice-gw-');
   const logPath = path.join(dir, 'access.log');
@@ -279,8 +280,10 @@ export async function startGateway(config, { env } = {}) {
     workers: 2,
     access_log: logPath,
     data_dir: dir, // history.db (SQLite, on by default) and the events fallback file
+    admin: { listen: '127.0.0.1:0' },
     ...config,
   };
+  if (cfg.admin === null) delete cfg.admin;
   cfg.timeouts = { shutdown_grace: '2s', ...(config.timeouts ?? {}) };
   const yaml = toYaml(cfg);
   const configPath = path.join(dir, 'sluice.yaml');
@@ -292,8 +295,23 @@ export async function startGateway(config, { env } = {}) {
     env,
   });
   const url = `http://127.0.0.1:${proc.port}`;
+  const admin = /sluice admin listening on [^\n]*:(\d+)/.exec(proc.output.stderr);
+  const adminPort = admin ? Number(admin[1]) : 0;
   return Object.assign(proc, {
     url,
+    adminPort,
+    adminUrl: adminPort ? `http://127.0.0.1:${adminPort}` : '',
+    // GET /infra (parsed) and /metrics (text) on the admin listener.
+    async infra() {
+      const r = await rawRequest({ port: adminPort, path: '/infra' });
+      if (r.status !== 200) throw new Error(`GET /infra: HTTP ${r.status}: ${r.body}`);
+      return JSON.parse(r.body);
+    },
+    async metrics() {
+      const r = await rawRequest({ port: adminPort, path: '/metrics' });
+      if (r.status !== 200) throw new Error(`GET /metrics: HTTP ${r.status}: ${r.body}`);
+      return r.body;
+    },
     dir,
     configPath,
     yaml,

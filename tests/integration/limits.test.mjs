@@ -27,7 +27,7 @@ function limitsConfig(redis, rateLimits, extra = {}) {
 }
 
 async function infra(gw) {
-  const r = await rawRequest({ port: gw.port, path: '/infra' });
+  const r = await rawRequest({ port: gw.adminPort, path: '/infra' });
   assert.equal(r.status, 200);
   return JSON.parse(r.body);
 }
@@ -150,7 +150,7 @@ describe('leases: units taken from Redis in advance, admitted without a Redis ca
         let leased = 0;
         let refills = 0;
         for (const gw of gws) {
-          const m = (await rawRequest({ port: gw.port, path: '/metrics' })).body;
+          const m = (await rawRequest({ port: gw.adminPort, path: '/metrics' })).body;
           leased += Number(m.match(/^sluice_ratelimit_counted_total\{backend="lease"\} (\d+)$/m)[1]);
           refills += Number(m.match(/^sluice_ratelimit_lease_refills_total (\d+)$/m)[1]);
         }
@@ -187,7 +187,7 @@ describe('Redis goes away and comes back', () => {
       assert.equal(i1.rate_limiter.redis.up, false);
       assert.equal(i1.rate_limiter.active, 'memory');
       assert.ok(i1.rate_limiter.counts.counted_local >= 7);
-      const metrics = (await rawRequest({ port: gw.port, path: '/metrics' })).body;
+      const metrics = (await rawRequest({ port: gw.adminPort, path: '/metrics' })).body;
       assert.match(metrics, /^sluice_redis_up 0$/m);
       assert.match(metrics, /^sluice_ratelimit_backend\{configured="auto",active="memory"\} 1$/m);
 
@@ -205,7 +205,7 @@ describe('Redis goes away and comes back', () => {
       const counter = (await redis.raw('KEYS', 'sluice:*')).split('\n').find((k) => k.includes(':k:free-app:'));
       assert.ok(counter);
       assert.equal(await redis.raw('GET', counter), '5');
-      assert.match((await rawRequest({ port: gw.port, path: '/metrics' })).body, /^sluice_redis_up 1$/m);
+      assert.match((await rawRequest({ port: gw.adminPort, path: '/metrics' })).body, /^sluice_redis_up 1$/m);
     } finally {
       await gw.stop();
     }

@@ -87,7 +87,7 @@ describe('token budgets', () => {
       }
       // Refused on the bound and then admitted or refused on the exact count: each request
       // counted once.
-      const metrics = (await rawRequest({ port: gw.port, path: '/metrics' })).body;
+      const metrics = (await rawRequest({ port: gw.adminPort, path: '/metrics' })).body;
       assert.match(metrics, /^sluice_ratelimit_decisions_total\{decision="rejected",reason="quota_exceeded"\} 7$/m);
       assert.match(metrics, /^sluice_ratelimit_decisions_total\{decision="allowed",reason="ok"\} 3$/m);
       // Settled: the ledger holds what the three really used, nothing reserved.
@@ -131,7 +131,7 @@ describe('token budgets', () => {
       }
       assert.equal(last.status, 429);
       assert.match(last.json.error.message, new RegExp(`needs ${exact} tokens`));
-      const metrics = (await rawRequest({ port: gw.port, path: '/metrics' })).body;
+      const metrics = (await rawRequest({ port: gw.adminPort, path: '/metrics' })).body;
       assert.match(metrics, /^sluice_ratelimit_decisions_total\{decision="rejected",reason="quota_exceeded"\} 1$/m);
     } finally {
       await gw.stop();
@@ -176,7 +176,7 @@ describe('token budgets', () => {
       assert.equal(Number(await redis.raw('ZCARD', `${key}:r`)), 0);
       let leased = 0;
       for (const gw of gws) {
-        const m = (await rawRequest({ port: gw.port, path: '/metrics' })).body;
+        const m = (await rawRequest({ port: gw.adminPort, path: '/metrics' })).body;
         leased += Number(m.match(/^sluice_ratelimit_counted_total\{backend="lease"\} (\d+)$/m)[1]);
       }
       assert.ok(leased > 0, 'some requests were served from leases');
@@ -260,7 +260,7 @@ describe('token budgets', () => {
         interval: 100,
         what: `the settlement (${charged} tokens) to reach the restarted Redis`,
       });
-      const metrics = (await rawRequest({ port: gw.port, path: '/metrics' })).body;
+      const metrics = (await rawRequest({ port: gw.adminPort, path: '/metrics' })).body;
       assert.match(metrics, /^sluice_ratelimit_settle_errors_total 0$/m);
       // The counter it created expires by itself.
       const key = (await redis.raw('KEYS', 'sluice:{t:acme}:k:app:q*')).split('\n')[0];

@@ -40,8 +40,8 @@ after(async () => {
 });
 
 const backend = (s, extra = {}) => ({ provider: 'openai', base_url: `${s.url}/v1`, ...extra });
-const infra = async (gw) => (await request(`${gw.url}/infra`)).json.routing;
-const metrics = async (gw) => (await request(`${gw.url}/metrics`)).text;
+const infra = async (gw) => (await request(`${gw.adminUrl}/infra`)).json.routing;
+const metrics = async (gw) => (await request(`${gw.adminUrl}/metrics`)).text;
 function metricValue(text, name, labels) {
   const line = text.split('\n').find((l) => l.startsWith(`${name}{${labels}}`) || (labels === '' && l.startsWith(`${name} `)));
   return line === undefined ? undefined : Number(line.slice(line.lastIndexOf(' ') + 1));

@@ -791,6 +791,23 @@ TEST_F(ConfigTest, AnthropicProviderTakesAnthropicApiKey) {
   EXPECT_THAT(error_at(r, "models[0].provider").message, HasSubstr("simulated, openai, ollama or anthropic"));
 }
 
+// A secret pasted where a variable's name belongs never appears in an error (errors reach
+// logs, and a refused reload's error is shown on /infra).
+TEST_F(ConfigTest, ASecretInApiKeyEnvIsNotEchoed) {
+  for (const std::string secret : {"sk-live-abcdef0123456789", "abcdef0123456789abcdef"}) {
+    auto r = load("models:\n"
+                  "  - alias: gpt\n"
+                  "    provider: openai\n"
+                  "    base_url: https://api.openai.com/v1\n"
+                  "    api_key_env: " + secret + "\n"
+                  "keys:\n"
+                  "  - {name: app, key_env: " + secret + "}\n");
+    ASSERT_FALSE(r.ok());
+    EXPECT_THAT(all_errors(r), Not(HasSubstr(secret)));
+    EXPECT_THAT(error_at(r, "models[0].api_key_env").message, HasSubstr("not shown"));
+  }
+}
+
 TEST_F(ConfigTest, ApiKeyEnvForProvider) {
   const std::string yaml =
       "models:\n"

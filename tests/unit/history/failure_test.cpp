@@ -56,6 +56,20 @@ TEST(HistoryPassword, IsMaskedInTheTargetAndScrubbedFromErrors) {
             "auth failed for *** and ***");
 }
 
+// Every parameter libpq reads a password from is masked: sslpassword (the client key's
+// passphrase), and names written percent-encoded or in another case.
+TEST(HistoryPassword, EveryPasswordParameterIsMasked) {
+  EXPECT_EQ(mask_postgres_url("postgresql://db/x?sslpassword=keypass&sslmode=verify-full"),
+            "postgresql://db/x?sslpassword=***&sslmode=verify-full");
+  EXPECT_EQ(mask_postgres_url("postgresql://db/x?pass%77ord=hidden1&%73slpassword=hidden2"),
+            "postgresql://db/x?pass%77ord=***&%73slpassword=***");
+  EXPECT_EQ(mask_postgres_url("postgresql://db/x?PASSWORD=upper"), "postgresql://db/x?PASSWORD=***");
+  EXPECT_EQ(mask_postgres_url("postgresql://db/x?passfile=/etc/pgpass&user=app"),
+            "postgresql://db/x?passfile=/etc/pgpass&user=app");
+  EXPECT_EQ(scrub_password("could not read key: keypass", "postgresql://db/x?sslpassword=keypass"),
+            "could not read key: ***");
+}
+
 TEST(HistoryPostgres, UnreachableAtStartIsDownNotAnError) {
   config::HistorySettings s;
   s.backend = config::HistoryBackend::postgres;
