@@ -154,6 +154,7 @@ listen: 127.0.0.1:0
 workers: 1
 access_log: $TMP/$1.access.log
 history: $history
+admin: {public_status: true}
 keys:
   - {name: bench, key: $KEY}
 models:

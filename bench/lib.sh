@@ -218,6 +218,8 @@ workers: $WORKERS
 access_log: $TMP/$name.access.log
 timeouts:
   shutdown_grace: 1s
+admin:
+  public_status: true   # the bench reads /metrics and /infra on loopback
 keys:
   - {name: bench, key: $KEY}
 models:

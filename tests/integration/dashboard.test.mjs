@@ -400,7 +400,7 @@ describe('against a live gateway', () => {
       const ok = data.find((s) => s.metric.status === '200' && s.metric.stream === 'true');
       assert.ok(ok, JSON.stringify(data));
       assert.equal(ok.metric.job, 'sluice');
-      assert.equal(ok.metric.instance, `127.0.0.1:${gw.port}`);
+      assert.equal(ok.metric.instance, `127.0.0.1:${gw.adminPort}`);
       assert.equal(Number(ok.value[1]), 3);
     });
 

@@ -8,7 +8,7 @@
 //   interim     `100 Continue` and `103 Early Hints` heads before the real answer
 //   extra       the answer, then bytes after its end on the same connection (a second,
 //               unasked answer carrying the marker "INJECTED")
-//   endless     an SSE stream that never ends (a chunk every `intervalMs`)
+//   endless     an SSE stream that never ends (`burst` chunks every `intervalMs`)
 //   big_events  an SSE stream of `eventBytes`-byte events, `events` of them
 //   bad_chunk   a chunked body with an invalid chunk-size line mid-stream
 //   reset       an SSE stream cut by a TCP reset after a few events
@@ -59,8 +59,8 @@ function chunked(text) {
   return `${Buffer.byteLength(text).toString(16)}${CRLF}${text}${CRLF}`;
 }
 
-export async function startHostile({ mode = 'ok', intervalMs = 5, eventBytes = 1 << 20, events = 50 } = {}) {
-  const state = { mode, intervalMs, eventBytes, events, requests: [], connections: 0, sockets: new Set() };
+export async function startHostile({ mode = 'ok', intervalMs = 5, burst = 1, eventBytes = 1 << 20, events = 50 } = {}) {
+  const state = { mode, intervalMs, burst, eventBytes, events, requests: [], connections: 0, sockets: new Set() };
 
   function answer(sock, req) {
     const json = req.json;
@@ -101,7 +101,9 @@ export async function startHostile({ mode = 'ok', intervalMs = 5, eventBytes = 1
         let i = 0;
         const timer = setInterval(() => {
           if (sock.destroyed) return clearInterval(timer);
-          sock.write(chunked(chunk(model, `t${i++} `)));
+          let batch = '';
+          for (let b = 0; b < state.burst; b++) batch += chunked(chunk(model, `t${i++} `));
+          sock.write(batch);
         }, state.intervalMs);
         sock.on('close', () => clearInterval(timer));
         return false;
