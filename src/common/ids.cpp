@@ -57,9 +57,13 @@ std::string new_request_id() {
 }
 
 bool valid_request_id(std::string_view id) noexcept {
+  // The id is echoed in headers and written into JSON bodies and log lines as is: only
+  // characters that need no escaping anywhere.
   if (id.empty() || id.size() > 128) return false;
-  for (unsigned char c : id) {
-    if (c < 0x21 || c > 0x7e) return false;
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                    c == '_' || c == '.' || c == ':';
+    if (!ok) return false;
   }
   return true;
 }

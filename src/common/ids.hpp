@@ -9,7 +9,8 @@ namespace sluice {
 std::string new_request_id();
 void append_request_id(std::string& out);  // the same, appended
 
-// Accepts a client-supplied X-Request-Id when it is 1..128 visible ASCII chars.
+// Accepts a client-supplied X-Request-Id when it is 1..128 characters of letters, digits
+// and - _ . : (safe unescaped in headers, JSON and logs); else the caller makes a new one.
 bool valid_request_id(std::string_view id) noexcept;
 
 // W3C traceparent "00-<32 hex trace>-<16 hex parent>-<2 hex flags>".

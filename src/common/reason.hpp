@@ -38,6 +38,7 @@ namespace sluice {
   X(history_unavailable, 503, "service_unavailable", "history_unavailable")     \
   X(no_backend, 503, "service_unavailable", "no_backend_available")             \
   X(local_resources, 503, "service_unavailable", "gateway_resources_exhausted") \
+  X(too_many_connections, 503, "service_unavailable", "too_many_connections")   \
   X(upstream_timeout, 504, "timeout_error", "upstream_timeout")                  \
   X(first_token_timeout, 504, "timeout_error", "first_token_timeout")            \
   X(upstream_idle_timeout, 504, "timeout_error", "upstream_idle_timeout")        \

@@ -5,6 +5,7 @@
 
 #include "common/redis_url.hpp"
 
+#include <arpa/inet.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
@@ -190,6 +191,18 @@ std::string env_name_for_error(std::string_view s) {
   return conventional ? std::string(s) : "(not shown: it does not look like a variable name; is it a secret?)";
 }
 
+// A client API key's secret: also long enough not to be guessed. The message names the
+// key (`name`), never the secret.
+std::string check_key_secret(std::string_view s, std::string_view name) {
+  auto e = check_secret(s);
+  if (e.empty() && s.size() < kMinKeySecretLength) {
+    e = "secret too short (" + std::to_string(s.size()) + " characters; at least " +
+        std::to_string(kMinKeySecretLength) + " are required)";
+  }
+  if (e.empty() || name.empty()) return e;
+  return "key " + q(name) + ": " + e;
+}
+
 std::string check_env_name(std::string_view s) {
   const bool ok = !s.empty() && !std::isdigit(static_cast<unsigned char>(s.front())) &&
                   std::all_of(s.begin(), s.end(), [](char c) {
@@ -206,7 +219,20 @@ std::string check_host(std::string_view h) {
   return {};
 }
 
-// "host:port" or "[v6]:port"; the host is stored without brackets.
+// The address to listen on: an IP literal (what the server binds without resolving
+// anything), or "localhost", taken as 127.0.0.1. Rewrites "localhost" in place.
+std::string check_listen_host(std::string& h) {
+  if (h == "localhost") {
+    h = "127.0.0.1";
+    return {};
+  }
+  unsigned char addr[16];
+  if (::inet_pton(AF_INET, h.c_str(), addr) == 1 || ::inet_pton(AF_INET6, h.c_str(), addr) == 1) return {};
+  return "listen host must be an IP address (e.g. 127.0.0.1, 0.0.0.0 or [::]) or localhost; got " + q(h) +
+         " (host names are not resolved)";
+}
+
+// "host:port" or "[v6]:port" to listen on; the host is stored without brackets.
 std::string check_host_port(std::string_view s, std::string& host, std::uint16_t& port) {
   std::string_view h, p;
   if (!s.empty() && s.front() == '[') {
@@ -229,7 +255,9 @@ std::string check_host_port(std::string_view s, std::string& host, std::uint16_t
   }
   long long v = 0;
   if (auto e = check_int(p, 0, 65535, v); !e.empty()) return "port " + e;
-  host = std::string(h);
+  std::string parsed(h);
+  if (auto e = check_listen_host(parsed); !e.empty()) return e;
+  host = std::move(parsed);
   port = static_cast<std::uint16_t>(v);
   return {};
 }
@@ -492,13 +520,21 @@ class Loader {
   };
   std::vector<LimitFilter> limit_filters_;
   // yaml-cpp marks an empty value ("workers:") at the next token, often the next line;
-  // such values are reported at their key's line instead.
-  std::vector<std::pair<YAML::Node, int>> null_lines_;
+  // such values are reported at their key's line instead. Indexed by the node's mark (its
+  // position in the text; yaml-cpp gives no other handle on a node's identity), then
+  // matched by identity: a scan of every empty value per lookup made a file with many
+  // of them load in quadratic time (20,000 keys with empty fields: 34 s).
+  std::unordered_multimap<int, std::pair<YAML::Node, int>> null_lines_;
+
+  void note_null(const YAML::Node& value, int key_line) {
+    null_lines_.emplace(value.Mark().pos, std::pair(value, key_line));
+  }
 
   int line_of(const YAML::Node& n) const {
     if (n.IsNull()) {
-      for (const auto& [node, line] : null_lines_) {
-        if (node.is(n)) return line;
+      auto [first, last] = null_lines_.equal_range(n.Mark().pos);
+      for (auto it = first; it != last; ++it) {
+        if (it->second.first.is(n)) return it->second.second;
       }
     }
     return mark_line(n);
@@ -537,7 +573,7 @@ bool Loader::fields(const YAML::Node& n, const std::string& path, const std::str
                                    std::string(suffix_));
       continue;
     }
-    if (val.IsNull()) null_lines_.emplace_back(val, line_of(k));
+    if (val.IsNull()) note_null(val, line_of(k));
     out.emplace(name, val);
   }
   return true;
@@ -597,7 +633,7 @@ void Loader::parse_limits(const YAML::Node& n, Config& c) {
   Fields f;
   if (n.IsNull() || !fields(n, "limits",
                             {"max_body_bytes", "max_header_bytes", "max_upstream_response_bytes",
-                             "upstream_pool_per_host"},
+                             "upstream_pool_per_host", "max_connections"},
                             f)) {
     return;
   }
@@ -607,13 +643,15 @@ void Loader::parse_limits(const YAML::Node& n, Config& c) {
     get_int(*v, "limits.max_upstream_response_bytes", 1, kMaxI64, c.max_upstream_response_bytes);
   if (auto v = get(f, "upstream_pool_per_host"))
     get_int(*v, "limits.upstream_pool_per_host", 0, 65536, c.upstream_pool_per_host);
+  // 0 = auto (from the file descriptor limit at start).
+  if (auto v = get(f, "max_connections")) get_int(*v, "limits.max_connections", 0, 10'000'000, c.max_connections);
 }
 
 void Loader::parse_timeouts(const YAML::Node& n, Config& c) {
   Fields f;
   if (n.IsNull() || !fields(n, "timeouts",
                             {"connect", "first_token", "idle", "total", "client_header", "keep_alive",
-                             "heartbeat", "client_write", "shutdown_grace"},
+                             "client_first_byte", "heartbeat", "client_write", "shutdown_grace"},
                             f)) {
     return;
   }
@@ -625,6 +663,8 @@ void Loader::parse_timeouts(const YAML::Node& n, Config& c) {
   if (auto v = get(f, "total")) get_duration(*v, "timeouts.total", positive, t.total);
   if (auto v = get(f, "client_header")) get_duration(*v, "timeouts.client_header", positive, t.client_header);
   if (auto v = get(f, "keep_alive")) get_duration(*v, "timeouts.keep_alive", positive, t.keep_alive);
+  if (auto v = get(f, "client_first_byte"))
+    get_duration(*v, "timeouts.client_first_byte", positive, t.client_first_byte);
   if (auto v = get(f, "heartbeat")) get_duration(*v, "timeouts.heartbeat", positive, t.heartbeat);
   if (auto v = get(f, "client_write")) get_duration(*v, "timeouts.client_write", positive, t.client_write);
   if (auto v = get(f, "shutdown_grace")) get_duration(*v, "timeouts.shutdown_grace", Millis{0}, t.shutdown_grace);
@@ -685,7 +725,7 @@ void Loader::parse_key(const YAML::Node& n, const std::string& path, ApiKey& k, 
   } else if (lit) {
     const std::string p = join(path, "key");
     std::string s;
-    if (get_string(*lit, p, s) && report(check_secret(s), p, *lit)) k.key = std::move(s);
+    if (get_string(*lit, p, s) && report(check_key_secret(s, k.name), p, *lit)) k.key = std::move(s);
     o.secret = {p, line_of(*lit)};
   } else {
     const std::string p = join(path, "key_env");
@@ -695,7 +735,7 @@ void Loader::parse_key(const YAML::Node& n, const std::string& path, ApiKey& k, 
       auto val = getenv(name);
       if (!val) {
         error(p, line_of(*var), "environment variable " + env_name_for_error(name) + " is not set" + std::string(suffix_));
-      } else if (auto e = check_secret(*val); !e.empty()) {
+      } else if (auto e = check_key_secret(*val, k.name); !e.empty()) {
         error(p, line_of(*var), "environment variable " + env_name_for_error(name) + ": " + e + std::string(suffix_));
       } else {
         k.key = *val;
@@ -1147,7 +1187,7 @@ void Loader::parse_ranges(const YAML::Node& n, const std::string& path,
   }
   for (auto it = n.begin(); it != n.end(); ++it) {
     const YAML::Node key = it->first, val = it->second;
-    if (val.IsNull()) null_lines_.emplace_back(val, line_of(key));
+    if (val.IsNull()) note_null(val, line_of(key));
     if (!key.IsScalar() || key.Scalar().empty()) {
       error(path, line_of(key), "expected a parameter name");
       continue;
@@ -1530,8 +1570,10 @@ void Loader::apply_env(Config& c) {
                        ? "invalid host " + q(h)
                        : std::string())
                 : check_host(h);
+    std::string host(h);
+    if (e.empty()) e = check_listen_host(host);
     if (!e.empty()) error("env HOST", 0, e);
-    else c.listen_host = std::string(h);
+    else c.listen_host = std::move(host);
   }
   if (auto v = getenv("PORT")) {
     long long port = 0;
@@ -1600,8 +1642,8 @@ void Loader::apply_env(Config& c) {
           k.key = std::string(trim(entry.substr(colon + 1)));
           if (auto e = check_ident(k.name); !e.empty()) {
             error("env SLUICE_API_KEYS", 0, "entry " + std::to_string(n) + " name: " + e);
-          } else if (auto e2 = check_secret(k.key); !e2.empty()) {
-            error("env SLUICE_API_KEYS", 0, "entry " + std::to_string(n) + " (" + k.name + "): " + e2);
+          } else if (auto e2 = check_key_secret(k.key, k.name); !e2.empty()) {
+            error("env SLUICE_API_KEYS", 0, "entry " + std::to_string(n) + ": " + e2);
           } else {
             KeyOrigin o;
             o.entry = o.name = o.secret = {"env SLUICE_API_KEYS", 0};
@@ -2160,11 +2202,13 @@ std::string describe(const Config& c) {
   out += "limits:     body " + std::to_string(c.max_body_bytes) + " B, headers " + std::to_string(c.max_header_bytes) +
          " B, upstream response " +
          std::to_string(c.max_upstream_response_bytes) + " B, pool " + std::to_string(c.upstream_pool_per_host) +
-         " per host\n";
+         " per host, connections " + (c.max_connections ? std::to_string(c.max_connections) : std::string("auto")) +
+         "\n";
   const auto& t = c.timeouts;
   out += "timeouts:   connect " + fmt_duration(t.connect) + ", first_token " + fmt_duration(t.first_token) + ", idle " +
          fmt_duration(t.idle) + ", total " + fmt_duration(t.total) + ", client_header " + fmt_duration(t.client_header) +
-         ", keep_alive " + fmt_duration(t.keep_alive) + ", heartbeat " + fmt_duration(t.heartbeat) +
+         ", keep_alive " + fmt_duration(t.keep_alive) +
+         ", client_first_byte " + fmt_duration(t.client_first_byte) + ", heartbeat " + fmt_duration(t.heartbeat) +
          ", client_write " + fmt_duration(t.client_write) +
          ", shutdown_grace " + fmt_duration(t.shutdown_grace) + "\n";
   out += "routes (" + std::to_string(c.routes.size()) + "):\n";

@@ -87,6 +87,9 @@ struct Route {
   const Backend& primary() const noexcept { return backends.front(); }
 };
 
+// Shortest API key secret accepted: a short secret can be guessed.
+inline constexpr std::size_t kMinKeySecretLength = 16;
+
 struct ApiKey {
   std::string name;            // key id shown in logs, e.g. "prod-app"
   std::string key;             // the secret; never logged
@@ -112,6 +115,7 @@ struct Timeouts {
   Millis total{600000};
   Millis client_header{30000}; // reading a request's headers and body
   Millis keep_alive{75000};    // idle client connection
+  Millis client_first_byte{10000};  // a new connection's first byte (then keep_alive applies)
   Millis heartbeat{15000};     // ": keep-alive" comment while the upstream is silent
   Millis client_write{30000};  // a client that takes no byte of a reply for this long is dropped
   Millis shutdown_grace{30000};
@@ -126,6 +130,9 @@ struct Config {
   std::size_t max_header_bytes = 16 << 10;
   std::size_t max_upstream_response_bytes = 16 << 20;
   int upstream_pool_per_host = 256;            // idle keep-alive connections kept per worker
+  // Client connections open at once, over all workers; 0 = derived at start from the
+  // file descriptor limit (gateway: auto_max_connections).
+  std::size_t max_connections = 0;
   Timeouts timeouts;
   std::string access_log = "-";  // "-" = stdout, "" = off, else a file path
   // /metrics and /infra show backends, routes and the database's place: on the main

@@ -1,5 +1,6 @@
 #include "gateway/gateway.hpp"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -59,6 +60,43 @@ std::pair<tokenizer::Counter, std::string> load_tokenizer(const config::Config& 
                                     "; scripts/fetch-tokenizer.sh fetches them)"};
 }
 
+// The file descriptor limit, raised first from the soft to the hard limit (as nginx's
+// worker_rlimit_nofile or Go's runtime do): systemd and most shells start services with a
+// soft limit of 1024 and leave raising it to the programs that need more.
+struct FdLimit {
+  std::uint64_t soft = 0;
+  bool raised = false;
+};
+
+FdLimit raise_fd_limit() {
+  FdLimit out;
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return out;
+  constexpr rlim_t kCeiling = 1u << 20;  // beyond this the kernel's nr_open usually refuses
+  const rlim_t want = rl.rlim_max == RLIM_INFINITY ? kCeiling : std::min(rl.rlim_max, kCeiling);
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+    rlimit raised = rl;
+    raised.rlim_cur = want;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+      rl = raised;
+      out.raised = true;
+    }
+  }
+  out.soft = rl.rlim_cur == RLIM_INFINITY ? kCeiling : rl.rlim_cur;
+  return out;
+}
+
+// limits.max_connections when it is 0 (auto): what the fd limit leaves after a fixed
+// reserve (listeners, event loops, timers, Redis, the database, Kafka's sockets and pipes,
+// log files: 128 + 16 per worker), halved, because a proxied request holds a second
+// descriptor upstream for each client connection; then the idle upstream pool a worker
+// keeps is also covered by the half that is not given to clients.
+std::size_t auto_max_connections(std::uint64_t soft_limit, int workers) {
+  const std::uint64_t reserve = 128 + 16 * static_cast<std::uint64_t>(std::max(workers, 1));
+  if (soft_limit <= reserve + 32) return 16;  // a tiny limit: a few connections, not none
+  return static_cast<std::size_t>((soft_limit - reserve) / 2);
+}
+
 class GatewayImpl final : public Gateway {
  public:
   explicit GatewayImpl(std::shared_ptr<const config::Config> cfg) {
@@ -106,20 +144,38 @@ class GatewayImpl final : public Gateway {
     so.max_body_bytes = c.max_body_bytes;
     so.read_timeout = c.timeouts.client_header;
     so.keep_alive = c.timeouts.keep_alive;
+    so.first_byte_timeout = c.timeouts.client_first_byte;
+    {
+      const auto fd = raise_fd_limit();
+      const int workers = c.workers > 0 ? c.workers : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      const auto fit = auto_max_connections(fd.soft, workers);
+      so.max_connections = c.max_connections > 0 ? c.max_connections : fit;
+      connections_info_ = "connections: at most " + std::to_string(so.max_connections) +
+                          (c.max_connections > 0 ? " (limits.max_connections)" : " (auto)") + "; file descriptor limit " +
+                          std::to_string(fd.soft) + (fd.raised ? " (soft limit raised to the hard limit)" : "");
+      if (c.max_connections > fit) {
+        connections_info_ += "; warning: more than the " + std::to_string(fit) +
+                             " the descriptor limit leaves room for (past it, new connections are shed)";
+      }
+      connections_info_ += "\n";
+    }
     so.local_reply = [](int status, std::string_view message) {
       http::Response r;
       r.status = status;
-      Reason reason = status == 413 ? Reason::body_too_large
+      Reason reason = status == 413   ? Reason::body_too_large
                       : status == 431 ? Reason::headers_too_large
+                      : status == 503 ? Reason::too_many_connections
                                       : Reason::invalid_request;
       r.body = error_body(reason, message);
       return r;
     };
     shared_.instance = instance_name(c);
     so.extra_headers.emplace_back("x-sluice-instance", shared_.instance);
+    shared_.max_connections = so.max_connections;
     server_ = http::Server::start(so, [this](int, boost::asio::any_io_executor ex) {
       return make_handler(shared_, std::move(ex));
     });
+    shared_.server.store(server_.get(), std::memory_order_release);
     if (!c.admin_listen_host.empty()) {
       http::ServerOptions ao = so;
       ao.host = c.admin_listen_host;
@@ -153,6 +209,9 @@ class GatewayImpl final : public Gateway {
     if (!tokenizer_info_.empty()) s += tokenizer_info_ + "\n";
     return s;
   }
+
+  // For the banner: the connection cap and where it comes from.
+  const std::string& connections_banner() const { return connections_info_; }
 
   // For the banner: where requests are recorded.
   std::string records_banner() const {
@@ -250,6 +309,7 @@ class GatewayImpl final : public Gateway {
   std::unique_ptr<limits::Limiter> limiter_;
   std::unique_ptr<limits::Gate> gate_;
   std::string tokenizer_info_;
+  std::string connections_info_;
   std::unique_ptr<Router> router_;  // before the server: the workers use it
   std::unique_ptr<http::Server> server_;
   std::unique_ptr<http::Server> admin_server_;  // admin.listen: probes and status pages
@@ -299,7 +359,7 @@ int run_serve(const std::string& path) {
   }
   auto* impl = static_cast<GatewayImpl*>(gw.get());
   std::cerr << "sluice " << "serving as " << impl->instance() << "\n" << config::describe(*res.config)
-            << impl->limiter_banner() << impl->records_banner();
+            << impl->limiter_banner() << impl->records_banner() << impl->connections_banner();
   if (impl->admin_port() != 0) {
     std::cerr << "sluice admin listening on " << res.config->admin_listen_host << ":" << impl->admin_port() << "\n";
   }

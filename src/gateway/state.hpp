@@ -57,6 +57,9 @@ struct Shared {
   // steady_clock ticks after which streams still open are ended with a `shutting_down`
   // error event (0 = not draining); set a little before the server's grace period ends.
   std::atomic<std::int64_t> cut_streams_at{0};
+  // The client-facing server (its connection counts for /metrics); set once it started.
+  std::atomic<const http::Server*> server{nullptr};
+  std::size_t max_connections = 0;  // the cap in force (limits.max_connections or auto)
 };
 
 // `admin_listener`: the handler of the admin listener, which serves /health, /ready,

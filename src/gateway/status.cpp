@@ -34,6 +34,17 @@ std::string render_metrics(const Shared& g) {
   telemetry::render_process_metrics(o, SLUICE_VERSION);
   telemetry::render_gpu_metrics(o);
   if (g.router) g.router->render_metrics(o);
+  if (const auto* server = g.server.load(std::memory_order_acquire)) {
+    const auto c = server->connection_stats();
+    help(o, "sluice_client_connections_open", "gauge", "Client connections open (all workers).");
+    metric(o, "sluice_client_connections_open", "", static_cast<double>(c.open));
+    help(o, "sluice_client_connections_max", "gauge", "The cap on open client connections (limits.max_connections, or derived from the fd limit).");
+    metric(o, "sluice_client_connections_max", "", static_cast<double>(g.max_connections));
+    help(o, "sluice_client_connections_refused_total", "counter", "Client connections refused at the cap (503, or closed when out of file descriptors).");
+    metric(o, "sluice_client_connections_refused_total", "", static_cast<double>(c.refused));
+    help(o, "sluice_client_connections_evicted_total", "counter", "Idle client connections closed to make room for a new one at the cap.");
+    metric(o, "sluice_client_connections_evicted_total", "", static_cast<double>(c.evicted));
+  }
   if (g.history) {
     const auto h = g.history->status();
     help(o, "sluice_history_backend_up", "gauge", "1 when the history database took the last connect or write.");

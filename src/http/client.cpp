@@ -97,7 +97,6 @@ ClientError make_error(const beast::error_code& ec, ClientErrc fallback, std::st
   ClientErrc kind = fallback;
   if (local_resource_error(ec)) kind = ClientErrc::local_resources;
   else if (ec == beast::error::timeout) kind = ClientErrc::timeout;
-  else if (ec == net::error::operation_aborted) kind = ClientErrc::cancelled;
   else if (ec == bhttp::error::body_limit || ec == bhttp::error::header_limit) kind = ClientErrc::too_large;
   else if (ec.category() == make_error_code(bhttp::error::end_of_stream).category() &&
            ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message)
@@ -140,6 +139,11 @@ class ResponseImpl final : public ClientResponse {
       if (ec == bhttp::error::need_buffer) ec = {};
       if (ec) {
         failed_ = true;
+        // Cancelled only when someone aborted the exchange (the client left, the drain):
+        // an operation that failed on its own is the upstream's failure.
+        if (aborted_ || (quiet && ec == net::error::operation_aborted)) {
+          co_return ClientError{ClientErrc::cancelled, "reading upstream body: aborted"};
+        }
         co_return make_error(ec, ClientErrc::io, "reading upstream body");
       }
       const std::size_t got = sizeof buf_ - parser_->get().body().size;
@@ -174,6 +178,7 @@ class ResponseImpl final : public ClientResponse {
   // completes with an error) but the stream object lives until this response does.
   void abort() override {
     failed_ = true;
+    aborted_ = true;
     if (conn_) {
       beast::error_code ec;
       conn_->lowest().socket().shutdown(tcp::socket::shutdown_both, ec);
@@ -186,6 +191,7 @@ class ResponseImpl final : public ClientResponse {
   std::unique_ptr<Conn> conn_;
   std::unique_ptr<bhttp::response_parser<bhttp::buffer_body>> parser_;
   bool failed_ = false;
+  bool aborted_ = false;  // abort() was called
   // Upstream bodies are read in pieces of this size; SSE events are far smaller, and a
   // whole-body read appends piece by piece. Kept small: one per open stream.
   char buf_[4096];
@@ -308,7 +314,11 @@ class ClientImpl final : public Client {
           ec = co_await read_head(*conn, *parser, head_deadline, quiet);
         }
       }
-      if (ec && abort && abort->aborted()) co_return ClientError{ClientErrc::cancelled, "aborted"};
+      // Cancelled only when the caller ended the wait (its AbortHandle, or its Quiet said
+      // stop); an operation that failed on its own is the upstream's failure.
+      if (ec && ((abort && abort->aborted()) || (quiet && ec == net::error::operation_aborted))) {
+        co_return ClientError{ClientErrc::cancelled, "aborted"};
+      }
       if (ec) {
         const bool stale = reused && conn->buffer.size() == 0 &&
                            (ec == bhttp::error::end_of_stream || ec == net::error::eof ||

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <array>
 #include <atomic>
@@ -66,6 +67,11 @@ struct Session {
   beast::tcp_stream stream;
   beast::flat_buffer buffer;
   bool idle = true;  // waiting for the next request (may be closed at shutdown)
+  // Links in the worker's list of sessions waiting for a request's first byte (oldest
+  // first), the ones closed first when the connection cap is reached.
+  Session* idle_prev = nullptr;
+  Session* idle_next = nullptr;
+  bool in_idle_list = false;
 
   Session(Worker& w, tcp::socket s) : worker(w), stream(std::move(s)) {}
 };
@@ -81,8 +87,41 @@ struct Worker {
   std::unordered_set<Session*> sessions;
   bool draining = false;
   std::thread thread;
+  // Sessions waiting for a request, oldest first (an intrusive list: no allocation).
+  Session* idle_oldest = nullptr;
+  Session* idle_newest = nullptr;
+  // Read by other workers to find one with an idle session to close.
+  std::atomic<int> idle_count{0};
+  int refusing = 0;     // refused connections still being answered and closed
+  int reserve_fd = -1;  // a spare descriptor, given up to accept (and close) when out of them
 
   Worker(ServerImpl& s, int i) : server(s), index(i) {}
+  ~Worker() {
+    if (reserve_fd >= 0) ::close(reserve_fd);
+  }
+
+  void idle_push(Session* s) {
+    s->idle_prev = idle_newest;
+    s->idle_next = nullptr;
+    if (idle_newest) idle_newest->idle_next = s;
+    else idle_oldest = s;
+    idle_newest = s;
+    s->in_idle_list = true;
+    idle_count.fetch_add(1, std::memory_order_relaxed);
+  }
+  void idle_remove(Session* s) {
+    if (!s->in_idle_list) return;
+    if (s->idle_prev) s->idle_prev->idle_next = s->idle_next;
+    else idle_oldest = s->idle_next;
+    if (s->idle_next) s->idle_next->idle_prev = s->idle_prev;
+    else idle_newest = s->idle_prev;
+    s->idle_prev = s->idle_next = nullptr;
+    s->in_idle_list = false;
+    idle_count.fetch_sub(1, std::memory_order_relaxed);
+  }
+  // Closes the session that has waited longest for a request (its pending read sees EOF,
+  // and the session ends). On this worker's thread only.
+  bool evict_oldest_idle();
 };
 
 struct ServerImpl final : Server {
@@ -91,8 +130,19 @@ struct ServerImpl final : Server {
   std::uint16_t bound_port = 0;
   std::once_flag shutdown_once;
   std::atomic<bool> hard_stopped{false};
+  // One count for all workers: SO_REUSEPORT spreads connections by a hash of their
+  // addresses, not by load, so a per-worker share of the cap would refuse on one worker
+  // while another has room; and the file descriptors it protects are the process's. It
+  // costs one atomic add when a connection opens and one when it closes, none per request.
+  std::atomic<std::int64_t> open_connections{0};
+  std::atomic<std::uint64_t> refused_connections{0};
+  std::atomic<std::uint64_t> evicted_connections{0};
 
   bool forced_stop() const override { return hard_stopped.load(); }
+  ConnectionStats connection_stats() const override {
+    return {open_connections.load(std::memory_order_relaxed), refused_connections.load(std::memory_order_relaxed),
+            evicted_connections.load(std::memory_order_relaxed)};
+  }
 
   std::uint16_t port() const override { return bound_port; }
   void shutdown(std::chrono::milliseconds grace) override;
@@ -109,8 +159,8 @@ struct ServerImpl final : Server {
 
 class ExchangeImpl final : public Exchange {
  public:
-  ExchangeImpl(Session& s, const RequestImpl& req, bool keep_alive, bool http10)
-      : s_(s), req_(req), keep_alive_(keep_alive), http10_(http10) {}
+  ExchangeImpl(Session& s, const RequestImpl& req, bool keep_alive, bool http10, bool head_only)
+      : s_(s), req_(req), keep_alive_(keep_alive), http10_(http10), head_only_(head_only) {}
 
   const Request& request() const override { return req_; }
   net::any_io_executor executor() const override { return s_.stream.get_executor(); }
@@ -125,7 +175,8 @@ class ExchangeImpl final : public Exchange {
     if (started_) co_return false;
     started_ = true;
     std::string head = format_head(r.status, r.content_type, r.headers, static_cast<std::int64_t>(r.body.size()));
-    std::array<net::const_buffer, 2> bufs{net::buffer(head), net::buffer(r.body)};
+    // A HEAD gets the head a GET would have (its Content-Length too), without the body.
+    std::array<net::const_buffer, 2> bufs{net::buffer(head), net::buffer(r.body.data(), head_only_ ? 0 : r.body.size())};
     auto ec = co_await detail::write_all(s_.stream, bufs, write_timeout_);
     finished_ = !ec;
     failed_ = !!ec;
@@ -143,7 +194,14 @@ class ExchangeImpl final : public Exchange {
   }
 
   awaitable<bool> write_chunk(std::string_view data) override {
-    if (failed_ || data.empty()) co_return !failed_;
+    if (failed_ || data.empty() || head_only_) co_return !failed_;
+    if (http10_) {
+      // HTTP/1.0 has no chunked coding: the body is the raw data, ended by closing.
+      std::array<net::const_buffer, 1> raw{net::buffer(data.data(), data.size())};
+      auto ec = co_await detail::write_all(s_.stream, raw, write_timeout_);
+      failed_ = !!ec;
+      co_return !ec;
+    }
     char size_line[24];
     const int len = std::snprintf(size_line, sizeof size_line, "%zx\r\n", data.size());
     std::array<net::const_buffer, 3> bufs{net::buffer(size_line, static_cast<std::size_t>(len)),
@@ -155,6 +213,12 @@ class ExchangeImpl final : public Exchange {
 
   awaitable<bool> end_stream() override {
     if (failed_) co_return false;
+    if (http10_ || head_only_) {
+      // Nothing to write: a HEAD has no body; an HTTP/1.0 body ends when the connection
+      // closes (format_head turned keep-alive off, so the session closes it now).
+      finished_ = true;
+      co_return true;
+    }
     std::array<net::const_buffer, 1> bufs{net::buffer("0\r\n\r\n", 5)};
     auto ec = co_await detail::write_all(s_.stream, bufs, write_timeout_);
     failed_ = !!ec;
@@ -280,6 +344,7 @@ class ExchangeImpl final : public Exchange {
   const RequestImpl& req_;
   bool keep_alive_;
   bool http10_;
+  bool head_only_;
   std::shared_ptr<Watch> watch_;
   bool started_ = false;
   bool finished_ = false;
@@ -347,7 +412,7 @@ Response default_local_reply(int status, std::string_view message) {
   return r;
 }
 
-awaitable<void> write_local(Session& s, int status, std::string_view message) {
+awaitable<void> write_local(Session& s, int status, std::string_view message, bool head_only = false) {
   const auto& opts = s.worker.server.opts;
   Response r = opts.local_reply ? opts.local_reply(status, message) : default_local_reply(status, message);
   bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(r.status), 11};
@@ -359,7 +424,12 @@ awaitable<void> write_local(Session& s, int status, std::string_view message) {
   res.body() = std::move(r.body);
   res.prepare_payload();
   s.stream.expires_after(std::chrono::seconds(5));
-  co_await bhttp::async_write(s.stream, res, nothrow);
+  if (head_only) {
+    bhttp::response_serializer<bhttp::string_body> sr{res};
+    co_await bhttp::async_write_header(s.stream, sr, nothrow);
+  } else {
+    co_await bhttp::async_write(s.stream, res, nothrow);
+  }
 }
 
 // After answering an error without reading the whole request (e.g. 413 on the declared
@@ -378,39 +448,120 @@ awaitable<void> linger(Session& s) {
   }
 }
 
+// A request head whose framing or Host the server refuses (RFC 9112 §6.3, §3.2): a
+// message for the 400, or empty. Beast already refuses some of these forms itself
+// (Content-Length before Transfer-Encoding, a repeated chunked); the rest it would
+// frame by Content-Length or as empty, which a proxy in front may read differently.
+std::string refused_head(const bhttp::request<bhttp::string_body>& m) {
+  if (m.version() >= 11) {
+    auto hosts = m.equal_range(bhttp::field::host);
+    const auto n = std::distance(hosts.first, hosts.second);
+    if (n == 0) return "HTTP/1.1 request without a Host header";
+    if (n > 1) return "more than one Host header";
+  }
+  auto te = m.equal_range(bhttp::field::transfer_encoding);
+  if (te.first == te.second) return {};
+  if (m.version() < 11) return "Transfer-Encoding in an HTTP/1.0 request";
+  if (m.find(bhttp::field::content_length) != m.end()) {
+    return "a request may not carry both Transfer-Encoding and Content-Length";
+  }
+  // Exactly one coding in all Transfer-Encoding fields, and it is chunked.
+  int codings = 0;
+  bool only_chunked = true;
+  for (auto it = te.first; it != te.second; ++it) {
+    std::string_view v{it->value().data(), it->value().size()};
+    while (!v.empty()) {
+      const auto comma = v.find(',');
+      std::string_view tok = v.substr(0, comma);
+      v = comma == std::string_view::npos ? std::string_view{} : v.substr(comma + 1);
+      while (!tok.empty() && (tok.front() == ' ' || tok.front() == '\t')) tok.remove_prefix(1);
+      while (!tok.empty() && (tok.back() == ' ' || tok.back() == '\t')) tok.remove_suffix(1);
+      if (tok.empty()) continue;
+      ++codings;
+      if (!beast::iequals(tok, "chunked")) only_chunked = false;
+    }
+  }
+  if (codings != 1 || !only_chunked) return "unsupported Transfer-Encoding (only a single 'chunked' is accepted)";
+  return {};
+}
+
 awaitable<void> run_session(Worker& w, tcp::socket sock) {
   Session s{w, std::move(sock)};
   w.sessions.insert(&s);
   struct Unregister {
     Worker& w;
     Session* s;
-    ~Unregister() { w.sessions.erase(s); }
+    ~Unregister() {
+      w.idle_remove(s);
+      w.sessions.erase(s);
+      w.server.open_connections.fetch_sub(1, std::memory_order_relaxed);
+    }
   } unregister{w, &s};
   const auto& opts = w.server.opts;
-  s.stream.socket().set_option(tcp::no_delay(true));
+  beast::error_code opt_ec;
+  s.stream.socket().set_option(tcp::no_delay(true), opt_ec);
 
   try {
+    bool first = true;
     for (;;) {
       s.idle = true;
       if (w.draining) break;
       if (s.buffer.size() == 0) {
-        // Idle keep-alive wait for the first byte of the next request.
-        s.stream.expires_after(opts.keep_alive);
+        // Waiting for the first byte of the next request: idle, so closed first at the
+        // connection cap. A connection that has never sent anything gets a shorter wait.
+        s.stream.expires_after(first ? std::min(opts.first_byte_timeout, opts.keep_alive) : opts.keep_alive);
+        w.idle_push(&s);
         auto [ec, n] = co_await s.stream.async_read_some(s.buffer.prepare(4096), nothrow);
+        w.idle_remove(&s);
         if (ec || n == 0) break;
         s.buffer.commit(n);
       }
+      first = false;
       s.idle = false;
       bhttp::request_parser<bhttp::string_body> parser;
       parser.header_limit(static_cast<std::uint32_t>(opts.max_header_bytes));
       parser.body_limit(opts.max_body_bytes);
       s.stream.expires_after(opts.read_timeout);
-      auto [ec, n] = co_await bhttp::async_read(s.stream, s.buffer, parser, nothrow);
+      // The head first: its framing, Host and Expect are checked before any body is read.
+      auto [ec, n] = co_await bhttp::async_read_header(s.stream, s.buffer, parser, nothrow);
+      bool head_only = false;
+      std::string refused;
+      if (!ec) {
+        const auto& m = parser.get();
+        head_only = m.method() == bhttp::verb::head;
+        refused = refused_head(m);
+        if (refused.empty() && !parser.is_done()) {
+          // RFC 9110 §10.1.1: the client waits for "100 Continue" before it sends the body
+          // (unless some of it is here already). A body over the limit by its
+          // Content-Length got 413 while reading the head, before this.
+          if (s.buffer.size() == 0 && m.version() >= 11 && beast::iequals(m[bhttp::field::expect], "100-continue")) {
+            static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+            std::array<net::const_buffer, 1> bufs{net::buffer(kContinue.data(), kContinue.size())};
+            if (auto wec = co_await detail::write_all(s.stream, bufs, std::chrono::seconds(30))) break;
+            s.stream.expires_after(opts.read_timeout);
+          }
+          // The body: what is already buffered is parsed in place (no extra hop through
+          // the loop), the rest read.
+          parser.eager(true);
+          while (!ec && !parser.is_done() && s.buffer.size() > 0) {
+            const auto used = parser.put(s.buffer.data(), ec);
+            s.buffer.consume(used);
+            if (ec == bhttp::error::need_more) {
+              ec = {};
+              break;
+            }
+            if (used == 0) break;
+          }
+          if (!ec && !parser.is_done()) std::tie(ec, n) = co_await bhttp::async_read(s.stream, s.buffer, parser, nothrow);
+        }
+      }
       if (ec == bhttp::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset) break;
-      if (ec) {
+      if (ec || !refused.empty()) {
         int status = 400;
         std::string message;
-        if (ec == bhttp::error::header_limit) {
+        if (!refused.empty()) {
+          message = std::move(refused);
+        } else if (ec == bhttp::error::header_limit) {
           status = 431;
           message = "request headers exceed the limit";
         } else if (ec == bhttp::error::body_limit) {
@@ -422,14 +573,14 @@ awaitable<void> run_session(Worker& w, tcp::socket sock) {
         } else {
           message = "malformed HTTP request: " + ec.message();
         }
-        co_await write_local(s, status, message);
+        co_await write_local(s, status, message, head_only);
         if (ec != beast::error::timeout) co_await linger(s);
         break;
       }
       s.stream.expires_never();
       const auto& msg = parser.get();
       RequestImpl req{msg};
-      ExchangeImpl ex{s, req, msg.keep_alive(), msg.version() == 10};
+      ExchangeImpl ex{s, req, msg.keep_alive(), msg.version() == 10, head_only};
       bool threw = false;
       try {
         co_await w.handler(ex);
@@ -438,11 +589,12 @@ awaitable<void> run_session(Worker& w, tcp::socket sock) {
         threw = true;
       }
       if (threw) {
-        if (!ex.started()) co_await write_local(s, 500, "internal error");
+        if (!ex.started()) co_await write_local(s, 500, "internal error", head_only);
         break;
       }
       if (!ex.started()) {
-        co_await write_local(s, 500, "handler produced no response");
+        // The handler gave up because the client left: nobody to answer.
+        if (!ex.client_gone()) co_await write_local(s, 500, "handler produced no response", head_only);
         break;
       }
       if (!ex.finished() || ex.failed() || !ex.keep_alive()) break;
@@ -455,15 +607,93 @@ awaitable<void> run_session(Worker& w, tcp::socket sock) {
   s.stream.close();
 }
 
+bool Worker::evict_oldest_idle() {
+  Session* s = idle_oldest;
+  if (!s) return false;
+  idle_remove(s);
+  beast::error_code ec;
+  s->stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  server.evicted_connections.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+// At the connection cap: room is made by closing an idle session, on this worker if it
+// has one, else on another (posted to its loop; meanwhile the count is one over the cap).
+bool make_room(Worker& w) {
+  if (w.evict_oldest_idle()) return true;
+  for (auto& other : w.server.workers) {
+    Worker* o = other.get();
+    if (o == &w || o->idle_count.load(std::memory_order_relaxed) == 0) continue;
+    net::post(o->ioc, [o] { o->evict_oldest_idle(); });
+    return true;
+  }
+  return false;
+}
+
+constexpr int kMaxRefusing = 64;  // per worker; beyond it, refused connections close at once
+
+// A connection over the cap: a short 503, then closed (after a bounded linger, so the
+// client reads the answer rather than a reset).
+awaitable<void> refuse(Worker& w, tcp::socket sock) {
+  ++w.refusing;
+  struct Done {
+    Worker& w;
+    ~Done() { --w.refusing; }
+  } done{w};
+  Session s{w, std::move(sock)};
+  co_await write_local(s, 503, "too many connections: the gateway is at its connection limit; retry later");
+  co_await linger(s);
+  s.stream.close();
+}
+
+// Out of file descriptors: give up the spare one, accept a pending connection with it and
+// close that at once (its client sees the refusal instead of waiting in the backlog), then
+// take the spare again. Returns false when nothing could be accepted (then back off).
+bool shed_one(Worker& w) {
+  if (w.reserve_fd >= 0) {
+    ::close(w.reserve_fd);
+    w.reserve_fd = -1;
+  }
+  const int fd = ::accept4(w.acceptor->native_handle(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd >= 0) {
+    static constexpr std::string_view kBusy =
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+    [[maybe_unused]] auto sent = ::send(fd, kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    ::close(fd);
+    w.server.refused_connections.fetch_add(1, std::memory_order_relaxed);
+  }
+  w.reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  return fd >= 0 && w.reserve_fd >= 0;
+}
+
 awaitable<void> accept_loop(Worker& w) {
+  auto& server = w.server;
+  const auto cap = static_cast<std::int64_t>(server.opts.max_connections);
   for (;;) {
     auto [ec, sock] = co_await w.acceptor->async_accept(nothrow);
     if (ec) {
       if (ec == net::error::operation_aborted || !w.acceptor->is_open()) co_return;
-      if (ec == net::error::no_descriptors || ec == net::error::no_buffer_space) {
-        // Out of file descriptors: back off instead of spinning.
-        net::steady_timer t{w.ioc, std::chrono::milliseconds(50)};
-        co_await t.async_wait(nothrow);
+      const int e = ec.value();
+      if (ec.category() == boost::system::system_category() &&
+          (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM)) {
+        // Out of file descriptors (or memory): shed pending connections; when even that
+        // fails, back off instead of spinning.
+        if (!shed_one(w)) {
+          net::steady_timer t{w.ioc, std::chrono::milliseconds(50)};
+          co_await t.async_wait(nothrow);
+        }
+      }
+      continue;
+    }
+    const auto open = server.open_connections.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (cap > 0 && open > cap && !make_room(w)) {
+      server.open_connections.fetch_sub(1, std::memory_order_relaxed);
+      server.refused_connections.fetch_add(1, std::memory_order_relaxed);
+      if (w.refusing < kMaxRefusing) {
+        net::co_spawn(w.ioc, refuse(w, std::move(sock)), net::detached);
+      } else {
+        beast::error_code ignored;
+        sock.close(ignored);
       }
       continue;
     }
@@ -533,6 +763,7 @@ std::unique_ptr<Server> Server::start(ServerOptions options, HandlerFactory fact
   for (int i = 0; i < n; ++i) {
     auto w = std::make_unique<Worker>(*impl, i);
     w->acceptor = make_acceptor(w->ioc, ep);
+    w->reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (i == 0) {
       // Port 0: the first listener picks the port; the others join it.
       ep.port(w->acceptor->local_endpoint().port());

@@ -96,6 +96,13 @@ struct ServerOptions {
   std::size_t max_body_bytes = 1 << 20;
   std::chrono::milliseconds read_timeout{30000};   // headers + body of one request
   std::chrono::milliseconds keep_alive{75000};     // idle between requests
+  // A new connection that has not sent its first byte within this is closed (silently):
+  // sockets that never speak cannot hold connection slots for a whole keep-alive period.
+  std::chrono::milliseconds first_byte_timeout{10000};
+  // Client connections open at once, counted over all workers (0 = no cap). At the cap a
+  // new connection closes the oldest idle one (waiting for a request); when none is idle
+  // it is answered 503 with `Connection: close`.
+  std::size_t max_connections = 0;
   std::string server_name = "sluice";
   HeaderList extra_headers;      // added to every response (e.g. x-sluice-instance)
   LocalReplyFormatter local_reply;  // optional
@@ -119,6 +126,15 @@ class Server {
   // True if shutdown had to stop a loop with requests still running (their coroutines
   // were abandoned; the process should exit without running destructors).
   virtual bool forced_stop() const = 0;
+
+  // Client connections: open now, and since start the ones refused at the cap (or for
+  // want of a file descriptor) and the idle ones closed to make room. Thread-safe.
+  struct ConnectionStats {
+    std::int64_t open = 0;
+    std::uint64_t refused = 0;
+    std::uint64_t evicted = 0;
+  };
+  virtual ConnectionStats connection_stats() const = 0;
 };
 
 }  // namespace sluice::http

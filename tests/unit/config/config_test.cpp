@@ -854,7 +854,7 @@ TEST_F(ConfigTest, DescribeNeverShowsSecrets) {
                 "    api_key: sk-proj-providersecret-4242\n"
                 "keys:\n"
                 "  - {name: app, key: sk-live-clientsecret-1a2b, tenant: acme, tier: gold}\n"
-                "  - {name: tiny, key: abcdefgh}\n");
+                "  - {name: tiny, key: abcdefghijklmnop}\n");
   ASSERT_TRUE(r.ok()) << all_errors(r);
   const std::string d = describe(*r.config);
   EXPECT_THAT(d, HasSubstr("127.0.0.1:8081"));
@@ -864,7 +864,7 @@ TEST_F(ConfigTest, DescribeNeverShowsSecrets) {
   EXPECT_THAT(d, HasSubstr("app tenant=acme tier=gold"));
   EXPECT_THAT(d, HasSubstr("1a2b"));  // masked form keeps the tail
   for (const char* secret : {"sk-live-clientsecret-1a2b", "clientsecret", "sk-proj-providersecret-4242",
-                             "providersecret", "sk-ci-secretvalue-9876", "secretvalue", "abcdefgh"}) {
+                             "providersecret", "sk-ci-secretvalue-9876", "secretvalue", "abcdefgh", "ijklmnop"}) {
     EXPECT_THAT(d, Not(HasSubstr(secret))) << secret;
   }
 }
