@@ -23,6 +23,7 @@ namespace sluice {
   X(method_not_allowed, 405, "invalid_request_error", "method_not_allowed")      \
   X(body_too_large, 413, "invalid_request_error", "body_too_large")              \
   X(headers_too_large, 431, "invalid_request_error", "headers_too_large")        \
+  X(request_too_large, 400, "invalid_request_error", "request_too_large_for_limit") \
   X(rate_limited, 429, "rate_limit_error", "rate_limit_exceeded")                \
   X(token_limit_exceeded, 429, "rate_limit_error", "token_limit_exceeded")       \
   X(quota_exceeded, 429, "insufficient_quota", "quota_exceeded")                 \
