@@ -23,7 +23,6 @@ namespace sluice {
   X(method_not_allowed, 405, "invalid_request_error", "method_not_allowed")      \
   X(body_too_large, 413, "invalid_request_error", "body_too_large")              \
   X(headers_too_large, 431, "invalid_request_error", "headers_too_large")        \
-  X(request_too_large, 400, "invalid_request_error", "request_too_large_for_limit") \
   X(rate_limited, 429, "rate_limit_error", "rate_limit_exceeded")                \
   X(token_limit_exceeded, 429, "rate_limit_error", "token_limit_exceeded")       \
   X(quota_exceeded, 429, "insufficient_quota", "quota_exceeded")                 \
@@ -41,7 +40,8 @@ namespace sluice {
   X(upstream_timeout, 504, "timeout_error", "upstream_timeout")                  \
   X(first_token_timeout, 504, "timeout_error", "first_token_timeout")            \
   X(upstream_idle_timeout, 504, "timeout_error", "upstream_idle_timeout")        \
-  X(internal, 500, "server_error", "internal_error")
+  X(internal, 500, "server_error", "internal_error")                             \
+  X(request_too_large, 400, "invalid_request_error", "request_too_large_for_limit")
 
 enum class Reason : std::uint8_t {
 #define SLUICE_REASON_ENUM(name, status, type, code) name,
