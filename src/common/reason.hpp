@@ -42,7 +42,8 @@ namespace sluice {
   X(upstream_timeout, 504, "timeout_error", "upstream_timeout")                  \
   X(first_token_timeout, 504, "timeout_error", "first_token_timeout")            \
   X(upstream_idle_timeout, 504, "timeout_error", "upstream_idle_timeout")        \
-  X(internal, 500, "server_error", "internal_error")
+  X(internal, 500, "server_error", "internal_error")                             \
+  X(request_too_large, 400, "invalid_request_error", "request_too_large_for_limit")
 
 enum class Reason : std::uint8_t {
 #define SLUICE_REASON_ENUM(name, status, type, code) name,

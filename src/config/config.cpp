@@ -519,6 +519,7 @@ class Loader {
     std::string value;
   };
   std::vector<LimitFilter> limit_filters_;
+  int reservation_ttl_line_ = 0;  // where rate_limits.reservation_ttl was set
   // yaml-cpp marks an empty value ("workers:") at the next token, often the next line;
   // such values are reported at their key's line instead. Indexed by the node's mark (its
   // position in the text; yaml-cpp gives no other handle on a node's identity), then
@@ -1337,7 +1338,10 @@ void Loader::parse_rate_limits(const YAML::Node& n, Config& c) {
   }
   if (auto v = get(f, "reserve_output_tokens"))
     get_int(*v, "rate_limits.reserve_output_tokens", 0, 100'000'000, rl.reserve_output_tokens);
-  if (auto v = get(f, "reservation_ttl")) get_duration(*v, "rate_limits.reservation_ttl", Millis{1000}, rl.reservation_ttl);
+  if (auto v = get(f, "reservation_ttl")) {
+    get_duration(*v, "rate_limits.reservation_ttl", Millis{1000}, rl.reservation_ttl);
+    reservation_ttl_line_ = line_of(*v);
+  }
 
   auto list = [&](const char* name) -> const YAML::Node* {
     const YAML::Node* v = get(f, name);
@@ -1718,7 +1722,15 @@ void Loader::validate(Config& c, const YAML::Node* models_node) {
   check_backends(c);
   check_route_links(c, aliases);
   auto& rl = c.rate_limits;
-  if (rl.reservation_ttl.count() == 0) rl.reservation_ttl = c.timeouts.total + Millis(60000);
+  if (rl.reservation_ttl.count() == 0) {
+    rl.reservation_ttl = c.timeouts.total + Millis(60000);
+  } else if (rl.reservation_ttl < c.timeouts.total) {
+    // A request may run for timeouts.total: its reservation would expire under it, and
+    // what it holds be admitted again meanwhile.
+    error("rate_limits.reservation_ttl", reservation_ttl_line_,
+          "must be at least timeouts.total (" + std::to_string(c.timeouts.total.count()) +
+              " ms): a running request's reservation would expire under it (default: timeouts.total + 1m)");
+  }
   // `redis` means the shared count is the point: refuse while Redis is down unless told
   // otherwise. `auto` prefers serving: it counts per instance meanwhile.
   if (rl.on_redis_down == DownPolicy::inherit) {

@@ -364,6 +364,22 @@ class WorkerHandler {
                            "model");
       co_return;
     }
+    // Metered like any request by the key's request rate limits (it spends no tokens, so
+    // the token quotas do not apply): counting a large prompt exactly is real work.
+    if (limiter_) {
+      limits::Admission adm;
+      if (!limiter_->admit_now(*ctx.key, creq.model, 0, false, adm, /*requests_only=*/true)) {
+        adm = co_await limiter_->admit(*ctx.key, creq.model, 0, false, /*requests_only=*/true);
+      }
+      ctx.rec.limiter = adm.counted == limits::Counted::redis   ? "redis"
+                        : adm.counted == limits::Counted::local ? "local"
+                                                                : "";
+      add_ratelimit_headers(ctx.headers, adm);
+      if (!adm.allowed()) {
+        co_await refuse(ex, ctx, adm.reason, std::move(adm.message), adm.retry_after_ms);
+        co_return;
+      }
+    }
     const auto n = llm::count_prompt_tokens(creq, g_.tokens, tokenizer::encoding_for_model(rr->route->primary().model));
     ctx.rec.prompt_tokens = n;
     ctx.rec.status = 200;
@@ -457,30 +473,45 @@ class WorkerHandler {
     // Admit: rate limits and the token reservation, then the concurrency gate.
     limits::Admission adm;
     if (limiter_) {
-      // Token quotas reserve the prompt. Far from a limit an upper bound does (its bytes);
-      // the prompt is counted exactly (BPE, with the rank files loaded) only when that
-      // bound is refused: exact counting runs ~40 MB/s. A huge body keeps the estimate.
-      const bool exact = g_.count_prompts && ex.request().body().size() <= kExactCountMaxBytes;
-      const std::int64_t out = creq.max_tokens.value_or(cfg_.rate_limits.reserve_output_tokens);
-      // Decided at once when it can be (leases, local counting); Redis is awaited otherwise.
-      if (exact) {
-        const std::int64_t bound = llm::prompt_token_bound(creq) + out;
-        if (!limiter_->admit_now(*ctx.key, creq.model, bound, true, adm)) {
-          adm = co_await limiter_->admit(*ctx.key, creq.model, bound, true);
+      // Token quotas reserve an upper bound of what the upstream may charge
+      // (llm::reservation): every prompt part, and the output bound sent upstream by any
+      // wire that may serve the request (its backends, canary and fallbacks). Far from a
+      // limit the prompt's byte bound does; it is counted exactly (BPE, rank files loaded)
+      // only when that bound is refused: exact counting runs ~40 MB/s. A huge body keeps
+      // the byte bound, which is never below the exact count.
+      const bool exact = g_.count_prompts && g_.tokens.exact(rr->encoding) && ex.request().body().size() <= kExactCountMaxBytes;
+      boost::container::small_vector<config::Provider, 4> wires;
+      auto add_wires = [&wires](const RouteRuntime* r) {
+        if (!r) return;
+        for (const auto& m : r->members) {
+          if (std::find(wires.begin(), wires.end(), m->wire) == wires.end()) wires.push_back(m->wire);
         }
+      };
+      add_wires(rr);
+      add_wires(rr->canary);
+      for (const auto* f : rr->fallbacks) add_wires(f);
+      llm::Reservation resv = llm::reservation(creq, wires, cfg_);
+      // Decided at once when it can be (leases, local counting); Redis is awaited otherwise.
+      if (!limiter_->admit_now(*ctx.key, creq.model, resv.total(), exact, adm)) {
+        adm = co_await limiter_->admit(*ctx.key, creq.model, resv.total(), exact);
       }
-      if (!exact || adm.recount) {
-        if (exact) creq.prompt_tokens_estimate = llm::count_prompt_tokens(creq, g_.tokens, rr->encoding);
-        const std::int64_t estimate = creq.prompt_tokens_estimate + out;
+      if (exact && adm.recount) {
+        resv = llm::reservation(creq, wires, cfg_, &g_.tokens, rr->encoding);
+        creq.prompt_tokens_estimate = resv.prompt;
         adm = {};
-        if (!limiter_->admit_now(*ctx.key, creq.model, estimate, false, adm)) {
-          adm = co_await limiter_->admit(*ctx.key, creq.model, estimate);
+        if (!limiter_->admit_now(*ctx.key, creq.model, resv.total(), false, adm)) {
+          adm = co_await limiter_->admit(*ctx.key, creq.model, resv.total());
         }
       }
       ctx.rec.limiter = adm.counted == limits::Counted::redis   ? "redis"
                         : adm.counted == limits::Counted::local ? "local"
                                                                 : "";
       add_ratelimit_headers(ctx.headers, adm);
+      if (adm.reason == Reason::request_too_large) {
+        // It can never pass at this limit: no Retry-After (a client would retry forever).
+        co_await local_reply(ex, ctx, adm.reason, std::move(adm.message));
+        co_return;
+      }
       if (!adm.allowed()) {
         co_await refuse(ex, ctx, adm.reason, std::move(adm.message), adm.retry_after_ms);
         co_return;

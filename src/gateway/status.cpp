@@ -92,6 +92,8 @@ std::string render_metrics(const Shared& g) {
            static_cast<double>(t.quota_exceeded));
     metric(o, "sluice_ratelimit_decisions_total", R"(decision="rejected",reason="rate_limiter_unavailable")",
            static_cast<double>(t.unavailable));
+    metric(o, "sluice_ratelimit_decisions_total", R"(decision="rejected",reason="request_too_large_for_limit")",
+           static_cast<double>(t.too_large));
     help(o, "sluice_ratelimit_counted_total", "counter",
          "Decisions by where they were counted (lease: from units taken from Redis in advance).");
     metric(o, "sluice_ratelimit_counted_total", R"(backend="redis")", static_cast<double>(t.by_redis));
@@ -226,7 +228,7 @@ std::string render_infra(const Shared& g) {
     }
     o += ",\"counts\":{\"allowed\":" + std::to_string(t.allowed) + ",\"rate_limited\":" + std::to_string(t.rate_limited) +
          ",\"token_limited\":" + std::to_string(t.token_limited) + ",\"quota_exceeded\":" +
-         std::to_string(t.quota_exceeded) + ",\"refused_redis_down\":" + std::to_string(t.unavailable) +
+         std::to_string(t.quota_exceeded) + ",\"too_large_for_limit\":" + std::to_string(t.too_large) + ",\"refused_redis_down\":" + std::to_string(t.unavailable) +
          ",\"counted_redis\":" + std::to_string(t.by_redis) + ",\"counted_lease\":" + std::to_string(t.by_lease) +
          ",\"counted_local\":" + std::to_string(t.by_local) +
          ",\"redis_errors\":" + std::to_string(t.redis_errors) + ",\"settle_errors\":" + std::to_string(t.settle_errors) +

@@ -140,7 +140,9 @@ Limiter::~Limiter() = default;
 
 std::int64_t Limiter::quota_lease(const config::TokenLimit& l, std::int64_t tokens) {
   if (l.lease >= 0) return l.lease;
-  return l.limit >= 1'000'000 ? std::min<std::int64_t>(l.limit / 1000, 1024 * tokens) : 0;
+  // (Saturating: `tokens` comes from the client's request.)
+  const std::int64_t per_requests = tokens > INT64_MAX / 1024 ? INT64_MAX : 1024 * tokens;
+  return l.limit >= 1'000'000 ? std::min<std::int64_t>(l.limit / 1000, per_requests) : 0;
 }
 
 std::unique_ptr<const Limiter::Plan> Limiter::plan(const config::ApiKey& key, std::string_view model) const {
@@ -188,7 +190,7 @@ std::unique_ptr<const Limiter::Plan> Limiter::plan(const config::ApiKey& key, st
 }
 
 void WorkerLimiter::checks_for(const config::ApiKey& key, std::string_view model, std::int64_t tokens,
-                               Checks& out) {
+                               Checks& out, bool requests_only) {
   auto& list = plans_[&key];
   const CachedPlan* cached = nullptr;
   for (const auto& c : list) {
@@ -214,6 +216,9 @@ void WorkerLimiter::checks_for(const config::ApiKey& key, std::string_view model
       out[i].cost = tokens;
       out[i].lease = owner_.worker_lease(Limiter::quota_lease(*l, tokens));
     }
+  }
+  if (requests_only) {
+    out.erase(std::remove_if(out.begin(), out.end(), [](const Check& c) { return c.kind == Kind::quota; }), out.end());
   }
 }
 
@@ -368,16 +373,44 @@ static std::string reservation_id(std::span<const Check> checks) {
   return {};
 }
 
+// A request whose own token cost is above a token limit can never pass it, whatever is
+// used or reserved: it is refused at once (nothing counted, no Retry-After), not asked of
+// a counter that would answer "retry at the end of the period". With `bound`, the cost is
+// an upper bound: the caller counts the prompt exactly and asks again (recount).
+static bool too_large(std::span<const Check> checks, bool bound, Admission& out) {
+  for (const auto& c : checks) {
+    if (c.kind != Kind::quota || c.cost <= c.limit) continue;
+    out = Admission{};
+    if (bound) {
+      out.reason = Reason::token_limit_exceeded;
+      out.recount = true;
+      return true;
+    }
+    out.reason = Reason::request_too_large;
+    out.tokens = {true, c.limit, 0, 0};
+    out.message = "this request needs " + std::to_string(c.cost) + " tokens (prompt + max output), more than token limit " +
+                  *c.id + " allows in a whole " + (c.window_ms == 0 ? std::string("month") : format_reset(c.window_ms)) +
+                  " (" + std::to_string(c.limit) +
+                  "): it can never pass at this limit; lower max_tokens (or n) or shorten the prompt";
+    return true;
+  }
+  return false;
+}
+
 static bool leasable(std::span<const Check> checks) {
   return std::all_of(checks.begin(), checks.end(), [](const Check& c) { return c.lease > 0; });
 }
 
 bool WorkerLimiter::admit_now(const config::ApiKey& key, std::string_view model, std::int64_t tokens, bool bound,
-                              Admission& out) {
+                              Admission& out, bool requests_only) {
   if (!owner_.active_) return true;
   Checks checks;
-  checks_for(key, model, tokens, checks);
+  checks_for(key, model, tokens, checks, requests_only);
   if (checks.empty()) return true;
+  if (too_large(checks, bound, out)) {
+    if (!bound) Stats::bump(stats_->too_large);
+    return true;
+  }
   if (redis_ && redis_->up()) return from_leases(checks, out);
   out = admit_local(checks, bound);
   return true;
@@ -399,11 +432,15 @@ bool WorkerLimiter::from_leases(std::span<const Check> checks, Admission& out) {
 }
 
 net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::string_view model, std::int64_t tokens,
-                                               bool bound) {
+                                               bool bound, bool requests_only) {
   if (!owner_.active_) co_return Admission{};
   Checks checks;
-  checks_for(key, model, tokens, checks);
+  checks_for(key, model, tokens, checks, requests_only);
   if (checks.empty()) co_return Admission{};
+  if (Admission a; too_large(checks, bound, a)) {
+    if (!bound) Stats::bump(stats_->too_large);
+    co_return a;
+  }
 
   if (redis_ && redis_->up()) {
     // (Leases were tried by admit_now(), which the caller asks first.)
@@ -522,7 +559,9 @@ Admission WorkerLimiter::refuse_unavailable(const Check& c) {
 
 void WorkerLimiter::settle(Admission& a, std::int64_t actual) {
   if (a.reserved.empty()) return;
-  actual = std::max<std::int64_t>(actual, 0);
+  // An upstream's usage is not trusted to be sane: one charge is at most kMaxCharge (the
+  // counters' sums then cannot overflow, and the Redis scripts' numbers stay exact).
+  actual = std::clamp<std::int64_t>(actual, 0, kMaxCharge);
   Stats::bump(stats_->tokens_charged, static_cast<std::uint64_t>(actual));
   if (a.reserved_tokens > actual) Stats::bump(stats_->tokens_refunded, static_cast<std::uint64_t>(a.reserved_tokens - actual));
   auto reserved = std::move(a.reserved);

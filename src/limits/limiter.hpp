@@ -32,7 +32,8 @@ namespace sluice::limits {
 #define SLUICE_LIMITER_COUNTERS(X)                                                           \
   X(allowed) X(rate_limited) X(token_limited) X(quota_exceeded) X(unavailable)               \
   X(by_redis) X(by_local) X(by_lease) X(redis_errors) X(settle_errors)                       \
-  X(tokens_reserved) X(tokens_charged) X(tokens_refunded) X(lease_refills) X(settle_batches)
+  X(tokens_reserved) X(tokens_charged) X(tokens_refunded) X(lease_refills) X(settle_batches)  \
+  X(too_large)
 
 struct Stats {
 #define SLUICE_LIMITER_ATOMIC(name) std::atomic<std::uint64_t> name{0};
@@ -122,11 +123,19 @@ class WorkerLimiter {
   // Redis down). `tokens` = prompt tokens + output tokens to reserve. With `bound`, the
   // prompt's tokens are an upper bound: a refusal by a token limit then sets `recount`
   // instead of counting as a refusal. False (`out` untouched) when Redis must be asked.
-  bool admit_now(const config::ApiKey& key, std::string_view model, std::int64_t tokens, bool bound, Admission& out);
+  // A request whose `tokens` exceed a token limit by themselves is refused at once with
+  // request_too_large (with `bound`: recount), and nothing is counted.
+  // `requests_only`: only the request rate limits count it (no token quota, nothing
+  // reserved), e.g. /v1/messages/count_tokens.
+  bool admit_now(const config::ApiKey& key, std::string_view model, std::int64_t tokens, bool bound, Admission& out,
+                 bool requests_only = false);
   // The same, asking Redis: for a request admit_now() did not decide (it does not try the
   // leases again).
   boost::asio::awaitable<Admission> admit(const config::ApiKey& key, std::string_view model, std::int64_t tokens,
-                                          bool bound = false);
+                                          bool bound = false, bool requests_only = false);
+  // The most one settlement charges (an upstream reporting absurd usage): below 10^14, so
+  // Redis's Lua numbers (doubles printed with 14 digits) keep it exact.
+  static constexpr std::int64_t kMaxCharge = 99'999'999'999'999;
   // Charges what the request really used and releases its reservation. Never waits: with
   // Redis, settlements are queued and sent together, one script call per batch (at most
   // one batch every kSettleEvery per worker, so a batch grows with the load).
@@ -144,7 +153,8 @@ class WorkerLimiter {
   // The checks of one request: the cached plan with its token cost filled in.
   // (Kept in the coroutine's frame: no allocation of its own.)
   using Checks = boost::container::small_vector<Check, 4>;
-  void checks_for(const config::ApiKey& key, std::string_view model, std::int64_t tokens, Checks& out);
+  void checks_for(const config::ApiKey& key, std::string_view model, std::int64_t tokens, Checks& out,
+                  bool requests_only = false);
 
   struct SettleQueue;
   static constexpr std::chrono::milliseconds kSettleEvery{20};

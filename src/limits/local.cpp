@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <boost/container/small_vector.hpp>
+#include <climits>
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -130,8 +131,9 @@ Verdict LocalCounters::admit(std::span<const Check> checks, std::string_view res
             }
           }
         }
-        ok = k.used + k.reserved + c.cost <= c.limit;
-        r.remaining = std::max<std::int64_t>(0, c.limit - k.used - k.reserved);
+        // (Compared without summing: no overflow whatever the counters hold.)
+        ok = c.cost <= c.limit && k.used <= c.limit - c.cost && k.reserved <= c.limit - c.cost - k.used;
+        r.remaining = k.used >= c.limit ? 0 : std::max<std::int64_t>(0, c.limit - k.used - std::min(k.reserved, c.limit));
         r.reset_ms = p.ends_ms - now;
         r.period = p.index;
         wait = r.reset_ms;
@@ -158,7 +160,7 @@ Verdict LocalCounters::admit(std::span<const Check> checks, std::string_view res
       case Kind::quota: {
         auto [it, fresh] = k.holds.try_emplace(std::string(reservation_id), c.cost, now + c.extra);
         if (fresh) {
-          k.reserved += c.cost;
+          k.reserved = k.reserved > INT64_MAX - c.cost ? INT64_MAX : k.reserved + c.cost;
           if (k.next_expiry == 0 || now + c.extra < k.next_expiry) k.next_expiry = now + c.extra;
         }
         break;
@@ -179,7 +181,8 @@ void LocalCounters::settle(const Reserved& r, std::string_view reservation_id, s
     k.reserved = std::max<std::int64_t>(0, k.reserved - h->second.first);
     k.holds.erase(h);
   }
-  k.used += std::max<std::int64_t>(0, actual);
+  const std::int64_t add = std::max<std::int64_t>(0, actual);
+  k.used = k.used > INT64_MAX - add ? INT64_MAX : k.used + add;
   (void)now;
 }
 

@@ -9,12 +9,14 @@
 #include <boost/json/value.hpp>
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "common/text.hpp"
+#include "llm/anthropic.hpp"
 
 namespace sluice::llm {
 namespace json = boost::json;
@@ -301,29 +303,61 @@ std::optional<RequestError> check_field(std::string_view k, Field f, const json:
 }
 
 // Prompt tokens by OpenAI's formula for chat models: per message 3 + role + content (the
-// text parts of an array) + name (+1), then 3 priming the reply. `count` counts a text.
+// text parts of an array) + name (+1), then 3 priming the reply; and every other part an
+// upstream is sent and charges for: a message's other fields (tool_calls, tool_call_id...)
+// and non-text content parts as their JSON, kImageTokenBound per image, the request's
+// tools, tool_choice and response_format as their JSON. `count` counts a text.
 template <class Count>
-std::int64_t prompt_tokens(const json::array& messages, Count&& count) {
+std::int64_t prompt_tokens(const json::object& body, Count&& count) {
+  auto of = [&](std::string_view t) { return static_cast<std::int64_t>(count(t)); };
+  auto as_json = [&](const json::value& v) -> std::int64_t {
+    if (v.is_null()) return 0;
+    if (v.is_string()) return of(std::string_view(v.get_string()));
+    return of(json::serialize(v));
+  };
   auto text = [&](const json::value& v) -> std::int64_t {
-    if (v.is_string()) return static_cast<std::int64_t>(count(std::string_view(v.get_string())));
+    if (v.is_string()) return of(std::string_view(v.get_string()));
     std::int64_t n = 0;
     if (v.is_array()) {
       for (const auto& part : v.get_array()) {
         if (!part.is_object()) continue;
-        const auto* t = part.get_object().if_contains("text");
-        if (t && t->is_string()) n += static_cast<std::int64_t>(count(std::string_view(t->get_string())));
+        const auto& p = part.get_object();
+        const auto* type = p.if_contains("type");
+        const std::string_view ty = type && type->is_string() ? std::string_view(type->get_string()) : "";
+        if (ty == "text") {
+          const auto* t = p.if_contains("text");
+          if (t && t->is_string()) n = saturating_add(n, of(std::string_view(t->get_string())));
+        } else if (ty == "image_url" || ty == "image" || ty == "input_image") {
+          n = saturating_add(n, kImageTokenBound);
+        } else {
+          n = saturating_add(n, as_json(part));  // audio, files...: as sent
+        }
       }
     }
     return n;
   };
   std::int64_t n = tokenizer::kReplyPrimingTokens;
-  for (const auto& m : messages) {
-    if (!m.is_object()) continue;
-    const auto& o = m.get_object();
-    n += tokenizer::kTokensPerMessage;
-    if (const auto* r = o.if_contains("role")) n += text(*r);
-    if (const auto* c = o.if_contains("content")) n += text(*c);
-    if (const auto* nm = o.if_contains("name"); nm && nm->is_string()) n += text(*nm) + tokenizer::kTokensPerName;
+  if (const auto* messages = body.if_contains("messages"); messages && messages->is_array()) {
+    for (const auto& m : messages->get_array()) {
+      if (!m.is_object()) continue;
+      n = saturating_add(n, tokenizer::kTokensPerMessage);
+      for (const auto& kv : m.get_object()) {
+        const std::string_view k = kv.key();
+        const json::value& v = kv.value();
+        if (k == "content") {
+          n = saturating_add(n, text(v));
+        } else if (k == "name") {
+          if (v.is_string()) n = saturating_add(n, saturating_add(text(v), tokenizer::kTokensPerName));
+        } else if (k == "role") {
+          n = saturating_add(n, text(v));
+        } else {
+          n = saturating_add(n, as_json(v));  // tool_calls, tool_call_id, function_call...
+        }
+      }
+    }
+  }
+  for (const char* k : {"tools", "tool_choice", "response_format"}) {
+    if (const auto* v = body.if_contains(k)) n = saturating_add(n, as_json(*v));
   }
   return n;
 }
@@ -390,14 +424,15 @@ ParseResult parse_chat_request(std::string_view body, const config::Config& cfg)
     }
   }
   // The estimate, and the bound: the same formula with each text's bytes.
+  // (Saturating: the parts and the fixed overheads are the same in both counts.)
   std::int64_t estimated = 0, bytes = 0;
-  req.prompt_tokens_estimate = prompt_tokens(messages->get_array(), [&](std::string_view t) {
+  req.prompt_tokens_estimate = prompt_tokens(obj, [&](std::string_view t) {
     const auto n = static_cast<std::int64_t>(tokenizer::estimate(t));
-    estimated += n;
-    bytes += static_cast<std::int64_t>(t.size());
+    estimated = saturating_add(estimated, n);
+    bytes = saturating_add(bytes, static_cast<std::int64_t>(t.size()));
     return n;
   });
-  req.prompt_token_bound = req.prompt_tokens_estimate - estimated + bytes;
+  req.prompt_token_bound = saturating_add(req.prompt_tokens_estimate - estimated, bytes);
   // Move-construct (not assign): assignment between different storages deep-copies, and
   // the body must stay in the request's arena.
   std::destroy_at(&req.body);
@@ -411,9 +446,79 @@ std::int64_t estimate_tokens(std::string_view text) noexcept {
 
 std::int64_t count_prompt_tokens(const ChatRequest& req, const tokenizer::Counter& counter,
                                  tokenizer::Encoding encoding) {
-  const auto* messages = req.body.if_contains("messages");
-  if (!messages || !messages->is_array()) return req.prompt_tokens_estimate;
-  return prompt_tokens(messages->get_array(), [&](std::string_view t) { return counter.count(t, encoding); });
+  return prompt_tokens(req.body, [&](std::string_view t) { return counter.count(t, encoding); });
+}
+
+std::int64_t output_token_bound(const ChatRequest& req, config::Provider provider, const config::Config& cfg,
+                                bool* unbounded) {
+  if (unbounded) *unbounded = false;
+  const std::int64_t fallback = std::max<std::int64_t>(cfg.rate_limits.reserve_output_tokens, 0);
+  // A JSON number as a whole count of tokens (rounded up), saturating.
+  auto whole = [](const json::value& v) -> std::optional<std::int64_t> {
+    if (v.is_int64()) return v.get_int64();
+    if (v.is_uint64()) return static_cast<std::int64_t>(std::min<std::uint64_t>(v.get_uint64(), INT64_MAX));
+    if (v.is_double()) {
+      const double d = std::ceil(v.get_double());
+      if (!(d < 9.2e18)) return d > 0 ? std::optional<std::int64_t>(INT64_MAX) : std::optional<std::int64_t>(-1);
+      return static_cast<std::int64_t>(d);
+    }
+    return std::nullopt;
+  };
+  switch (provider) {
+    case config::Provider::anthropic:
+      // build_anthropic_call: max_tokens, else the Messages API's required field's default.
+      return req.max_tokens.value_or(kAnthropicDefaultMaxTokens);
+    case config::Provider::ollama: {
+      // build_ollama_call: the client's options.num_predict wins over max_tokens. Ollama
+      // treats num_predict <= 0 (-1: until stopped, -2: until the context is full) and no
+      // num_predict at all as unbounded.
+      std::optional<std::int64_t> predict = req.max_tokens;
+      const json::object* options = nullptr;
+      if (const auto* o = req.body.if_contains("options"); o && o->is_object()) options = &o->get_object();
+      if (options) {
+        if (const auto* np = options->if_contains("num_predict")) {
+          if (auto w = whole(*np)) predict = *w;
+        }
+      }
+      if (predict && *predict > 0) return *predict;
+      if (unbounded) *unbounded = true;
+      if (options) {
+        if (const auto* ctx = options->if_contains("num_ctx")) {
+          if (auto w = whole(*ctx); w && *w > 0) return std::max(*w, fallback);
+        }
+      }
+      if (auto it = cfg.options.find("num_ctx"); it != cfg.options.end() && it->second.max >= 1) {
+        const double m = std::ceil(it->second.max);
+        return std::max(m < 9.2e18 ? static_cast<std::int64_t>(m) : INT64_MAX, fallback);
+      }
+      return fallback;
+    }
+    case config::Provider::openai:
+    case config::Provider::simulated: break;
+  }
+  // OpenAI-compatible: the body passes through, so every choice of `n` has its own bound.
+  std::int64_t n = 1;
+  if (const auto* nv = req.body.if_contains("n")) {
+    if (auto w = whole(*nv); w && *w > 1) n = *w;
+  }
+  if (!req.max_tokens && unbounded) *unbounded = true;
+  return saturating_mul(req.max_tokens.value_or(fallback), n);
+}
+
+Reservation reservation(const ChatRequest& req, std::span<const config::Provider> providers,
+                        const config::Config& cfg, const tokenizer::Counter* exact, tokenizer::Encoding encoding) {
+  Reservation r;
+  r.prompt = exact ? count_prompt_tokens(req, *exact, encoding) : prompt_token_bound(req);
+  for (const auto p : providers) {
+    bool unbounded = false;
+    const auto out = output_token_bound(req, p, cfg, &unbounded);
+    if (out >= r.output) {
+      r.output_unbounded = out > r.output ? unbounded : (r.output_unbounded || unbounded);
+      r.output = out;
+    }
+  }
+  if (providers.empty()) r.output = saturating_mul(req.max_tokens.value_or(cfg.rate_limits.reserve_output_tokens), 1);
+  return r;
 }
 
 // ---- OpenAI upstream ------------------------------------------------------------------

@@ -2,10 +2,12 @@
 // The OpenAI chat-completions request as sluice sees it: parsed once, validated against
 // the configured allow-list, then rewritten for each provider. No I/O here.
 #include <boost/json/object.hpp>
+#include <climits>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -46,14 +48,57 @@ ParseResult parse_chat_request(std::string_view body, const config::Config& cfg)
 std::int64_t estimate_tokens(std::string_view text) noexcept;
 
 // Prompt tokens of a parsed request by OpenAI's chat formula, counted with `counter` (the
-// exact BPE where its rank file is loaded). parse_chat_request fills
-// prompt_tokens_estimate the same way with the estimator.
+// exact BPE where its rank file is loaded). Every part an upstream is sent counts: per
+// message 3 + role + content text + name (+1) + its other fields (tool_calls, tool_call_id...
+// as JSON); kImageTokenBound per image part, other non-text parts as their JSON; then the
+// request's tools, tool_choice and response_format as JSON; 3 priming the reply.
+// parse_chat_request fills prompt_tokens_estimate the same way with the estimator.
 std::int64_t count_prompt_tokens(const ChatRequest& req, const tokenizer::Counter& counter,
                                  tokenizer::Encoding encoding);
 // An upper bound of count_prompt_tokens for every BPE encoding, found without tokenizing:
 // the same formula with each text's UTF-8 bytes (a BPE token is at least one byte).
 // parse_chat_request computes it with the estimate, in the same walk of the messages.
 inline std::int64_t prompt_token_bound(const ChatRequest& req) { return req.prompt_token_bound; }
+
+// Tokens reserved per image part: an upper bound of what the providers publish for one
+// image. OpenAI (GPT-4o class, detail high/auto): 85 + 170 per 512 px tile of the image
+// scaled into 2048x2048 then to 768 px on its short side, at most 8 tiles (768x2048):
+// 1445. Anthropic: width*height/750 for an image within 1.15 megapixels (larger ones are
+// scaled down): about 1600. See docs/limits.md.
+inline constexpr std::int64_t kImageTokenBound = 1600;
+
+// a + b and a * b, saturating at INT64_MAX (for non-negative token figures).
+constexpr std::int64_t saturating_add(std::int64_t a, std::int64_t b) noexcept {
+  return a > INT64_MAX - b ? INT64_MAX : a + b;
+}
+constexpr std::int64_t saturating_mul(std::int64_t a, std::int64_t b) noexcept {
+  return a != 0 && b > INT64_MAX / a ? INT64_MAX : a * b;
+}
+
+// What a request reserves at admission (token quotas): an upper bound of what the upstream
+// may charge for it. Pure; every sum saturates at INT64_MAX.
+struct Reservation {
+  std::int64_t prompt = 0;   // prompt tokens
+  std::int64_t output = 0;   // output tokens: the bound sent upstream, times the choices (n)
+  bool output_unbounded = false;  // the upstream was sent no bound: `output` is the configured cap
+  std::int64_t total() const noexcept { return saturating_add(prompt, output); }
+};
+// The output tokens the upstream of `provider` may generate for `req`, by what its call
+// carries (build_*_call): OpenAI-compatible and simulated: max_completion_tokens /
+// max_tokens times n (no bound sent: rate_limits.reserve_output_tokens); Ollama:
+// options.num_predict, else max_tokens (n is not sent), a value <= 0 or none meaning
+// unbounded; Anthropic: max_tokens, else kAnthropicDefaultMaxTokens (4096).
+// An unbounded Ollama output reserves the context it was given (options.num_ctx), else the
+// configured range's maximum of options.num_ctx, else rate_limits.reserve_output_tokens.
+std::int64_t output_token_bound(const ChatRequest& req, config::Provider provider, const config::Config& cfg,
+                                bool* unbounded = nullptr);
+// The reservation of `req` when any of `providers` may serve it (a route's backends, its
+// canary and fallbacks): the prompt by count_prompt_tokens with `exact`, or when `exact`
+// is null by prompt_token_bound (bytes: never below the exact count, whatever the text);
+// the output by output_token_bound, the largest over `providers`.
+Reservation reservation(const ChatRequest& req, std::span<const config::Provider> providers,
+                        const config::Config& cfg, const tokenizer::Counter* exact = nullptr,
+                        tokenizer::Encoding encoding = tokenizer::Encoding::cl100k_base);
 
 struct UpstreamCall {
   std::string target;   // path on the backend, including its path prefix

@@ -17,6 +17,8 @@ function config(redis, { tokens, sim = {}, reservationTtl } = {}) {
     ],
     models: [{ alias: 'demo', provider: 'simulated', sim: { ttft: '5ms', inter_token: '1ms', jitter: 0, ...sim } }],
     redis: { url: redis.url, retry_interval: '500ms' },
+    // A reservation must outlive the longest request (the loader refuses a shorter one).
+    ...(reservationTtl ? { timeouts: { total: reservationTtl } } : {}),
     rate_limits: {
       backend: 'redis',
       ...(reservationTtl ? { reservation_ttl: reservationTtl } : {}),

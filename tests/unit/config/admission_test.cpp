@@ -194,7 +194,9 @@ TEST_F(AdmissionConfigTest, RateLimitsParsed) {
                 "    - {scope: key, limit: 100000, per: minute}\n"
                 "    - {scope: tenant, tenant: acme, limit: 2000000, per: hour}\n"
                 "    - {scope: model, model: demo, limit: 50000000, per: day, on_redis_down: open}\n"
-                "    - {scope: tier, tier: gold, limit: 900000000, per: month}\n");
+                "    - {scope: tier, tier: gold, limit: 900000000, per: month}\n"
+                "timeouts:\n"
+                "  total: 90s\n");
   ASSERT_TRUE(r.ok()) << all_errors(r);
   const auto& rl = r.config->rate_limits;
   EXPECT_EQ(rl.backend, LimiterBackend::auto_);
@@ -311,6 +313,22 @@ TEST_F(AdmissionConfigTest, ReservationTtlDefaultsToTotalTimeoutPlusAMinute) {
   auto err = error_at(e, "rate_limits.reservation_ttl");
   EXPECT_EQ(err.line, 11);
   EXPECT_THAT(err.message, HasSubstr("at least 1s"));
+}
+
+// A reservation shorter than the longest request would expire under a running request
+// (and its tokens be admitted again meanwhile): refused, at the line of reservation_ttl.
+TEST_F(AdmissionConfigTest, ReservationTtlShorterThanTotalTimeoutIsAnError) {
+  auto e = load(kAdmBase + "rate_limits:\n  reservation_ttl: 2m\ntimeouts:\n  total: 3m\n");
+  ASSERT_FALSE(e.ok());
+  auto err = error_at(e, "rate_limits.reservation_ttl");
+  EXPECT_EQ(err.line, 11);
+  EXPECT_THAT(err.message, HasSubstr("timeouts.total"));
+  // The default total (10 min) against a shorter TTL, too.
+  EXPECT_FALSE(load(kAdmBase + "rate_limits:\n  reservation_ttl: 5m\n").ok());
+  // Equal or longer is fine.
+  auto ok = load(kAdmBase + "rate_limits:\n  reservation_ttl: 3m\ntimeouts:\n  total: 3m\n");
+  ASSERT_TRUE(ok.ok()) << all_errors(ok);
+  EXPECT_EQ(ok.config->rate_limits.reservation_ttl, Millis(180000));
 }
 
 TEST_F(AdmissionConfigTest, UnknownModelOrKeyInAFilterIsAnError) {
