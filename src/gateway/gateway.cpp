@@ -99,7 +99,7 @@ std::size_t auto_max_connections(std::uint64_t soft_limit, int workers) {
 
 class GatewayImpl final : public Gateway {
  public:
-  explicit GatewayImpl(std::shared_ptr<const config::Config> cfg) {
+  GatewayImpl(std::shared_ptr<const config::Config> cfg, bool takeover) {
     shared_.cfg = std::move(cfg);
     const auto& c = *shared_.cfg;
     // The sinks first: the access log's thread hands them every record.
@@ -144,6 +144,7 @@ class GatewayImpl final : public Gateway {
     so.max_body_bytes = c.max_body_bytes;
     so.read_timeout = c.timeouts.client_header;
     so.keep_alive = c.timeouts.keep_alive;
+    so.takeover = takeover;
     so.first_byte_timeout = c.timeouts.client_first_byte;
     {
       const auto fd = raise_fd_limit();
@@ -326,8 +327,8 @@ config::LoadResult load_or_report(const std::string& path) {
 
 }  // namespace
 
-std::unique_ptr<Gateway> Gateway::start(std::shared_ptr<const config::Config> cfg) {
-  return std::make_unique<GatewayImpl>(std::move(cfg));
+std::unique_ptr<Gateway> Gateway::start(std::shared_ptr<const config::Config> cfg, bool takeover) {
+  return std::make_unique<GatewayImpl>(std::move(cfg), takeover);
 }
 
 int run_check_config(const std::string& path) {
@@ -337,7 +338,7 @@ int run_check_config(const std::string& path) {
   return 0;
 }
 
-int run_serve(const std::string& path) {
+int run_serve(const std::string& path, bool takeover) {
   auto res = load_or_report(path);
   if (!res.ok()) return 1;
 
@@ -352,7 +353,7 @@ int run_serve(const std::string& path) {
 
   std::unique_ptr<Gateway> gw;
   try {
-    gw = Gateway::start(res.config);
+    gw = Gateway::start(res.config, takeover);
   } catch (const std::exception& e) {
     std::cerr << "sluice: cannot start: " << e.what() << "\n";
     return 1;

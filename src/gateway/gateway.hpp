@@ -14,7 +14,9 @@ class Gateway {
  public:
   virtual ~Gateway() = default;
   // Starts everything (throws std::runtime_error with a reason on failure).
-  static std::unique_ptr<Gateway> start(std::shared_ptr<const config::Config> cfg);
+  // `takeover`: share the listen ports with a process already serving them (see
+  // http::ServerOptions::takeover); without it such a port is refused.
+  static std::unique_ptr<Gateway> start(std::shared_ptr<const config::Config> cfg, bool takeover = false);
   virtual std::uint16_t port() const = 0;
   // Stops accepting, lets in-flight requests finish within the configured grace period.
   virtual void shutdown() = 0;
@@ -27,7 +29,7 @@ class Gateway {
 
 // `sluice serve --config FILE`: loads and validates the config, prints the banner, serves
 // until SIGTERM/SIGINT (SIGHUP reloads the routes), drains, exits 0.
-int run_serve(const std::string& config_path);
+int run_serve(const std::string& config_path, bool takeover = false);
 // `sluice check-config FILE`: validates, prints every error (exit 1) or the banner (exit 0).
 int run_check_config(const std::string& config_path);
 

@@ -428,7 +428,22 @@ class ClientImpl final : public Client {
     }
     auto& low = conn->lowest();
     low.expires_after(timeout);
-    auto [cec, ep] = co_await low.async_connect(endpoints, nothrow);
+    // Each address in turn, the socket opened here: when this process is out of
+    // descriptors, opening it fails with EMFILE, which the range connect would report as
+    // a cancelled operation (then read as the client leaving).
+    beast::error_code cec = net::error::host_not_found;
+    for (const auto& ep : endpoints) {
+      beast::error_code oec;
+      if (low.socket().is_open()) low.socket().close(oec);
+      low.socket().open(ep.protocol(), oec);
+      if (oec) {
+        cec = oec;
+        if (local_resource_error(oec)) break;
+        continue;
+      }
+      std::tie(cec) = co_await low.async_connect(ep, nothrow);
+      if (!cec || cec == beast::error::timeout) break;
+    }
     if (cec) {
       resolved_.erase(t.host + ":" + std::to_string(t.port));  // resolve again next time
       co_return make_error(cec, ClientErrc::connect_failed, "connecting to " + t.host + ":" + std::to_string(t.port));

@@ -701,6 +701,26 @@ awaitable<void> accept_loop(Worker& w) {
   }
 }
 
+// Every listener sets SO_REUSEPORT (one per worker), so a second process binding the same
+// port would silently share its traffic: a stale gateway could go on enforcing an older
+// config, and per-instance limits would count half the requests each. A plain bind (no
+// SO_REUSEPORT) fails when anything listens there: the port is refused unless sharing it
+// was asked for (ServerOptions::takeover).
+void ensure_port_free(const tcp::endpoint& ep) {
+  net::io_context probe_ctx;
+  tcp::acceptor probe(probe_ctx);
+  boost::system::error_code ec;
+  probe.open(ep.protocol(), ec);
+  if (!ec) probe.set_option(net::socket_base::reuse_address(true), ec);  // TIME_WAIT is no owner
+  if (!ec) probe.bind(ep, ec);
+  if (ec == net::error::address_in_use) {
+    throw std::runtime_error(ep.address().to_string() + ":" + std::to_string(ep.port()) +
+                             " is already served by another process (another gateway?); it is not shared "
+                             "unless asked: `sluice serve --takeover` shares it on purpose (an in-place upgrade)");
+  }
+  // Other errors (no such address...) are the real bind's to report.
+}
+
 std::unique_ptr<tcp::acceptor> make_acceptor(net::io_context& ioc, const tcp::endpoint& ep) {
   auto a = std::make_unique<tcp::acceptor>(ioc);
   a->open(ep.protocol());
@@ -760,6 +780,7 @@ std::unique_ptr<Server> Server::start(ServerOptions options, HandlerFactory fact
   impl->opts = std::move(options);
   int n = impl->opts.workers > 0 ? impl->opts.workers : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   tcp::endpoint ep{net::ip::make_address(impl->opts.host), impl->opts.port};
+  if (ep.port() != 0 && !impl->opts.takeover) ensure_port_free(ep);
   for (int i = 0; i < n; ++i) {
     auto w = std::make_unique<Worker>(*impl, i);
     w->acceptor = make_acceptor(w->ioc, ep);

@@ -106,6 +106,9 @@ struct ServerOptions {
   std::string server_name = "sluice";
   HeaderList extra_headers;      // added to every response (e.g. x-sluice-instance)
   LocalReplyFormatter local_reply;  // optional
+  // Share the port with a process already listening on it (SO_REUSEPORT: an in-place
+  // upgrade). Without it, a port already served is refused at start.
+  bool takeover = false;
 };
 
 // Called once per worker; the handler it returns runs only on that worker's thread, so

@@ -291,8 +291,11 @@ describe('clients that stop reading', () => {
     await new Promise((r) => setTimeout(r, 1500));
     const held = rssBytes(gw2.pid) - before;
     for (const s of socks) s.destroy();
-    // A channel of 256 events would hold up to 36 MB per stream here.
-    assert.ok(held < 24 * 1024 * 1024, `the gateway grew by ${(held / 1048576).toFixed(1)} MiB`);
+    // A channel of 256 events would hold up to 36 MB per stream here. (Under ASan freed
+    // memory sits in its quarantine: the bound is checked in the plain build only.)
+    if (!process.env.ASAN_OPTIONS) {
+      assert.ok(held < 24 * 1024 * 1024, `the gateway grew by ${(held / 1048576).toFixed(1)} MiB`);
+    }
     for (let i = 0; i < 4; i++) {
       const line = await gw2.logFor(`big-${i}`, 15000);
       assert.ok([200, 499].includes(line.status), JSON.stringify(line));
@@ -310,5 +313,63 @@ describe('clients that stop reading', () => {
     assert.equal(infra.requests.live, 0);
     const metrics = (await request(`${gw2.adminUrl}/metrics`)).text;
     assert.match(metrics, /^sluice_requests_in_flight 0$/m);
+  });
+});
+
+describe('out of file descriptors on the way upstream', () => {
+  let sim, gw3;
+  before(async () => {
+    sim = await startSim({ ttft: '0ms', 'inter-token': '0ms' });
+    gw3 = await startGateway({
+      workers: 1,
+      keys: keysAll(),
+      limits: { max_connections: 100, upstream_pool_per_host: 0 }, // every request connects anew
+      models: [{ alias: 'fast', provider: 'openai', base_url: `${sim.url}/v1`, model: 'fast' }],
+    });
+  });
+  after(async () => {
+    if (gw3) await gw3.stop();
+    if (sim) await sim.stop();
+  });
+
+  // A client already connected asks while the gateway cannot open one more descriptor:
+  // the upstream connect fails with EMFILE. That is the gateway's own resource failure
+  // (503 gateway_resources_exhausted, counted and logged as such), not the client
+  // leaving and not the upstream's fault.
+  test('EMFILE on the upstream connect: 503 gateway_resources_exhausted, then service resumes', async () => {
+    const { execFileSync } = await import('node:child_process');
+    const body = JSON.stringify({ model: 'fast', messages: [{ role: 'user', content: 'x' }], max_tokens: 2 });
+    const sock = await new Promise((resolve, reject) => {
+      const s = net.connect(gw3.port, '127.0.0.1', () => resolve(s));
+      s.once('error', reject);
+    });
+    let received = '';
+    sock.on('data', (d) => (received += d));
+    // Its session is open (it sent its first bytes); now no descriptor is left.
+    sock.write('POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n');
+    await new Promise((r) => setTimeout(r, 300));
+    const hard = execFileSync('prlimit', ['--pid', String(gw3.pid), '--nofile', '--raw', '--noheadings', '--output=HARD']).toString().trim();
+    // A new descriptor takes the lowest free number: a soft limit at that number leaves none.
+    const used = new Set(fs.readdirSync(`/proc/${gw3.pid}/fd`).map(Number));
+    let lowestFree = 0;
+    while (used.has(lowestFree)) lowestFree++;
+    execFileSync('prlimit', ['--pid', String(gw3.pid), `--nofile=${lowestFree}:${hard}`]);
+    try {
+      sock.write(
+        `Authorization: Bearer ${KEY}\r\nContent-Type: application/json\r\nX-Request-Id: emfile-1\r\n` +
+          `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+      );
+      await waitFor(() => /\r\n\r\n[^]*\}/.test(received), { timeout: 10000, what: 'the answer' });
+    } finally {
+      execFileSync('prlimit', ['--pid', String(gw3.pid), `--nofile=${hard}:${hard}`]);
+      sock.destroy();
+    }
+    assert.match(received, /^HTTP\/1\.1 503 /, received);
+    assert.match(received, /"code":"gateway_resources_exhausted"/);
+    const line = await gw3.logFor('emfile-1');
+    assert.equal(line.status, 503);
+    assert.equal(line.reason, 'gateway_resources_exhausted');
+    const r = await request(`${gw3.url}/v1/chat/completions`, { method: 'POST', key: KEY, body: JSON.parse(body) });
+    assert.equal(r.status, 200, r.text);
   });
 });

@@ -271,7 +271,7 @@ function assertOk(r, what) {
 // dir). Fills in, unless given: listen 127.0.0.1:0, workers 2, an access log file in the
 // temp dir, timeouts.shutdown_grace 2s, and an admin listener on 127.0.0.1:0 (its port is
 // `adminPort`: /metrics and /infra without a key; `admin: null` leaves it out).
-export async function startGateway(config, { env } = {}) {
+export async function startGateway(config, { env, args = [] } = {}) {
   const dir = tempDir('sluice-gw-');
   const logPath = path.join(dir, 'access.log');
   const cfg = {
@@ -288,7 +288,7 @@ export async function startGateway(config, { env } = {}) {
   const yaml = toYaml(cfg);
   const configPath = path.join(dir, 'sluice.yaml');
   fs.writeFileSync(configPath, yaml);
-  const proc = await spawnServer(['serve', '--config', configPath], {
+  const proc = await spawnServer(['serve', '--config', configPath, ...args], {
     stream: 'stderr',
     pattern: /sluice listening on 127\.0\.0\.1:(\d+)/,
     name: 'sluice serve',

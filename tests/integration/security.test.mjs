@@ -87,3 +87,23 @@ describe('admin.public_status', () => {
     }
   });
 });
+
+describe('a port already served', () => {
+  test('is refused at start, and shared only with --takeover', async () => {
+    const first = await startGateway({ admin: null, keys: [{ name: 'app', key: KEY, tenant: 'acme' }], models: [{ alias: 'demo', provider: 'simulated' }] });
+    try {
+      const config = { admin: null, listen: `127.0.0.1:${first.port}`, keys: [{ name: 'app', key: KEY, tenant: 'acme' }], models: [{ alias: 'demo', provider: 'simulated' }] };
+      await assert.rejects(startGateway(config), /already served by another process[^]*--takeover/);
+      const second = await startGateway(config, { args: ['--takeover'] });
+      try {
+        assert.equal(second.port, first.port);
+        const r = await rawRequest({ port: first.port, path: '/health' });
+        assert.equal(r.status, 200);
+      } finally {
+        await second.stop();
+      }
+    } finally {
+      await first.stop();
+    }
+  });
+});
