@@ -850,7 +850,7 @@ const std::vector<std::string_view>& route_keys() {
     std::vector<std::string_view> k{"alias"};
     k.insert(k.end(), std::begin(kBackendKeys), std::end(kBackendKeys));
     k.insert(k.end(), {"max_in_flight", "backend_max_in_flight", "backends", "balance", "retries", "fallbacks",
-                       "canned_reply", "canary", "breaker"});
+                       "canned_reply", "canary", "breaker", "allow_params"});
     return k;
   }();
   return keys;
@@ -1108,6 +1108,23 @@ void Loader::parse_route(const YAML::Node& n, const std::string& path, const Con
     }
   }
   if (auto v = get(f, "retries")) get_int(*v, p("retries"), 0, 10, r.retries);
+  if (auto v = get(f, "allow_params"); v && !v->IsNull()) {
+    if (!v->IsSequence()) {
+      error(p("allow_params"), line_of(*v), std::string("expected a list of request fields, got ") + kind_of(*v));
+    } else {
+      for (size_t i = 0; i < v->size(); ++i) {
+        const YAML::Node a = (*v)[i];
+        const std::string ap = index(p("allow_params"), i);
+        std::string name;
+        if (!get_string(a, ap, name)) continue;
+        if (name != "service_tier" && name != "store") {
+          error(ap, line_of(a), "unknown field " + q(name) + " (expected service_tier or store)");
+          continue;
+        }
+        r.allow_params.push_back(std::move(name));
+      }
+    }
+  }
   if (auto v = get(f, "fallbacks"); v && !v->IsNull()) {
     if (!v->IsSequence()) {
       error(p("fallbacks"), line_of(*v), std::string("expected a list of model aliases, got ") + kind_of(*v));

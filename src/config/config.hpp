@@ -80,6 +80,9 @@ struct Route {
   // the fallbacks' backends, only before the first byte reached the client.
   int retries = 2;
   std::vector<std::string> fallbacks;       // aliases whose backends are tried next, in order
+  // Request fields that bill or store on the operator's upstream account (service_tier,
+  // store): refused (400 option_not_allowed) unless listed here.
+  std::vector<std::string> allow_params;
   std::optional<std::string> canned_reply;  // answered (200) when every option failed; else 503
   std::optional<CanaryConfig> canary;
   std::optional<BreakerConfig> breaker;     // overrides routing.breaker for this route's backends

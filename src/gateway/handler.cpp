@@ -464,6 +464,20 @@ class WorkerHandler {
                            "this API key may not use model '" + creq.model + "'", "model");
       co_return;
     }
+    // Fields that bill or store on the operator's upstream account: the route decides.
+    static constexpr std::string_view kBilled[] = {"service_tier", "store"};
+    for (std::string_view field : kBilled) {
+      const auto* v = creq.body.if_contains(field);
+      if (!v || v->is_null()) continue;
+      const auto& allowed = rr->route->allow_params;
+      if (std::find(allowed.begin(), allowed.end(), field) == allowed.end()) {
+        co_await local_reply(ex, ctx, Reason::option_not_allowed,
+                             "'" + std::string(field) + "' is not allowed on model '" + creq.model +
+                                 "' (it bills or stores on the operator's account; a route allows it with allow_params)",
+                             field);
+        co_return;
+      }
+    }
     ctx.metrics_model = rr->metrics_model;
     record_options(creq, ctx.rec);
     const config::Backend& primary = rr->route->primary();

@@ -107,3 +107,37 @@ describe('a port already served', () => {
     }
   });
 });
+
+describe('fields that bill or store on the operator account', () => {
+  test('service_tier and store are refused unless the route allows them', async () => {
+    const gw = await startGateway({
+      keys: [{ name: 'app', key: KEY, tenant: 'acme' }],
+      models: [
+        { alias: 'plain', provider: 'simulated' },
+        { alias: 'billed', provider: 'simulated', allow_params: ['service_tier', 'store'] },
+      ],
+    });
+    try {
+      const ask = (model, extra) =>
+        rawRequest({
+          port: gw.port,
+          method: 'POST',
+          path: '/v1/chat/completions',
+          headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ model, messages: [{ role: 'user', content: 'x' }], max_tokens: 2, ...extra }),
+        });
+      for (const extra of [{ service_tier: 'priority' }, { store: true }]) {
+        const refused = await ask('plain', extra);
+        assert.equal(refused.status, 400, refused.body);
+        const err = JSON.parse(refused.body).error;
+        assert.equal(err.code, 'option_not_allowed');
+        assert.equal(err.param, Object.keys(extra)[0]);
+        const allowed = await ask('billed', extra);
+        assert.equal(allowed.status, 200, allowed.body);
+      }
+      assert.equal((await ask('plain', { store: null })).status, 200);
+    } finally {
+      await gw.stop();
+    }
+  });
+});

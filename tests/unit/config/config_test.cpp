@@ -923,3 +923,15 @@ TEST_F(ConfigTest, EmptyValueReportedAtItsKeysLine) {
   EXPECT_THAT(error_at(r, "workers").message, HasSubstr("expected an integer"));
   EXPECT_EQ(error_at(r, "instance").line, 6);
 }
+
+TEST_F(ConfigTest, AllowParamsNamesOnlyBilledFields) {
+  auto r = load("models:\n"
+                "  - {alias: a, provider: simulated, allow_params: [service_tier, store]}\n"
+                "  - {alias: b, provider: simulated}\n");
+  ASSERT_TRUE(r.ok()) << all_errors(r);
+  EXPECT_EQ(r.config->routes[0].allow_params, (std::vector<std::string>{"service_tier", "store"}));
+  EXPECT_TRUE(r.config->routes[1].allow_params.empty());
+  r = load("models:\n  - {alias: a, provider: simulated, allow_params: [temperature]}\n");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(error_at(r, "models[0].allow_params[0]").message, HasSubstr("expected service_tier or store"));
+}
