@@ -8,6 +8,8 @@
 # FUZZ_TARGETS="stream config" picks targets; FUZZ_JOBS (default 2) run at once.
 # Fails on any crash, leak, timeout or sanitizer report; the input that caused it is left
 # in build-fuzz/artifacts/ with the fuzzer's log. Prints the executions per target.
+# The body is one block, read whole before it runs: editing this file meanwhile is safe.
+{
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,9 +37,11 @@ cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   rm -rf "$work"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 artifacts="$BUILD/artifacts"
+rm -rf "$artifacts"
 mkdir -p "$artifacts"
 
 run_one() {
@@ -93,3 +97,5 @@ if [ "$failed" -ne 0 ]; then
   echo "fuzz: $failed target(s) failed" >&2
   exit 1
 fi
+exit 0
+}
