@@ -151,7 +151,7 @@ TEST(HistoryStatsQuery, BadHugeWindowIsRefusedWithoutOverflow) {
   for (const char* qs : {"window=9223372036854775807xs", "window=9223372036854775807els", "window=9223372036854775807d"}) {
     SCOPED_TRACE(qs);
     error.clear();
-    EXPECT_FALSE(parse_stats_query(qs, error, 1'800'000'000'000));
+    EXPECT_FALSE(sluice::history::parse_stats_query(qs, error, 1'800'000'000'000));
     EXPECT_NE(error.find("window"), std::string::npos) << error;
   }
 }
