@@ -4,7 +4,10 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 CONFIG     ?= config/sluice.example.yaml
 
-.PHONY: build run test unit-test asan-test integration-test bench bench-limits bench-routing bench-records clean
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 600
+
+.PHONY: build run test unit-test asan-test integration-test fuzz-smoke fuzz bench bench-limits bench-routing bench-records clean
 
 build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -30,8 +33,18 @@ asan-test:
 integration-test: build
 	cd tests/integration && node --test --test-concurrency=1 *.test.mjs
 
-# The whole suite: unit tests, integration tests against real processes, sanitizer run.
-test: unit-test integration-test asan-test
+# libFuzzer targets (clang; docs/fuzzing.md): each runs 20 s on a temp copy of the seed
+# corpus, two at once; any crash, leak, timeout or sanitizer report fails.
+fuzz-smoke:
+	FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=20 scripts/fuzz.sh smoke
+
+# The long run: FUZZ_SECONDS per target; the grown corpus stays in $(FUZZ_BUILD)/corpus.
+fuzz:
+	FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh long
+
+# The whole suite: unit tests, integration tests against real processes, sanitizer run,
+# then the fuzz targets' smoke run.
+test: unit-test integration-test asan-test fuzz-smoke
 
 bench: build
 	bench/run.sh
@@ -49,4 +62,4 @@ bench-records:
 	bench/records.sh
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -13,7 +13,8 @@ BUILD_PKGS=(build-essential cmake ccache pkg-config
   libssl-dev libsimdjson-dev libyaml-cpp-dev libcli11-dev libjemalloc-dev libhiredis-dev libpcre2-dev
   libsqlite3-dev libpq-dev librdkafka-dev)
 TEST_PKGS=(libgtest-dev libgmock-dev nginx-light wrk openssl curl redis-server redis-tools
-  postgresql postgresql-client sqlite3 kafkacat prometheus)
+  postgresql postgresql-client sqlite3 kafkacat prometheus
+  clang libclang-rt-14-dev)  # the fuzz targets: clang 14, libFuzzer and the sanitizer runtimes
 
 want=("${BUILD_PKGS[@]}")
 if [ "${1:-}" = "--test" ]; then want+=("${TEST_PKGS[@]}"); fi

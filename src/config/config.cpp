@@ -20,7 +20,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <limits>
-#include <ranges>
+#include <span>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -418,7 +418,8 @@ const char* kind_of(const YAML::Node& n) {
 
 class Loader {
  public:
-  Loader(EnvLookup env, fs::path base_dir) : env_(env), base_dir_(std::move(base_dir)) {}
+  Loader(EnvLookup env, fs::path base_dir, const FileAccess& files)
+      : env_(env), base_dir_(std::move(base_dir)), files_(files) {}
 
   LoadResult run(const YAML::Node& root);
   void error(std::string key, int line, std::string msg) {
@@ -508,6 +509,7 @@ class Loader {
 
   EnvLookup env_;
   fs::path base_dir_;
+  const FileAccess& files_;
   std::vector<ConfigError> errors_;
   std::string_view suffix_;          // appended to messages (" (in keys.yaml)")
   std::vector<KeyOrigin> key_origins_;
@@ -544,7 +546,8 @@ class Loader {
 
 bool Loader::fields(const YAML::Node& n, const std::string& path, const std::string_view* known_begin,
                     const std::string_view* known_end, Fields& out) {
-  const auto known = std::ranges::subrange(known_begin, known_end);
+  // std::span, not std::ranges::subrange: clang 14 rejects libstdc++ 12's subrange.
+  const std::span<const std::string_view> known(known_begin, known_end);
   if (!n.IsMap()) {
     error(path, line_of(n), std::string("expected a map, got ") + kind_of(n) + std::string(suffix_));
     return false;
@@ -769,16 +772,15 @@ void Loader::load_keys_file(const YAML::Node& n, Config& c) {
   }
   fs::path p(rel);
   if (p.is_relative()) p = base_dir_ / p;
-  std::ifstream in(p, std::ios::binary);
-  if (!in) {
-    error("keys_file", line_of(n), "cannot read " + p.string() + ": " + std::strerror(errno));
+  std::string why;
+  auto text = files_.read(p.string(), why);
+  if (!text) {
+    error("keys_file", line_of(n), "cannot read " + p.string() + ": " + why);
     return;
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
   YAML::Node root;
   try {
-    root = YAML::Load(ss.str());
+    root = YAML::Load(*text);
   } catch (const YAML::Exception& e) {
     error("keys_file", e.mark.line < 0 ? 0 : e.mark.line + 1, "invalid YAML in " + p.string() + ": " + e.msg);
     return;
@@ -918,8 +920,7 @@ void Loader::parse_backend(const YAML::Node& n, const std::string& path, const F
       } else {
         fs::path cp(file);
         if (cp.is_relative()) cp = base_dir_ / cp;
-        std::error_code ec;
-        if (!fs::is_regular_file(cp, ec)) error(p("ca_file"), line_of(*v), "file not found: " + cp.string());
+        if (!files_.is_regular_file(cp.string())) error(p("ca_file"), line_of(*v), "file not found: " + cp.string());
         else b.ca_file = cp.string();
       }
     }
@@ -1611,8 +1612,7 @@ void Loader::apply_env(Config& c) {
     else c.instance = *v;
   }
   if (auto v = getenv("SLUICE_TOKENIZER_DIR")) {
-    std::error_code ec;
-    if (!fs::is_directory(*v, ec)) error("env SLUICE_TOKENIZER_DIR", 0, "not a directory: " + *v);
+    if (!files_.is_directory(*v)) error("env SLUICE_TOKENIZER_DIR", 0, "not a directory: " + *v);
     else c.tokenizer_dir = *v;
   }
   if (auto v = getenv("SLUICE_REDIS_URL")) {
@@ -1981,8 +1981,7 @@ LoadResult Loader::run(const YAML::Node& root) {
     if (get_string(*v, "tokenizer_dir", c->tokenizer_dir) && !c->tokenizer_dir.empty()) {
       fs::path p(c->tokenizer_dir);
       if (p.is_relative()) p = base_dir_ / p;
-      std::error_code ec;
-      if (!fs::is_directory(p, ec)) error("tokenizer_dir", line_of(*v), "not a directory: " + p.string());
+      if (!files_.is_directory(p.string())) error("tokenizer_dir", line_of(*v), "not a directory: " + p.string());
       else c->tokenizer_dir = p.string();
     }
   }
@@ -2179,8 +2178,54 @@ std::optional<std::string> process_env(const char* name) {
   return std::nullopt;
 }
 
-LoadResult load_string(const std::string& yaml, EnvLookup env, const std::string& base_dir) {
-  Loader loader(env, fs::path(base_dir.empty() ? "." : base_dir));
+namespace {
+
+std::optional<std::string> read_real_file(const std::string& path, std::string& error) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) {
+    error = ec ? ec.message() : "not a regular file";
+    return std::nullopt;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    error = std::strerror(errno);
+    return std::nullopt;
+  }
+  std::string out;
+  char buf[65536];
+  while (in.read(buf, sizeof buf), in.gcount() > 0) {
+    if (out.size() + static_cast<std::size_t>(in.gcount()) > kMaxReadFileBytes) {
+      error = "larger than " + std::to_string(kMaxReadFileBytes) + " bytes";
+      return std::nullopt;
+    }
+    out.append(buf, static_cast<std::size_t>(in.gcount()));
+  }
+  if (in.bad()) {
+    error = "read error";
+    return std::nullopt;
+  }
+  return out;
+}
+
+bool real_is_regular_file(const std::string& path) {
+  std::error_code ec;
+  return fs::is_regular_file(path, ec);
+}
+
+bool real_is_directory(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec);
+}
+
+}  // namespace
+
+const FileAccess& real_files() {
+  static const FileAccess files{read_real_file, real_is_regular_file, real_is_directory};
+  return files;
+}
+
+LoadResult load_string(const std::string& yaml, EnvLookup env, const std::string& base_dir, const FileAccess& files) {
+  Loader loader(env, fs::path(base_dir.empty() ? "." : base_dir), files);
   YAML::Node root;
   try {
     root = YAML::Load(yaml);

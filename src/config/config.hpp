@@ -184,9 +184,22 @@ struct LoadResult {
 using EnvLookup = std::optional<std::string> (*)(const char* name);
 std::optional<std::string> process_env(const char* name);
 
+// File system access, injectable like the environment (tests, the fuzzer): the loader
+// reads keys_file and checks that ca_file and tokenizer_dir exist; it writes nothing.
+// real_files() reads regular files only, of at most kMaxReadFileBytes (a keys_file naming
+// /dev/zero or a FIFO is an error, not a hang).
+inline constexpr std::size_t kMaxReadFileBytes = 16 << 20;
+struct FileAccess {
+  // The file's bytes, or nullopt with `error` saying why.
+  std::optional<std::string> (*read)(const std::string& path, std::string& error);
+  bool (*is_regular_file)(const std::string& path);
+  bool (*is_directory)(const std::string& path);
+};
+const FileAccess& real_files();
+
 LoadResult load_file(const std::string& path, EnvLookup env = process_env);
 LoadResult load_string(const std::string& yaml, EnvLookup env = process_env,
-                       const std::string& base_dir = ".");
+                       const std::string& base_dir = ".", const FileAccess& files = real_files());
 
 // Human-readable summary for the startup banner: listeners, routes, backends, keys
 // (names and masked secrets only).

@@ -225,8 +225,11 @@ std::optional<StatsQuery> parse_stats_query(std::string_view query_string, std::
           n > 3650LL * 86'400'000 / unit_ms) {
         error = "window: expected a duration like 15m, 1h, 24h or 7d, got " + quoted(p.value);
         ok = false;
+      } else {
+        // Only once n is known in range: from_chars may have stored a prefix of a bad value
+        // (9223372036854775807 of "9223372036854775807xs"), and n * unit_ms would overflow.
+        window_ms = n * unit_ms;
       }
-      window_ms = n * unit_ms;
     }
     if (!ok) return std::nullopt;
   }

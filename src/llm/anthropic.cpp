@@ -8,6 +8,7 @@
 
 #include "common/text.hpp"
 #include "llm/framing.hpp"
+#include "llm/json_parse.hpp"
 
 namespace sluice::llm {
 
@@ -249,7 +250,7 @@ AnthropicConversion anthropic_to_chat(std::string_view body, bool for_count) {
   boost::system::error_code ec;
   json::parse_options po;
   po.max_depth = 64;
-  json::value v = json::parse(body, ec, {}, po);
+  json::value v = detail::parse_json(body, ec, {}, po);
   if (ec || !v.is_object()) return bad(Reason::bad_json, "the body is not a JSON object", "");
   const auto& in = v.get_object();
   static constexpr std::string_view kKnown[] = {"model",       "max_tokens", "messages",       "system",
@@ -341,7 +342,7 @@ namespace {
 json::value arguments_object(const json::value* args) {
   if (args && args->is_string()) {
     boost::system::error_code ec;
-    json::value v = json::parse(args->get_string(), ec);
+    json::value v = detail::parse_json(args->get_string(), ec);
     if (!ec && v.is_object()) return v;
   }
   return json::object{};
@@ -360,7 +361,7 @@ std::string chat_to_anthropic(const Completion& done, std::string_view model, st
   std::string text;
   json::array tool_uses;
   boost::system::error_code ec;
-  json::value v = json::parse(done.body, ec);
+  json::value v = detail::parse_json(done.body, ec);
   if (!ec && v.is_object()) {
     if (const auto* ch = v.get_object().if_contains("choices"); ch && ch->is_array() && !ch->get_array().empty()) {
       if (const auto* c0 = ch->get_array()[0].if_object()) {
@@ -416,7 +417,7 @@ std::string anthropic_error_body(int status, std::string_view message) { return 
 std::string anthropic_error_from_chat(int status, std::string_view chat_error_body) {
   std::string message = "upstream answered HTTP " + std::to_string(status);
   boost::system::error_code ec;
-  json::value v = json::parse(chat_error_body, ec);
+  json::value v = detail::parse_json(chat_error_body, ec);
   if (!ec && v.is_object()) {
     if (const auto* e = v.get_object().if_contains("error"); e && e->is_object()) {
       if (const auto* m = e->get_object().if_contains("message"); m && m->is_string()) message = m->get_string();
@@ -575,7 +576,7 @@ class AnthropicOutput final : public StreamTranslator {
         continue;
       }
       boost::system::error_code ec;
-      json::value v = json::parse(frame, ec);
+      json::value v = detail::parse_json(frame, ec);
       if (ec || !v.is_object()) continue;
       const auto& o = v.get_object();
       if (const auto* e = o.if_contains("error")) {
@@ -728,7 +729,7 @@ class AnthropicUpstreamStream final : public StreamTranslator {
   void on_event(const SseEvent& e, std::string& out) {
     if (failed_ || done_ || e.data.empty()) return;
     boost::system::error_code ec;
-    json::value v = json::parse(e.data, ec);
+    json::value v = detail::parse_json(e.data, ec);
     if (ec || !v.is_object()) {
       fail(out, Reason::upstream_bad_response, "upstream sent an event that is not a JSON object");
       return;
@@ -951,7 +952,7 @@ UpstreamCall build_anthropic_call(const ChatRequest& req, const config::Backend&
 std::optional<Completion> translate_anthropic_completion(std::string_view upstream_body, const ChatRequest& req,
                                                          std::string_view request_id) {
   boost::system::error_code ec;
-  json::value v = json::parse(upstream_body, ec);
+  json::value v = detail::parse_json(upstream_body, ec);
   if (ec || !v.is_object()) return std::nullopt;
   const auto& o = v.get_object();
   const auto* content = o.if_contains("content");
@@ -1007,7 +1008,7 @@ std::optional<Completion> translate_anthropic_completion(std::string_view upstre
 std::string chat_error_from_anthropic(std::string_view anthropic_error_body) {
   std::string type = "upstream_error", message = "upstream error";
   boost::system::error_code ec;
-  json::value v = json::parse(anthropic_error_body, ec);
+  json::value v = detail::parse_json(anthropic_error_body, ec);
   if (!ec && v.is_object()) {
     if (const auto* e = v.get_object().if_contains("error"); e && e->is_object()) {
       const auto& eo = e->get_object();

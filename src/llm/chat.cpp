@@ -17,6 +17,7 @@
 
 #include "common/text.hpp"
 #include "llm/anthropic.hpp"
+#include "llm/json_parse.hpp"
 
 namespace sluice::llm {
 namespace json = boost::json;
@@ -375,7 +376,7 @@ ParseResult parse_chat_request(std::string_view body, const config::Config& cfg)
   // One arena per request instead of an allocation per JSON node; the parsed value keeps
   // it alive (it is shared with the ChatRequest's body).
   json::storage_ptr arena = json::make_shared_resource<json::monotonic_resource>(std::max<std::size_t>(1024, body.size() * 2));
-  json::value root = json::parse(body, ec, arena, opts);
+  json::value root = detail::parse_json(body, ec, arena, opts);
   if (ec) {
     return error(Reason::bad_json, "request body is not valid JSON: " + ec.message(), "");
   }
@@ -647,7 +648,7 @@ void append_ollama_tool_calls(std::string& out, const json::value& calls) {
       append_key(out, first, kv.key());
       if (kv.key() == "arguments" && kv.value().is_string()) {
         boost::system::error_code ec;
-        json::value args = json::parse(kv.value().get_string(), ec);
+        json::value args = detail::parse_json(kv.value().get_string(), ec);
         if (!ec && args.is_object()) {
           append_value(out, args);
         } else {

@@ -28,7 +28,6 @@ class SseParser {
   std::size_t max_bytes_;
   std::string buf_;     // unconsumed input
   std::string event_, data_, id_;
-  bool has_data_ = false;
 };
 
 class NdjsonParser {

@@ -11,6 +11,7 @@
 
 #include "common/reason.hpp"
 #include "common/text.hpp"
+#include "llm/json_parse.hpp"
 #include "llm/chat.hpp"
 #include "llm/padded.hpp"
 #include "llm/framing.hpp"
@@ -253,7 +254,7 @@ std::optional<Completion> translate_ollama_completion(std::string_view upstream_
                                                       const ChatRequest& req,
                                                       std::string_view request_id) {
   boost::system::error_code ec;
-  json::value root = json::parse(upstream_body, ec);
+  json::value root = detail::parse_json(upstream_body, ec);
   if (ec || !root.is_object()) return std::nullopt;
   const auto& obj = root.get_object();
   if (obj.contains("error")) return std::nullopt;

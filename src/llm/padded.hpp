@@ -15,7 +15,8 @@ class PaddedBuffer {
     if (buf_.size() < s.size() + simdjson::SIMDJSON_PADDING) {
       buf_.resize(s.size() + simdjson::SIMDJSON_PADDING);
     }
-    std::memcpy(buf_.data(), s.data(), s.size());
+    // An empty view may have a null data(): memcpy's arguments must not be null, even for 0 bytes.
+    if (!s.empty()) std::memcpy(buf_.data(), s.data(), s.size());
     return simdjson::padded_string_view(buf_.data(), s.size(), buf_.size());
   }
 

@@ -1,6 +1,7 @@
 #include "store/redis.hpp"
 
-#include <hiredis/hiredis.h>
+#include "store/resp.hpp"
+
 #include <openssl/evp.h>
 
 #include <array>
@@ -74,50 +75,7 @@ RedisScript::RedisScript(std::string src) : source(std::move(src)) {
   }
 }
 
-// ---------------------------------------------------------------------------------------
-// Reply parsing: hiredis' reader builds RedisReply trees directly (no redisReply copy).
-// Only the root is heap-allocated; an array's children live in its pre-sized `elements`
-// vector, and hiredis calls freeObject on roots only.
-
 namespace {
-
-template <class Fill>
-void* make_reply(const redisReadTask* task, RedisReply::Type type, Fill fill) noexcept {
-  try {  // exceptions must not cross the C parser; nullptr makes it report out-of-memory
-    if (task->parent) {
-      auto& r = static_cast<RedisReply*>(task->parent->obj)->elements[static_cast<std::size_t>(task->idx)];
-      r.type = type;
-      fill(r);
-      return &r;
-    }
-    auto r = std::make_unique<RedisReply>();
-    r->type = type;
-    fill(*r);
-    return r.release();
-  } catch (...) {
-    return nullptr;
-  }
-}
-
-void* create_string(const redisReadTask* task, char* str, size_t len) {
-  auto type = task->type == REDIS_REPLY_ERROR    ? RedisReply::Type::error
-              : task->type == REDIS_REPLY_STATUS ? RedisReply::Type::status
-                                                 : RedisReply::Type::string;
-  return make_reply(task, type, [&](RedisReply& r) { r.str.assign(str, len); });
-}
-void* create_array(const redisReadTask* task, int n) {
-  return make_reply(task, RedisReply::Type::array,
-                    [&](RedisReply& r) { r.elements.resize(static_cast<std::size_t>(n)); });
-}
-void* create_integer(const redisReadTask* task, long long v) {
-  return make_reply(task, RedisReply::Type::integer, [&](RedisReply& r) { r.integer = v; });
-}
-void* create_nil(const redisReadTask* task) {
-  return make_reply(task, RedisReply::Type::nil, [](RedisReply&) {});
-}
-void free_reply(void* r) { delete static_cast<RedisReply*>(r); }
-
-redisReplyObjectFunctions kReplyFunctions = {create_string, create_array, create_integer, create_nil, free_reply};
 
 struct Pending {
   net::any_completion_handler<void(RedisResult)> handler;
@@ -141,9 +99,6 @@ struct RedisConnection::State : std::enable_shared_from_this<State> {
   State(net::any_io_executor e, RedisEndpoint endpoint, RedisOptions o)
       : ex(std::move(e)), ep(std::move(endpoint)), opt(o), sock(ex), resolver(ex), connect_timer(ex),
         watchdog(ex), retry_timer(ex) {}
-  ~State() {
-    if (reader) redisReaderFree(reader);
-  }
 
   net::any_io_executor ex;
   RedisEndpoint ep;
@@ -151,7 +106,7 @@ struct RedisConnection::State : std::enable_shared_from_this<State> {
   tcp::socket sock;
   tcp::resolver resolver;
   net::steady_timer connect_timer, watchdog, retry_timer;
-  redisReader* reader = nullptr;
+  std::unique_ptr<detail::RespReader> reader;
   std::deque<Pending> pending;   // sent or queued, in send order = reply order
   std::string wbuf;              // formatted commands not yet handed to a write
   std::string outbuf;            // the write in flight
@@ -417,18 +372,17 @@ awaitable<void> read_loop(StatePtr s, std::uint64_t g) {
       s->break_connection(g, "connection lost: " + why);
       co_return;
     }
-    if (redisReaderFeed(s->reader, s->rbuf.data(), n) != REDIS_OK) {
-      s->break_connection(g, std::string("protocol error: ") + s->reader->errstr);
+    if (!s->reader->feed(s->rbuf.data(), n)) {
+      s->break_connection(g, "protocol error: " + s->reader->error());
       co_return;
     }
     for (;;) {
-      void* obj = nullptr;
-      if (redisReaderGetReply(s->reader, &obj) != REDIS_OK) {
-        s->break_connection(g, std::string("protocol error: ") + s->reader->errstr);
+      std::unique_ptr<RedisReply> reply;
+      if (!s->reader->next(reply)) {
+        s->break_connection(g, "protocol error: " + s->reader->error());
         co_return;
       }
-      if (!obj) break;
-      std::unique_ptr<RedisReply> reply(static_cast<RedisReply*>(obj));
+      if (!reply) break;
       if (s->pending.empty()) {
         s->break_connection(g, "protocol error: a reply without a command");
         co_return;
@@ -447,9 +401,7 @@ awaitable<void> run(StatePtr s) {
       std::string err = co_await open_socket(s);
       if (s->stopped) break;
       if (err.empty()) {
-        if (s->reader) redisReaderFree(s->reader);
-        s->reader = redisReaderCreateWithFunctions(&kReplyFunctions);
-        if (!s->reader) throw std::bad_alloc();
+        s->reader = std::make_unique<detail::RespReader>();
         s->connected = true;
         const auto g = s->gen;
         net::co_spawn(s->ex, handshake(s, g), net::detached);

@@ -142,3 +142,16 @@ TEST(HistoryStatsQuery, BadValuesNameTheParameter) {
 
 }  // namespace
 }  // namespace sluice::history
+
+// Found by fuzz_history_query: a window whose number did not parse to the end still had
+// its prefix multiplied by the unit (9223372036854775807 * 1000: signed overflow, a UBSan
+// report in the sanitizer build) before the error was returned.
+TEST(HistoryStatsQuery, BadHugeWindowIsRefusedWithoutOverflow) {
+  std::string error;
+  for (const char* qs : {"window=9223372036854775807xs", "window=9223372036854775807els", "window=9223372036854775807d"}) {
+    SCOPED_TRACE(qs);
+    error.clear();
+    EXPECT_FALSE(sluice::history::parse_stats_query(qs, error, 1'800'000'000'000));
+    EXPECT_NE(error.find("window"), std::string::npos) << error;
+  }
+}

@@ -214,3 +214,25 @@ TEST(AnthropicUpstream, RequestAndAnswerTranslation) {
   EXPECT_EQ(chat_error_from_anthropic(R"({"type":"error","error":{"type":"rate_limit_error","message":"slow down"}})"),
             R"({"error":{"message":"slow down","type":"rate_limit_error","code":null,"param":null}})");
 }
+
+// Found by fuzz_chat_request (the same defect on this side): a number beyond double's
+// range became `Infinity`, which is not JSON, in the converted body or the answer.
+TEST(AnthropicRequest, NumberBeyondDoubleRangeIsRefused) {
+  EXPECT_EQ(refused(R"({"model":"c","max_tokens":16,"temperature":1e400,"messages":[{"role":"user","content":"hi"}]})")
+                .reason,
+            Reason::bad_json);
+}
+
+TEST(AnthropicAnswer, ToolArgumentsBeyondDoubleRangeBecomeEmptyInput) {
+  Completion done;
+  done.body = R"({"choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[)"
+              R"({"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"x\":1e400}"}}]},)"
+              R"("finish_reason":"tool_calls"}]})";
+  done.finish_reason = "tool_calls";
+  const std::string out = chat_to_anthropic(done, "c", "r");
+  boost::system::error_code ec;
+  auto v = json::parse(out, ec);
+  ASSERT_FALSE(ec) << out;
+  EXPECT_EQ(out.find("Infinity"), std::string::npos) << out;
+  EXPECT_NE(out.find(R"("input":{})"), std::string::npos) << out;
+}

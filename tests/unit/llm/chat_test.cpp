@@ -435,3 +435,13 @@ TEST(PromptTokenBound, NeverBelowTheExactCountInEitherEncoding) {
   const auto exact = count_prompt_tokens(r, counter, sluice::tokenizer::Encoding::cl100k_base);
   EXPECT_GT(prompt_token_bound(r), 2 * exact);
 }
+
+// Found by fuzz_chat_request: Boost.JSON reads 1e400 as infinity and serializes it as
+// `Infinity`, so a body with such a number anywhere (even in a field passed through)
+// reached the upstream as invalid JSON. It is refused as malformed.
+TEST(ParseChatRequest, NumberBeyondDoubleRangeIsRefused) {
+  EXPECT_EQ(err(R"({"model":"m","messages":[{"role":"user","":1e400}]})").reason, Reason::bad_json);
+  EXPECT_EQ(err(with(R"("temperature":-1e999)")).reason, Reason::bad_json);
+  EXPECT_EQ(err(with(R"("metadata":{"a":[1,2,1E+309]})")).reason, Reason::bad_json);
+  EXPECT_EQ(ok(with(R"("temperature":1e-400)")).model, "m");  // underflows to 0: finite
+}

@@ -456,3 +456,18 @@ TEST(ErrorFrame, Shape) {
             "data: " + error_body(Reason::upstream_stream_failed, "boom") +
                 "\n\ndata: [DONE]\n\n");
 }
+
+// Found by fuzz_stream: a "data" line without a colon gives an event whose data is an
+// empty view with a null pointer, and the JSON buffer copied it with memcpy(dst, nullptr,
+// 0) — undefined behaviour (UBSan's nonnull-attribute report in the sanitizer build).
+// Such an event is not JSON: the stream fails cleanly with an error frame.
+TEST(OpenAiStream, DataLineWithoutColonFailsCleanly) {
+  for (const char* bytes : {"data\n\n", "data\r\r", "data:\n\n"}) {
+    SCOPED_TRACE(bytes);
+    auto t = make_openai_stream(request(true, false));
+    std::string out;
+    EXPECT_FALSE(t->feed(std::string("data: ") + kHel + "\n\n" + bytes, out));
+    EXPECT_TRUE(out.ends_with("data: [DONE]\n\n")) << out;
+    EXPECT_FALSE(t->error().empty());
+  }
+}
