@@ -26,7 +26,7 @@ using Ms = std::chrono::milliseconds;
 
 namespace {
 
-constexpr auto nothrow = net::as_tuple(net::use_awaitable);
+
 constexpr std::size_t kExactCountMaxBytes = 256 * 1024;
 // A client's text kept in a record (path, error message) is cut here: records wait in the
 // access log's queue (65,536 of them at most), and a 16 KiB path twice over each would

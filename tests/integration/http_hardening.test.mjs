@@ -421,7 +421,9 @@ describe('out of file descriptors', () => {
     await fdGw?.stop();
   });
 
-  test('at EMFILE a new client is answered 503 and closed, not left waiting; service resumes after', async () => {
+  // Not under the sanitizers: out of descriptors, UBSan's own type check cannot read what
+  // it needs and reports an invalid vptr in Boost's error categories.
+  test('at EMFILE a new client is answered 503 and closed, not left waiting; service resumes after', { skip: !!process.env.ASAN_OPTIONS && 'runs in the plain build only (UBSan needs descriptors too)' }, async () => {
     const { execFileSync } = await import('node:child_process');
     const fs = await import('node:fs');
     const open = fs.readdirSync(`/proc/${fdGw.pid}/fd`).length;
