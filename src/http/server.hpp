@@ -106,6 +106,10 @@ struct ServerOptions {
   std::string server_name = "sluice";
   HeaderList extra_headers;      // added to every response (e.g. x-sluice-instance)
   LocalReplyFormatter local_reply;  // optional
+  // Optional: at shutdown, run on each worker's loop once its last connection is gone and
+  // before the loop stops (e.g. to flush what the worker queued for other systems). It
+  // must bound its own time.
+  std::function<boost::asio::awaitable<void>(int worker)> on_drained;
 };
 
 // Called once per worker; the handler it returns runs only on that worker's thread, so
