@@ -173,12 +173,18 @@ class GatewayImpl final : public Gateway {
     shared_.instance = instance_name(c);
     so.extra_headers.emplace_back("x-sluice-instance", shared_.instance);
     shared_.max_connections = so.max_connections;
+    // At shutdown, once a worker's requests are gone: its queued settlements and unused
+    // token leases go to Redis before its loop stops (bounded: see Limiter::drain_worker).
+    so.on_drained = [this](int) -> boost::asio::awaitable<void> {
+      if (limiter_->active()) co_await limiter_->drain_worker();
+    };
     server_ = http::Server::start(so, [this](int, boost::asio::any_io_executor ex) {
       return make_handler(shared_, std::move(ex));
     });
     shared_.server.store(server_.get(), std::memory_order_release);
     if (!c.admin_listen_host.empty()) {
       http::ServerOptions ao = so;
+      ao.on_drained = nullptr;  // the admin listener admits no request
       ao.host = c.admin_listen_host;
       ao.port = c.admin_listen_port;
       ao.workers = 1;

@@ -63,6 +63,7 @@ struct Context {
   int metrics_model = -1;    // label indexes (telemetry::Metrics)
   int metrics_tier = -1;
   bool anthropic = false;    // POST /v1/messages: Anthropic's request, answer and error shapes
+  tokenizer::Encoding encoding = tokenizer::Encoding::cl100k_base;  // the route's, for counting tokens
 };
 
 // The outcome of relaying one upstream answer.
@@ -479,6 +480,7 @@ class WorkerHandler {
       }
     }
     ctx.metrics_model = rr->metrics_model;
+    ctx.encoding = rr->encoding;
     record_options(creq, ctx.rec);
     const config::Backend& primary = rr->route->primary();
     ctx.rec.model = rr->members.front()->record_model;  // interned: the record outlives the table
@@ -572,11 +574,26 @@ class WorkerHandler {
 
   // What a request is charged: the prompt and the completion tokens the client received
   // (a client that left mid-stream pays for what reached it, the rest is refunded);
-  // nothing when the upstream failed before producing any output.
+  // nothing when the upstream failed before producing any output. The sum saturates (an
+  // upstream may report absurd counts) and one charge is at most kMaxCharge.
   static std::int64_t charged_tokens(const telemetry::RequestRecord& r) {
     const std::int64_t completion = std::max<std::int64_t>(r.completion_tokens, 0);
     if (r.status != 200 && completion == 0) return 0;
-    return std::max<std::int64_t>(r.prompt_tokens, 0) + completion;
+    return std::min(llm::saturating_add(std::max<std::int64_t>(r.prompt_tokens, 0), completion),
+                    limits::WorkerLimiter::kMaxCharge);
+  }
+
+  // Settlement's rule, on every path: the upstream's usage where it is valid (a
+  // non-negative integer; the parsers read anything else as -1), else the exact count of
+  // what was sent and relayed. The prompt: counted with the route's BPE when its rank file
+  // is loaded (and the body is small enough to count), else the reservation's prompt bound.
+  std::int64_t settled_prompt(std::int64_t reported, const llm::ChatRequest& creq, const Context& ctx,
+                              std::size_t body_bytes) const {
+    if (reported >= 0) return reported;
+    if (g_.tokens.exact(ctx.encoding) && body_bytes <= kExactCountMaxBytes) {
+      return llm::count_prompt_tokens(creq, g_.tokens, ctx.encoding);
+    }
+    return llm::prompt_token_bound(creq);
   }
 
   // The x-ratelimit-* headers, formatted into one block: one allocation, written in
@@ -1164,10 +1181,15 @@ class WorkerHandler {
                                                       : llm::read_openai_completion(std::move(text));
     if (!done) co_return Failure{Reason::upstream_bad_response, "upstream sent a body that is not a completion", {}};
     const double gen_ms = ms_since(ctx.start);
-    ctx.rec.prompt_tokens = done->usage.prompt_tokens;
-    ctx.rec.completion_tokens = done->usage.completion_tokens;
-    if (done->usage.completion_tokens > 0 && gen_ms > 0) {
-      ctx.rec.tokens_per_s = done->usage.completion_tokens * 1000.0 / gen_ms;
+    // Settlement's rule (settled_prompt): an invalid completion count falls back to the
+    // count of the completion text the client receives.
+    ctx.rec.prompt_tokens = settled_prompt(done->usage.prompt_tokens, creq, ctx, ex.request().body().size());
+    ctx.rec.completion_tokens =
+        done->usage.completion_tokens >= 0
+            ? done->usage.completion_tokens
+            : static_cast<std::int64_t>(g_.tokens.count(llm::completion_output_text(done->body), ctx.encoding));
+    if (ctx.rec.completion_tokens > 0 && gen_ms > 0) {
+      ctx.rec.tokens_per_s = ctx.rec.completion_tokens * 1000.0 / gen_ms;
     }
     ctx.rec.status = 200;
     std::string body = ctx.anthropic ? llm::chat_to_anthropic(*done, creq.model, ctx.request_id) : std::move(done->body);
@@ -1195,6 +1217,9 @@ class WorkerHandler {
       translator = llm::make_anthropic_output(std::move(translator), creq.model, ctx.request_id,
                                               creq.prompt_tokens_estimate);
     }
+    // With token quotas, the relayed output is counted with the tokenizer (what a client
+    // that leaves before the usage chunk pays); otherwise content chunks approximate it.
+    if (ctx.rec.reserved_tokens >= 0) translator->count_output(&g_.tokens, ctx.encoding);
     Relay relay;
     std::optional<ErrorAnswer> upstream_answer;  // a non-2xx head
     // Each attempt gets its own first-token time (a retry after a timeout starts afresh).
@@ -1273,9 +1298,15 @@ class WorkerHandler {
 
     // Settle what happened.
     ctx.rec.ttft_ms = relay.ttft_ms;
+    // Settlement's rule (settled_prompt): the upstream's usage where valid, else counted:
+    // the prompt as sent, the output as relayed. (A stream that produced nothing is charged
+    // nothing unless it ended well: its prompt is not counted.)
     const auto& usage = translator->usage();
-    ctx.rec.prompt_tokens = usage.prompt_tokens >= 0 ? usage.prompt_tokens : creq.prompt_tokens_estimate;
-    ctx.rec.completion_tokens = usage.completion_tokens >= 0 ? usage.completion_tokens : translator->content_chunks();
+    const bool produced = translator->first_token_seen() || translator->done() || usage.completion_tokens >= 0;
+    ctx.rec.prompt_tokens = produced ? settled_prompt(usage.prompt_tokens, creq, ctx, ex.request().body().size())
+                            : usage.prompt_tokens >= 0 ? usage.prompt_tokens
+                                                       : creq.prompt_tokens_estimate;
+    ctx.rec.completion_tokens = usage.completion_tokens >= 0 ? usage.completion_tokens : translator->relayed_tokens();
     if (relay.ttft_ms >= 0 && relay.last_token_at > relay.first_token_at && ctx.rec.completion_tokens > 1) {
       ctx.rec.tokens_per_s =
           (ctx.rec.completion_tokens - 1) * 1000.0 / ms_since(relay.first_token_at, relay.last_token_at);

@@ -725,6 +725,7 @@ awaitable<void> drain(Worker& w, std::chrono::milliseconds grace) {
     t.expires_after(std::chrono::milliseconds(20));
     co_await t.async_wait(nothrow);
   }
+  if (w.server.opts.on_drained) co_await w.server.opts.on_drained(w.index);
   w.ioc.stop();
 }
 

@@ -109,6 +109,10 @@ struct ServerOptions {
   // Share the port with a process already listening on it (SO_REUSEPORT: an in-place
   // upgrade). Without it, a port already served is refused at start.
   bool takeover = false;
+  // Optional: at shutdown, run on each worker's loop once its last connection is gone and
+  // before the loop stops (e.g. to flush what the worker queued for other systems). It
+  // must bound its own time.
+  std::function<boost::asio::awaitable<void>(int worker)> on_drained;
 };
 
 // Called once per worker; the handler it returns runs only on that worker's thread, so

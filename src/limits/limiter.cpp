@@ -305,6 +305,8 @@ struct WorkerLimiter::SettleQueue {
   std::vector<Entry> entries;
   bool flushing = false;
   bool stopped = false;  // the worker is gone: stop waiting for Redis
+  bool closing = false;  // shutdown: send at once, give every token lease back
+  int refilling = 0;     // lease refills asked of Redis, not answered yet
   // Kept while Redis is down, up to this many entries; beyond, the oldest are dropped
   // (their reservations expire on their own, the usage goes uncharged; counted).
   static constexpr std::size_t kMaxEntries = 100000;
@@ -607,11 +609,13 @@ net::awaitable<void> WorkerLimiter::flush_loop(std::shared_ptr<SettleQueue> q,
   net::steady_timer wait{co_await net::this_coro::executor};
   std::vector<LeaseTable::Pending> drained;
   for (;;) {
-    wait.expires_after(kSettleEvery);
+    // (Closing: at once, yet still through the loop, so a retry never spins.)
+    wait.expires_after(q->closing ? std::chrono::milliseconds(0) : kSettleEvery);
     co_await wait.async_wait(net::as_tuple(net::use_awaitable));
     if (q->stopped) co_return;  // the worker is gone (and maybe the lease table)
     drained.clear();
-    leases->drain(drained);
+    // Closing: every lease has ended (those with no request in flight are given back).
+    leases->drain(drained, q->closing ? LeaseTable::Clock::time_point::max() : LeaseTable::Clock::now());
     if (const auto dropped = q->make_room(drained.size())) Stats::bump(stats->settle_errors, dropped);
     for (auto& p : drained) {
       q->entries.push_back({std::move(p.key), (p.give_back ? "x:" : "c:") + p.id, p.size, p.actual});
@@ -661,6 +665,7 @@ void WorkerLimiter::refill(std::span<const Check> checks, std::uint32_t mask) {
     some.push_back(checks[i]);
     some.back().cost = 0;
   }
+  ++settles_->refilling;
   net::co_spawn(ex_,
                 refill_one(settles_, redis_, stats_, owner_.admit_script_.get(), leases_.get(), std::move(keys),
                            std::move(some)),
@@ -681,6 +686,7 @@ net::awaitable<void> WorkerLimiter::refill_one(std::shared_ptr<SettleQueue> q,
   script_args(checks, id, true, skeys, args);
   Stats::bump(stats->lease_refills);
   auto r = co_await redis->eval(*script, std::move(skeys), std::move(args));
+  --q->refilling;
   if (q->stopped) co_return;  // the worker is gone (and maybe the lease table)
   Verdict v;
   if (r.ok() && read_verdict(*r.reply, checks.size(), v)) {
@@ -694,6 +700,36 @@ net::awaitable<void> WorkerLimiter::refill_one(std::shared_ptr<SettleQueue> q,
     Stats::bump(stats->redis_errors);
   }
   leases->release(checks);
+}
+
+net::awaitable<void> WorkerLimiter::drain(std::chrono::milliseconds timeout) {
+  if (!settles_) co_return;  // counted in memory only: nothing waits for Redis
+  const auto q = settles_;
+  q->closing = true;
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  net::steady_timer t{ex_};
+  for (;;) {
+    const bool left = !q->entries.empty() || leases_->busy();
+    if (!q->flushing && !left && q->refilling == 0) co_return;  // all sent, every lease given back
+    if (!redis_->up() || std::chrono::steady_clock::now() >= until) co_return;
+    if (!q->flushing && left) flush_settlements();
+    t.expires_after(std::chrono::milliseconds(5));
+    co_await t.async_wait(net::as_tuple(net::use_awaitable));
+  }
+}
+
+net::awaitable<void> Limiter::drain_worker() {
+  const auto ex = co_await net::this_coro::executor;
+  std::vector<WorkerLimiter*> here;
+  {
+    std::lock_guard lock(mu_);
+    for (auto* w : workers_) {
+      if (w->ex_ == ex) here.push_back(w);
+    }
+  }
+  // One batch and the give-back after it, each within a command timeout; at least 200 ms.
+  const auto timeout = std::max<std::chrono::milliseconds>(2 * cfg_->redis.timeout, std::chrono::milliseconds(200));
+  for (auto* w : here) co_await w->drain(timeout);
 }
 
 }  // namespace sluice::limits

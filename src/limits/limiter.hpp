@@ -89,6 +89,10 @@ class Limiter {
     std::uint64_t reconnects = 0;
   };
   Status status() const;
+  // At shutdown, on a worker's loop once its requests are gone: drains the limiter of
+  // that worker (WorkerLimiter::drain). Returns at once for a worker with nothing queued.
+  boost::asio::awaitable<void> drain_worker();
+
   // Sums of every worker's counters.
   struct Totals {
 #define SLUICE_LIMITER_TOTAL(name) std::uint64_t name = 0;
@@ -114,6 +118,8 @@ class Limiter {
 };
 
 class WorkerLimiter {
+  friend class Limiter;
+
  public:
   WorkerLimiter(Limiter& owner, boost::asio::any_io_executor ex);
   ~WorkerLimiter();
@@ -143,6 +149,12 @@ class WorkerLimiter {
 
   const Stats& stats() const { return *stats_; }
   const store::RedisConnection* redis() const { return redis_.get(); }
+
+  // At shutdown, once no request is left: sends the queued settlements now and gives
+  // every token lease back to Redis (none is kept for a next request), within `timeout`
+  // (a batch sent then may still be unanswered). Returns at once while Redis is down: what
+  // is queued is lost then, and the reservations expire by themselves (reservation_ttl).
+  boost::asio::awaitable<void> drain(std::chrono::milliseconds timeout);
 
  private:
   Admission finish(std::span<const Check> checks, const Verdict& v, Counted where, bool bound);

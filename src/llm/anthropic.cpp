@@ -455,6 +455,12 @@ class AnthropicOutput final : public StreamTranslator {
     return ok;
   }
 
+  // The inner translator sees the upstream's output: it counts it.
+  void count_output(const tokenizer::Counter* counter, tokenizer::Encoding encoding) override {
+    inner_->count_output(counter, encoding);
+  }
+  std::int64_t relayed_tokens() const override { return inner_->relayed_tokens(); }
+
  private:
   void sync() {
     content_chunks_ = inner_->content_chunks();
@@ -556,7 +562,7 @@ class AnthropicOutput final : public StreamTranslator {
     d += stop_reason_for(inner_->finish_reason(), !tool_blocks_.empty());
     d += R"(","stop_sequence":null},"usage":{"output_tokens":)";
     const auto& u = inner_->usage();
-    d += std::to_string(u.completion_tokens >= 0 ? u.completion_tokens : inner_->content_chunks());
+    d += std::to_string(u.completion_tokens >= 0 ? u.completion_tokens : inner_->relayed_tokens());
     d += "}}";
     event(out, "message_delta", d);
     event(out, "message_stop", R"({"type":"message_stop"})");
@@ -737,7 +743,8 @@ class AnthropicUpstreamStream final : public StreamTranslator {
     const auto& o = v.get_object();
     std::string_view type = e.event;
     if (const auto* t = o.if_contains("type"); t && t->is_string()) type = t->get_string();
-    auto int_at = [](const json::value* x) -> std::int64_t { return x && x->is_int64() ? x->get_int64() : -1; };
+    auto int_at = [](const json::value* x) -> std::int64_t { return x && x->is_int64() ? usage_count(x->get_int64()) : -1; };
+    auto index_at = [](const json::value* x) -> std::int64_t { return x && x->is_int64() ? x->get_int64() : -1; };
     if (type == "message_start") {
       if (const auto* m = o.if_contains("message"); m && m->is_object()) {
         if (const auto* u = m->get_object().if_contains("usage"); u && u->is_object()) {
@@ -750,7 +757,7 @@ class AnthropicUpstreamStream final : public StreamTranslator {
       const auto* bt = bo ? bo->if_contains("type") : nullptr;
       if (bt && bt->is_string() && bt->get_string() == "tool_use") {
         const std::int64_t tool = static_cast<std::int64_t>(tool_index_.size());
-        tool_index_[int_at(o.if_contains("index"))] = tool;
+        tool_index_[index_at(o.if_contains("index"))] = tool;
         const auto* id = bo->if_contains("id");
         const auto* name = bo->if_contains("name");
         const auto* input = bo->if_contains("input");
@@ -758,6 +765,8 @@ class AnthropicUpstreamStream final : public StreamTranslator {
         if (input && input->is_object() && !input->get_object().empty()) args = json::serialize(*input);
         tool_chunk(out, tool, id && id->is_string() ? std::string_view(id->get_string()) : std::string_view(),
                    name && name->is_string() ? std::string_view(name->get_string()) : std::string_view(), args, true);
+        if (name && name->is_string()) relayed(name->get_string());
+        relayed(args);
         ++content_chunks_;
       }
     } else if (type == "content_block_delta") {
@@ -767,11 +776,13 @@ class AnthropicUpstreamStream final : public StreamTranslator {
       const auto* pj = dobj ? dobj->if_contains("partial_json") : nullptr;
       if (t && t->is_string() && !t->get_string().empty()) {
         chunk(out, t->get_string(), {});
+        relayed(t->get_string());
         ++content_chunks_;
       } else if (pj && pj->is_string() && !pj->get_string().empty()) {
-        const auto it = tool_index_.find(int_at(o.if_contains("index")));
+        const auto it = tool_index_.find(index_at(o.if_contains("index")));
         if (it != tool_index_.end()) {
           tool_chunk(out, it->second, {}, {}, pj->get_string(), false);
+          relayed(pj->get_string());
           ++content_chunks_;
         }
       }
@@ -789,7 +800,7 @@ class AnthropicUpstreamStream final : public StreamTranslator {
       chunk(out, {}, finish_reason_);
       append_stream_end(out, prefix_, include_usage_,
                         usage_.prompt_tokens >= 0 ? usage_.prompt_tokens : prompt_estimate_,
-                        usage_.completion_tokens >= 0 ? usage_.completion_tokens : content_chunks_);
+                        usage_.completion_tokens >= 0 ? usage_.completion_tokens : relayed_tokens());
     } else if (type == "error") {
       std::string message = "upstream error";
       if (const auto* er = o.if_contains("error"); er && er->is_object()) {
@@ -984,8 +995,8 @@ std::optional<Completion> translate_anthropic_completion(std::string_view upstre
   if (!tool_calls.empty() && c.finish_reason == "stop") c.finish_reason = "tool_calls";
   if (const auto* u = o.if_contains("usage"); u && u->is_object()) {
     const auto& uo = u->get_object();
-    if (const auto* i = uo.if_contains("input_tokens"); i && i->is_int64()) c.usage.prompt_tokens = i->get_int64();
-    if (const auto* x = uo.if_contains("output_tokens"); x && x->is_int64()) c.usage.completion_tokens = x->get_int64();
+    if (const auto* i = uo.if_contains("input_tokens"); i && i->is_int64()) c.usage.prompt_tokens = usage_count(i->get_int64());
+    if (const auto* x = uo.if_contains("output_tokens"); x && x->is_int64()) c.usage.completion_tokens = usage_count(x->get_int64());
   }
   std::string& out = c.body;
   out.clear();

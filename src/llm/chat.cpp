@@ -445,6 +445,67 @@ std::int64_t estimate_tokens(std::string_view text) noexcept {
   return static_cast<std::int64_t>(tokenizer::estimate(text));
 }
 
+// Folds the relayed text into the running count. The cut is made before the last space
+// of the text's tail (where the pre-tokenizer splits anyway), else at a UTF-8 character
+// boundary, so a fold adds at most one token to the exact count of the whole text.
+void StreamTranslator::fold_relayed() {
+  std::string_view text = relayed_text_;
+  std::size_t cut = text.size();
+  const std::size_t floor = text.size() > 256 ? text.size() - 256 : 0;
+  std::size_t space = text.find_last_of(" \n", std::string_view::npos);
+  if (space != std::string_view::npos && space > floor) {
+    cut = space;
+  } else {
+    while (cut > floor && (static_cast<unsigned char>(text[cut - 1]) & 0xC0) == 0x80) --cut;  // continuation bytes
+    if (cut > floor && static_cast<unsigned char>(text[cut - 1]) >= 0xC0) --cut;                // a lead byte
+    if (cut == floor) cut = text.size();
+  }
+  relayed_counted_ = saturating_add(relayed_counted_,
+                                    static_cast<std::int64_t>(counter_->count(text.substr(0, cut), encoding_)));
+  relayed_text_.erase(0, cut);
+}
+
+std::int64_t StreamTranslator::relayed_tokens() const {
+  if (!counter_) return content_chunks_;
+  return saturating_add(relayed_counted_, static_cast<std::int64_t>(counter_->count(relayed_text_, encoding_)));
+}
+
+std::string completion_output_text(std::string_view body) {
+  boost::system::error_code ec;
+  json::value v = json::parse(body, ec);
+  std::string out;
+  if (ec || !v.is_object()) return out;
+  const auto* choices = v.get_object().if_contains("choices");
+  if (!choices || !choices->is_array()) return out;
+  auto add = [&out](const json::value* s) {
+    if (s && s->is_string()) out.append(s->get_string().data(), s->get_string().size());
+  };
+  for (const auto& c : choices->get_array()) {
+    const auto* co = c.if_object();
+    const auto* m = co ? co->if_contains("message") : nullptr;
+    const auto* mo = m ? m->if_object() : nullptr;
+    if (!mo) continue;
+    for (const char* k : {"content", "refusal", "reasoning_content", "reasoning"}) add(mo->if_contains(k));
+    if (const auto* content = mo->if_contains("content"); content && content->is_array()) {
+      for (const auto& part : content->get_array()) {
+        const auto* po = part.if_object();
+        add(po ? po->if_contains("text") : nullptr);
+      }
+    }
+    const auto* calls = mo->if_contains("tool_calls");
+    if (!calls || !calls->is_array()) continue;
+    for (const auto& call : calls->get_array()) {
+      const auto* callo = call.if_object();
+      const auto* fn = callo ? callo->if_contains("function") : nullptr;
+      const auto* fo = fn ? fn->if_object() : nullptr;
+      if (!fo) continue;
+      add(fo->if_contains("name"));
+      add(fo->if_contains("arguments"));
+    }
+  }
+  return out;
+}
+
 std::int64_t count_prompt_tokens(const ChatRequest& req, const tokenizer::Counter& counter,
                                  tokenizer::Encoding encoding) {
   return prompt_tokens(req.body, [&](std::string_view t) { return counter.count(t, encoding); });

@@ -115,10 +115,20 @@ UpstreamCall build_openai_call(const ChatRequest& req, const config::Backend& ba
 // passed through after validation.
 UpstreamCall build_ollama_call(const ChatRequest& req, const config::Backend& backend);
 
+// An upstream's reported usage. Each count is valid only as a non-negative integer (a JSON
+// number without fraction, within int64); anything else (missing, a string, negative,
+// fractional, 1e30) is read as -1 = unknown, and settlement falls back to counting.
 struct Usage {
   std::int64_t prompt_tokens = -1;       // -1 = unknown
   std::int64_t completion_tokens = -1;
 };
+// The usage count a parser keeps: `n` when valid (>= 0), else -1.
+constexpr std::int64_t usage_count(std::int64_t n) noexcept { return n >= 0 ? n : -1; }
+
+// The output text of a chat.completion body (every choice's message content, refusal,
+// reasoning, tool call names and arguments), for counting when the upstream's completion
+// count is not valid. Empty for a body that is not a chat.completion.
+std::string completion_output_text(std::string_view chat_completion_body);
 
 // A non-streaming upstream answer turned into the OpenAI chat.completion body.
 struct Completion {
@@ -156,8 +166,33 @@ class StreamTranslator {
   bool done() const noexcept { return done_; }
   const std::string& error() const noexcept { return error_; }
 
+  // Counts the output text relayed to the client (content, refusal, reasoning, tool call
+  // names and arguments) with `counter` (exact BPE where its rank file is loaded, else the
+  // estimator). Attached only when token quotas apply: without it, relayed_tokens() is the
+  // count of content chunks. The text is folded into a running count every
+  // kRelayedFoldBytes, so a stream keeps at most that much of it.
+  virtual void count_output(const tokenizer::Counter* counter, tokenizer::Encoding encoding) {
+    counter_ = counter;
+    encoding_ = encoding;
+  }
+  // The tokens of the output relayed so far (with a counter), else the content chunks.
+  virtual std::int64_t relayed_tokens() const;
+  static constexpr std::size_t kRelayedFoldBytes = 4096;
+
  protected:
+  // A piece of output text that is relayed to the client (only kept with a counter).
+  void relayed(std::string_view text) {
+    if (!counter_ || text.empty()) return;
+    relayed_text_ += text;
+    if (relayed_text_.size() >= kRelayedFoldBytes) fold_relayed();
+  }
+  void fold_relayed();
+
   std::int64_t content_chunks_ = 0;
+  const tokenizer::Counter* counter_ = nullptr;
+  tokenizer::Encoding encoding_ = tokenizer::Encoding::cl100k_base;
+  std::string relayed_text_;       // not counted yet (< kRelayedFoldBytes + one piece)
+  std::int64_t relayed_counted_ = 0;
   Usage usage_;
   std::string finish_reason_;
   bool done_ = false;

@@ -136,6 +136,8 @@ class OllamaStream final : public StreamTranslator {
           if (l.tool_call_count) l.tool_calls += ',';
           append_tool_call(l.tool_calls, request_id_, tool_call_index_ + l.tool_call_count,
                            name, args_copy, true);
+          relayed(name);
+          relayed(args_copy.empty() ? std::string_view("{}") : std::string_view(args_copy));
           ++l.tool_call_count;
         }
       }
@@ -160,10 +162,10 @@ class OllamaStream final : public StreamTranslator {
         if (field.value().get_string().get(s) == simdjson::SUCCESS) l.done_reason = s;
       } else if (key == "prompt_eval_count") {
         std::int64_t n = 0;
-        if (field.value().get_int64().get(n) == simdjson::SUCCESS) l.prompt_eval_count = n;
+        if (field.value().get_int64().get(n) == simdjson::SUCCESS) l.prompt_eval_count = usage_count(n);
       } else if (key == "eval_count") {
         std::int64_t n = 0;
-        if (field.value().get_int64().get(n) == simdjson::SUCCESS) l.eval_count = n;
+        if (field.value().get_int64().get(n) == simdjson::SUCCESS) l.eval_count = usage_count(n);
       } else if (key == "error") {
         l.has_error = true;
         od::value ev = field.value();
@@ -206,6 +208,7 @@ class OllamaStream final : public StreamTranslator {
         if (comma) out += ',';
         out += R"("content":)";
         append_json_string(out, l.content);
+        relayed(l.content);
         comma = true;
       }
       if (l.tool_call_count > 0) {
@@ -233,7 +236,7 @@ class OllamaStream final : public StreamTranslator {
     append_json_string(out, finish_reason_);
     out += "}]}\n\n";
     append_stream_end(out, prefix_, include_usage_, l.prompt_eval_count >= 0 ? l.prompt_eval_count : prompt_estimate_,
-                      l.eval_count >= 0 ? l.eval_count : content_chunks_);
+                      l.eval_count >= 0 ? l.eval_count : relayed_tokens());
   }
 
   bool include_usage_;
@@ -290,8 +293,8 @@ std::optional<Completion> translate_ollama_completion(std::string_view upstream_
 
   auto count = [&](const char* k) -> std::int64_t {
     const auto* v = obj.if_contains(k);
-    if (v && v->is_int64()) return v->get_int64();
-    if (v && v->is_uint64()) return static_cast<std::int64_t>(v->get_uint64());
+    // Valid only as a non-negative integer within int64 (not a string, a fraction, 1e30).
+    if (v && v->is_int64()) return usage_count(v->get_int64());
     return -1;
   };
   Completion c;

@@ -15,10 +15,12 @@ namespace od = simdjson::ondemand;
 
 namespace {
 
+// A usage count: valid only as a non-negative integer within int64 (a string, a fraction,
+// 1e30 or a negative number is -1: unknown).
 std::int64_t read_count(od::value v) {
   std::int64_t n = 0;
   if (v.get_int64().get(n) != simdjson::SUCCESS) return -1;
-  return n;
+  return usage_count(n);
 }
 
 // Reads {"prompt_tokens":..,"completion_tokens":..} into u; false if v is not an object.
@@ -130,17 +132,19 @@ class OpenAiStream final : public StreamTranslator {
               for (auto df : delta) {
                 std::string_view dk;
                 if (df.unescaped_key().get(dk) != simdjson::SUCCESS) return false;
-                if (dk == "content" || dk == "reasoning_content" || dk == "refusal") {
+                if (dk == "content" || dk == "reasoning_content" || dk == "reasoning" || dk == "refusal") {
                   std::string_view s;
                   if (df.value().get_string().get(s) == simdjson::SUCCESS && !s.empty()) {
                     content = true;
+                    relayed(s);
                   }
                 } else if (dk == "tool_calls") {
                   od::array calls;
                   if (df.value().get_array().get(calls) == simdjson::SUCCESS) {
                     for (auto call : calls) {
-                      (void)call;
                       content = true;
+                      od::value cv;
+                      if (counter_ && call.get(cv) == simdjson::SUCCESS) relay_tool_call(cv);
                     }
                   }
                 }
@@ -185,6 +189,24 @@ class OpenAiStream final : public StreamTranslator {
     return true;
   }
 
+  // A delta's tool call: its function's name and arguments are relayed output.
+  void relay_tool_call(od::value call) {
+    od::object co;
+    if (call.get_object().get(co) != simdjson::SUCCESS) return;
+    for (auto f : co) {
+      std::string_view k;
+      if (f.unescaped_key().get(k) != simdjson::SUCCESS) return;
+      if (k != "function") continue;
+      od::object fn;
+      if (f.value().get_object().get(fn) != simdjson::SUCCESS) return;
+      for (auto ff : fn) {
+        std::string_view fk, text;
+        if (ff.unescaped_key().get(fk) != simdjson::SUCCESS) return;
+        if ((fk == "name" || fk == "arguments") && ff.value().get_string().get(text) == simdjson::SUCCESS) relayed(text);
+      }
+    }
+  }
+
   bool include_usage_;
   bool failed_ = false;
   SseParser sse_;
@@ -208,9 +230,9 @@ std::optional<Completion> read_openai_completion(std::string upstream_body) {
   simdjson::dom::object usage;
   if (obj["usage"].get_object().get(usage) == simdjson::SUCCESS) {
     std::int64_t n;
-    if (usage["prompt_tokens"].get_int64().get(n) == simdjson::SUCCESS) c.usage.prompt_tokens = n;
+    if (usage["prompt_tokens"].get_int64().get(n) == simdjson::SUCCESS) c.usage.prompt_tokens = usage_count(n);
     if (usage["completion_tokens"].get_int64().get(n) == simdjson::SUCCESS) {
-      c.usage.completion_tokens = n;
+      c.usage.completion_tokens = usage_count(n);
     }
   }
   simdjson::dom::array choices;

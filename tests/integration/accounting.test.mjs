@@ -4,10 +4,15 @@
 // default), n choices, no overflow; a request that can never fit its limit is told so
 // (no Retry-After); count_tokens is metered by the request limits. The upstream is a
 // recorder that charges what it was allowed to (the most it could).
+//
+// Settlement: one rule on every path (the upstream's usage where it is valid, else the
+// exact count of what was sent and relayed), a client that leaves mid-stream pays the
+// tokens it received, absurd usage saturates, and SIGTERM sends what is queued (the
+// usage, the token leases) to Redis before the process exits.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { KEY, request, startGateway, startRecorder } from './lib.mjs';
+import { contentEvents, KEY, request, sse, startGateway, startRecorder, startRedis } from './lib.mjs';
 
 // An upstream that reports the largest usage its request allowed: the output bound sent,
 // times n; the prompt as 10 tokens.
@@ -249,6 +254,318 @@ describe('n, overflow and bodies too large to count exactly', () => {
       assert.equal(up.requests.length, before);
     } finally {
       await tight.stop();
+    }
+  });
+});
+
+// ---- settlement ----------------------------------------------------------------------
+
+// Tokens of `text` by the gateway's own count (count_tokens: a one-message prompt, minus
+// the same prompt with an empty message).
+async function tokensOf(gw, text, model = 'gpt') {
+  const count = async (content) => {
+    const r = await post(gw, '/v1/messages/count_tokens', { model, messages: [{ role: 'user', content }] });
+    assert.equal(r.status, 200, r.text);
+    return r.json.input_tokens;
+  };
+  return (await count(text)) - (await count(''));
+}
+
+// A recorder whose answers the test sets per request: `answers.next` is called with
+// (req, res, json) and answers it.
+function scriptedUpstream() {
+  const answers = { next: null };
+  return { answers, handler: (req, res, json) => (answers.next ? (answers.next(req, res, json), true) : false) };
+}
+
+function jsonAnswer(res, raw) {
+  res.writeHead(200, { 'content-type': 'application/json' });
+  res.end(raw);
+}
+
+function settleConfig(up, extra = {}) {
+  return {
+    keys: [{ name: 'app', key: KEY, tenant: 'acme', tier: 'gold', models: ['*'] }],
+    models: [
+      { alias: 'gpt', provider: 'openai', base_url: `${up.url}/v1`, model: 'gpt-4' },
+      { alias: 'llama', provider: 'ollama', base_url: up.url, model: 'llama3' },
+      { alias: 'claude', provider: 'anthropic', base_url: up.url, model: 'claude-x', api_key: 'sk-ant-acct-123456' },
+    ],
+    rate_limits: {
+      backend: 'memory',
+      reserve_output_tokens: 100,
+      tokens: [{ scope: 'key', key: 'app', limit: 1000000000, per: 'day' }],
+    },
+    ...extra,
+  };
+}
+
+describe('settlement: the upstream\'s usage where valid, else the exact count', () => {
+  let up;
+  let gw;
+  const script = scriptedUpstream();
+  before(async () => {
+    up = await startRecorder(script.handler);
+    gw = await startGateway(settleConfig(up));
+  });
+  after(async () => {
+    await gw?.stop();
+    await up?.close();
+  });
+
+  test('Ollama without prompt_eval_count (prompt from its cache): the prompt is counted, not charged 0', async () => {
+    const prompt = 'The quarterly report covers revenue, costs and the outlook for next year. '.repeat(200);
+    const messages = [{ role: 'user', content: prompt }];
+    const counted = await post(gw, '/v1/messages/count_tokens', { model: 'llama', messages });
+    const exact = counted.json.input_tokens;
+    assert.ok(exact > 2500, `a prompt of ${exact} tokens`);
+    script.answers.next = (req, res, json) =>
+      jsonAnswer(
+        res,
+        JSON.stringify({
+          model: json.model,
+          created_at: new Date().toISOString(),
+          message: { role: 'assistant', content: 'Noted.' },
+          done: true,
+          done_reason: 'stop',
+          eval_count: 10, // no prompt_eval_count: the whole prompt came from the cache
+        }),
+      );
+    let charged = 0;
+    for (let i = 0; i < 3; ++i) {
+      const r = await post(gw, '/v1/chat/completions', { model: 'llama', messages, max_tokens: 50 });
+      assert.equal(r.status, 200, r.text);
+      const line = await gw.logFor(r.headers.get('x-request-id'));
+      assert.equal(line.prompt_tokens, exact, JSON.stringify(line));
+      assert.equal(line.completion_tokens, 10);
+      charged += line.prompt_tokens + line.completion_tokens;
+    }
+    assert.equal(charged, 3 * (exact + 10));
+  });
+
+  test('a non-streamed usage that is a string, negative, fractional, huge or missing falls back per field', async () => {
+    const content = 'Paris is the capital of France, and its largest city by far.';
+    const contentTokens = await tokensOf(gw, content);
+    const messages = [{ role: 'user', content: 'What is the capital of France?' }];
+    const prompt = (await post(gw, '/v1/messages/count_tokens', { model: 'gpt', messages })).json.input_tokens;
+    const cases = [
+      ['"prompt_tokens":"12","completion_tokens":"7"', prompt, contentTokens],
+      ['"prompt_tokens":-5,"completion_tokens":-1', prompt, contentTokens],
+      ['"prompt_tokens":3.7,"completion_tokens":2.5', prompt, contentTokens],
+      ['"prompt_tokens":1e30,"completion_tokens":1e30', prompt, contentTokens],
+      ['"prompt_tokens":12', 12, contentTokens], // partial: the completion is counted
+      ['"completion_tokens":7', prompt, 7], // partial: the prompt is counted
+      [null, prompt, contentTokens], // no usage at all
+    ];
+    for (const [usage, wantPrompt, wantCompletion] of cases) {
+      script.answers.next = (req, res, json) =>
+        jsonAnswer(
+          res,
+          `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"${json.model}",` +
+            `"choices":[{"index":0,"message":{"role":"assistant","content":${JSON.stringify(content)}},"finish_reason":"stop"}]` +
+            (usage === null ? '' : `,"usage":{${usage}}`) +
+            '}',
+        );
+      const r = await post(gw, '/v1/chat/completions', { model: 'gpt', messages, max_tokens: 50 });
+      assert.equal(r.status, 200, r.text);
+      const line = await gw.logFor(r.headers.get('x-request-id'));
+      assert.deepEqual([line.prompt_tokens, line.completion_tokens], [wantPrompt, wantCompletion], `usage {${usage}}`);
+    }
+  });
+
+  test('Anthropic and tool calls: invalid counts fall back to the prompt and the relayed calls', async () => {
+    const messages = [{ role: 'user', content: 'Look up the weather in Oslo.' }];
+    const prompt = (await post(gw, '/v1/messages/count_tokens', { model: 'claude', messages })).json.input_tokens;
+    const input = { city: 'Oslo', units: 'metric', days: 3 };
+    script.answers.next = (req, res, json) =>
+      jsonAnswer(
+        res,
+        JSON.stringify({
+          id: 'msg_1',
+          type: 'message',
+          role: 'assistant',
+          model: json.model,
+          content: [{ type: 'tool_use', id: 'toolu_1', name: 'get_weather', input }],
+          stop_reason: 'tool_use',
+          usage: { input_tokens: '40', output_tokens: -3 },
+        }),
+      );
+    const r = await post(gw, '/v1/chat/completions', { model: 'claude', messages, max_tokens: 50 });
+    assert.equal(r.status, 200, r.text);
+    const line = await gw.logFor(r.headers.get('x-request-id'));
+    assert.equal(line.prompt_tokens, prompt, JSON.stringify(line));
+    assert.equal(line.completion_tokens, await tokensOf(gw, 'get_weather' + JSON.stringify(input)));
+  });
+
+  test('a streamed usage that is invalid falls back the same way', async () => {
+    const messages = [{ role: 'user', content: 'Count to three.' }];
+    const prompt = (await post(gw, '/v1/messages/count_tokens', { model: 'gpt', messages })).json.input_tokens;
+    const pieces = ['One', ', two', ', three', '.'];
+    script.answers.next = (req, res, json) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const base = { id: 'chatcmpl-s', object: 'chat.completion.chunk', created: 1, model: json.model };
+      for (const p of pieces) {
+        res.write(`data: ${JSON.stringify({ ...base, choices: [{ index: 0, delta: { content: p }, finish_reason: null }] })}\n\n`);
+      }
+      res.write(`data: ${JSON.stringify({ ...base, choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] })}\n\n`);
+      res.write(`data: {"id":"chatcmpl-s","object":"chat.completion.chunk","created":1,"choices":[],"usage":{"prompt_tokens":"9","completion_tokens":2.5}}\n\n`);
+      res.end('data: [DONE]\n\n');
+    };
+    const r = await sse(`${gw.url}/v1/chat/completions`, { model: 'gpt', messages, max_tokens: 50, stream: true });
+    assert.equal(r.status, 200);
+    const line = await gw.logFor(r.headers.get('x-request-id'));
+    assert.equal(line.prompt_tokens, prompt, JSON.stringify(line));
+    assert.equal(line.completion_tokens, await tokensOf(gw, pieces.join('')));
+  });
+
+  test('a client that leaves before the usage chunk pays the tokens it received, not one per chunk', async () => {
+    const messages = [{ role: 'user', content: 'Write a long text.' }];
+    const piece = ' hello'.repeat(20); // 20 tokens per chunk
+    const chunks = 100;
+    const args = Array.from({ length: chunks }, (_, i) => `{"row":${i},"text":"alpha beta gamma delta"}`);
+    for (const kind of ['content', 'tool_calls']) {
+      let relayed = '';
+      script.answers.next = (req, res, json) => {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        const base = { id: 'chatcmpl-l', object: 'chat.completion.chunk', created: 1, model: json.model };
+        for (let i = 0; i < chunks; ++i) {
+          const delta =
+            kind === 'content'
+              ? { content: piece }
+              : {
+                  tool_calls: [
+                    i === 0
+                      ? { index: 0, id: 'call_1', type: 'function', function: { name: 'store_rows', arguments: args[i] } }
+                      : { index: 0, function: { arguments: args[i] } },
+                  ],
+                };
+          res.write(`data: ${JSON.stringify({ ...base, choices: [{ index: 0, delta, finish_reason: null }] })}\n\n`);
+        }
+        // ... and the stream goes on (no finish, no usage chunk) until the client leaves.
+      };
+      relayed = kind === 'content' ? piece.repeat(chunks) : 'store_rows' + args.join('');
+      const r = await sse(
+        `${gw.url}/v1/chat/completions`,
+        { model: 'gpt', messages, max_tokens: 100000, stream: true },
+        {
+          stopAfter: (events) =>
+            (kind === 'content' ? contentEvents(events) : events.filter((e) => e.json?.choices?.[0]?.delta?.tool_calls))
+              .length >= chunks,
+        },
+      );
+      assert.equal(r.aborted, true);
+      const line = await gw.logFor(r.headers.get('x-request-id'));
+      assert.equal(line.client_cancelled, true);
+      const want = await tokensOf(gw, relayed);
+      assert.ok(want > 1000, `${kind}: ${want} tokens relayed`);
+      assert.equal(line.completion_tokens, want, `${kind}: charged ${line.completion_tokens}, relayed ${want}`);
+    }
+  });
+});
+
+describe('settlement saturates', () => {
+  let up;
+  let gw;
+  before(async () => {
+    up = await startRecorder((req, res, json) => {
+      if (!req.url.endsWith('/chat/completions')) return false;
+      // prompt + completion is past INT64_MAX.
+      jsonAnswer(
+        res,
+        `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"${json.model}",` +
+          '"choices":[{"index":0,"message":{"role":"assistant","content":"x"},"finish_reason":"stop"}],' +
+          '"usage":{"prompt_tokens":9223372036854775807,"completion_tokens":10,"total_tokens":1}}',
+      );
+      return true;
+    });
+    gw = await startGateway(settleConfig(up));
+  });
+  after(async () => {
+    await gw?.stop();
+    await up?.close();
+  });
+
+  test('an absurd usage charges the most one settlement can, not 0: the budget is spent', async () => {
+    const body = { model: 'gpt', messages: [{ role: 'user', content: 'hi' }], max_tokens: 5 };
+    const first = await post(gw, '/v1/chat/completions', body);
+    assert.equal(first.status, 200, first.text);
+    const next = await post(gw, '/v1/chat/completions', body);
+    assert.equal(next.status, 429, next.text);
+    assert.equal(next.json.error.code, 'quota_exceeded');
+  });
+});
+
+describe('SIGTERM settles before exit', () => {
+  let redis;
+  let up;
+  before(async () => {
+    redis = await startRedis();
+    up = await startRecorder(); // usage: 3 prompt + 1 completion tokens per answer
+  });
+  after(async () => {
+    await up?.close();
+    await redis?.stop();
+  });
+
+  // The quota hash of key `name` and its reservations (a sorted set).
+  async function ledger(name) {
+    const keys = (await redis.raw('KEYS', `sluice:{t:acme}:k:${name}:q*`)).split('\n').filter(Boolean);
+    const hash = keys.find((k) => !k.endsWith(':r'));
+    assert.ok(hash, `a quota counter for ${name} in ${keys}`);
+    return {
+      used: Number((await redis.raw('HGET', hash, 'used')) || 0),
+      reserved: Number((await redis.raw('HGET', hash, 'reserved')) || 0),
+      holds: Number(await redis.raw('ZCARD', `${hash}:r`)),
+    };
+  }
+
+  test('queued settlements and token leases reach Redis: no reservation is left, used is what was charged', async () => {
+    const LEASED = 'sk-leased-5555666677778888';
+    const gw = await startGateway({
+      keys: [
+        { name: 'app', key: KEY, tenant: 'acme', tier: 'gold', models: ['*'] },
+        { name: 'leased', key: LEASED, tenant: 'acme', tier: 'gold', models: ['*'] },
+      ],
+      models: [{ alias: 'gpt', provider: 'openai', base_url: `${up.url}/v1`, model: 'gpt-4' }],
+      redis: { url: redis.url },
+      rate_limits: {
+        backend: 'redis',
+        tokens: [
+          { scope: 'key', key: 'app', limit: 1000000, per: 'day', lease: 0 }, // one reservation per request
+          { scope: 'key', key: 'leased', limit: 1000000, per: 'day', lease: 5000 }, // requests served from leases
+        ],
+      },
+    });
+    const charged = { app: 0, leased: 0 };
+    try {
+      const body = { model: 'gpt', messages: [{ role: 'user', content: 'hi' }], max_tokens: 20 };
+      await Promise.all(
+        Array.from({ length: 8 }, async (_, i) => {
+          for (let j = 0; j < 5; ++j) {
+            const name = i % 2 ? 'leased' : 'app';
+            const r = await post(gw, '/v1/chat/completions', { ...body, stream: j % 2 === 1 }, name === 'app' ? KEY : LEASED);
+            assert.equal(r.status, 200, r.text);
+            const line = await gw.logFor(r.headers.get('x-request-id'));
+            charged[name] += line.prompt_tokens + line.completion_tokens;
+          }
+        }),
+      );
+      // The last ones: SIGTERM as soon as they are answered.
+      const last = await Promise.all(
+        [KEY, LEASED, KEY, LEASED].map((key) => post(gw, '/v1/chat/completions', body, key)),
+      );
+      for (const r of last) assert.equal(r.status, 200, r.text);
+      await gw.stop();
+      for (const [i, r] of last.entries()) {
+        const line = gw.logLines().find((l) => l.request_id === r.headers.get('x-request-id'));
+        charged[i % 2 ? 'leased' : 'app'] += line.prompt_tokens + line.completion_tokens;
+      }
+    } finally {
+      await gw.stop();
+    }
+    assert.ok(charged.app > 0 && charged.leased > 0);
+    for (const name of ['app', 'leased']) {
+      assert.deepEqual(await ledger(name), { used: charged[name], reserved: 0, holds: 0 }, name);
     }
   });
 });
