@@ -124,7 +124,10 @@ class ResponseImpl final : public ClientResponse {
 
   awaitable<Piece> read_some(std::chrono::milliseconds timeout, Quiet* quiet) override {
     if (!conn_) co_return ClientError{ClientErrc::io, "connection closed"};
-    if (failed_) co_return ClientError{ClientErrc::cancelled, "exchange aborted"};
+    if (failed_) {
+      co_return ClientError{aborted_ ? ClientErrc::cancelled : ClientErrc::io,
+                            aborted_ ? "exchange aborted" : "exchange failed"};
+    }
     if (parser_->is_done()) co_return std::string_view{};
     const auto deadline = Clock::now() + timeout;
     for (;;) {
