@@ -215,7 +215,7 @@ class WorkerHandler {
     } else if (path == "/history" || path == "/history/stats") {
       // A query of the records is not itself a record (the access log keeps its line);
       // a failed authentication is (request.auth_failed).
-      if (method != "GET") {
+      if (method != "GET" && method != "HEAD") {  // HEAD: the server sends the head only
         ctx.rec.to_sinks = false;
         co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for " + std::string(path));
       } else if (auto denied = authenticate(ex, ctx)) {
@@ -226,7 +226,7 @@ class WorkerHandler {
       }
     } else if (path == "/v1/models") {
       ctx.anthropic = !req.header("anthropic-version").empty();  // an Anthropic SDK
-      if (method != "GET") {
+      if (method != "GET" && method != "HEAD") {
         co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for /v1/models");
       } else if (auto denied = authenticate(ex, ctx)) {
         co_await auth_failure(ex, ctx, *denied);

@@ -198,7 +198,18 @@ describe('Host, HEAD and Expect', () => {
     });
   }
 
-  for (const path of ['/no/such/route', '/v1/models', '/v1/chat/completions']) {
+  test('HEAD /v1/models with a key gets the head a GET gets (200), without the body', async () => {
+    const auth = `Authorization: Bearer ${KEY}\r\n`;
+    const get = firstResponse(await exchange(gw.port, `GET /v1/models HTTP/1.1\r\nHost: a\r\n${auth}Connection: close\r\n\r\n`));
+    assert.equal(get.status, 200);
+    const raw = await exchange(gw.port, `HEAD /v1/models HTTP/1.1\r\nHost: a\r\n${auth}\r\nGET /health HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n`);
+    const head = firstResponse(raw);
+    assert.equal(head.status, 200, head.statusLine);
+    assert.equal(head.headers['content-length'], String(Buffer.byteLength(get.rest, 'latin1')));
+    assert.match(head.rest, /^HTTP\/1\.1 200 /, `no body after the HEAD's head: ${JSON.stringify(head.rest.slice(0, 120))}`);
+  });
+
+  for (const path of ['/no/such/route', '/v1/chat/completions']) {
     test(`HEAD ${path} (an error answer) has a Content-Length and no body`, async () => {
       const raw = await exchange(gw.port, `HEAD ${path} HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer ${KEY}\r\n\r\nGET /health HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n`);
       const head = firstResponse(raw);
