@@ -144,6 +144,7 @@ class GatewayImpl final : public Gateway {
     so.max_body_bytes = c.max_body_bytes;
     so.read_timeout = c.timeouts.client_header;
     so.keep_alive = c.timeouts.keep_alive;
+    so.write_timeout = c.timeouts.client_write;
     so.takeover = takeover;
     so.first_byte_timeout = c.timeouts.client_first_byte;
     {

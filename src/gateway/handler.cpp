@@ -26,19 +26,21 @@ using Ms = std::chrono::milliseconds;
 
 namespace {
 
-
 constexpr std::size_t kExactCountMaxBytes = 256 * 1024;
 // A client's text kept in a record (path, error message) is cut here: records wait in the
 // access log's queue (65,536 of them at most), and a 16 KiB path twice over each would
 // let a flood of 404s hold gigabytes.
 constexpr std::size_t kRecordedTextMax = 1024;
 
-std::string recorded_text(std::string_view s) {
-  if (s.size() <= kRecordedTextMax) return std::string(s);
-  std::size_t cut = kRecordedTextMax;
+// At most `max` bytes of `s`, cut between characters, with "..." when cut.
+std::string cut_text(std::string_view s, std::size_t max) {
+  if (s.size() <= max) return std::string(s);
+  std::size_t cut = max;
   while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
   return std::string(s.substr(0, cut)) + "...";
 }
+
+std::string recorded_text(std::string_view s) { return cut_text(s, kRecordedTextMax); }
 
 double ms_since(Clock::time_point t0, Clock::time_point t1 = Clock::now()) {
   return std::chrono::duration<double, std::milli>(t1 - t0).count();
@@ -105,7 +107,6 @@ class WorkerHandler {
   awaitable<void> handle(http::Exchange& ex) {
     Context ctx;
     const auto& req = ex.request();
-    ex.set_write_timeout(cfg_.timeouts.client_write);
     auto rid = req.header("x-request-id");
     ctx.request_id = valid_request_id(rid) ? std::string(rid) : new_request_id();
     ctx.headers.emplace_back("x-request-id", ctx.request_id);
@@ -152,13 +153,10 @@ class WorkerHandler {
     // In flight from here until the coroutine ends, however it ends.
     struct InFlight {
       telemetry::Metrics::Worker* m;
-      std::atomic<std::int64_t>& live;
       ~InFlight() {
         if (m) m->request_finished();
-        live.fetch_sub(1, std::memory_order_relaxed);
       }
-    } in_flight{metrics_, g_.live_requests};
-    g_.live_requests.fetch_add(1, std::memory_order_relaxed);
+    } in_flight{metrics_};
     if (metrics_) metrics_->request_started();
     // A request ended by an exception (the server answers 500 unless the reply began) is
     // still a record: counted, logged, in the history and the events.
@@ -1166,12 +1164,7 @@ class WorkerHandler {
     else if (e->is_object()) {
       if (const auto* mm = e->get_object().if_contains("message"); mm && mm->is_string()) m = &mm->get_string();
     }
-    if (!m) return {};
-    std::string_view s(m->data(), m->size());
-    if (s.size() <= 300) return std::string(s);
-    std::size_t cut = 300;
-    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
-    return std::string(s.substr(0, cut)) + "...";
+    return m ? cut_text(std::string_view(m->data(), m->size()), 300) : std::string();
   }
 
   awaitable<std::optional<Failure>> reply_whole(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
@@ -1426,14 +1419,14 @@ class WorkerHandler {
   // second whether the drain's cut time (g_.cut_streams_at) has come, and ends them with a
   // `shutting_down` event: their loops may be waiting on a silent upstream.
   void stream_opened(LiveStream& s) {
-    g_.open_streams.fetch_add(1, std::memory_order_relaxed);
+    if (metrics_) metrics_->stream_opened();
     s.slot = live_.size();
     live_.push_back(&s);
     if (!cut_timer_armed_) arm_cut_timer();
   }
 
   void stream_closed(LiveStream& s) {
-    g_.open_streams.fetch_sub(1, std::memory_order_relaxed);
+    if (metrics_) metrics_->stream_closed();
     live_[s.slot] = live_.back();
     live_[s.slot]->slot = s.slot;
     live_.pop_back();

@@ -50,10 +50,6 @@ struct Shared {
   tokenizer::Counter tokens;           // exact BPE where rank files were found, else estimates
   bool count_prompts = false;          // token quotas apply: count prompts exactly at admission
   std::atomic<bool> draining{false};
-  // Every request ends: handle() coroutines running now (all but the probes), and streams
-  // open. Both go back to 0 when the load stops (/infra "requests", the soak test).
-  std::atomic<std::int64_t> live_requests{0};
-  std::atomic<std::int64_t> open_streams{0};
   // steady_clock ticks after which streams still open are ended with a `shutting_down`
   // error event (0 = not draining); set a little before the server's grace period ends.
   std::atomic<std::int64_t> cut_streams_at{0};

@@ -198,8 +198,11 @@ std::string render_infra(const Shared& g) {
   append_json_string(o, g.instance);
   o += ",\"draining\":";
   o += g.draining.load() ? "true" : "false";
-  o += ",\"requests\":{\"live\":" + std::to_string(g.live_requests.load(std::memory_order_relaxed)) +
-       ",\"streams\":" + std::to_string(g.open_streams.load(std::memory_order_relaxed)) + "}";
+  if (g.metrics) {
+    // Every request ends: both go back to 0 when the load stops (the soak test).
+    const auto live = g.metrics->live();
+    o += ",\"requests\":{\"live\":" + std::to_string(live.requests) + ",\"streams\":" + std::to_string(live.streams) + "}";
+  }
   if (g.limiter) {
     const auto st = g.limiter->status();
     const auto t = g.limiter->totals();

@@ -161,7 +161,12 @@ struct ServerImpl final : Server {
 class ExchangeImpl final : public Exchange {
  public:
   ExchangeImpl(Session& s, const RequestImpl& req, bool keep_alive, bool http10, bool head_only)
-      : s_(s), req_(req), keep_alive_(keep_alive), http10_(http10), head_only_(head_only) {}
+      : write_timeout_(s.worker.server.opts.write_timeout),
+        s_(s),
+        req_(req),
+        keep_alive_(keep_alive),
+        http10_(http10),
+        head_only_(head_only) {}
 
   const Request& request() const override { return req_; }
   net::any_io_executor executor() const override { return s_.stream.get_executor(); }
@@ -334,7 +339,7 @@ class ExchangeImpl final : public Exchange {
   }
 
  private:
-  std::chrono::steady_clock::duration write_timeout_ = std::chrono::seconds(30);
+  std::chrono::steady_clock::duration write_timeout_;
   static constexpr std::size_t kMaxPipelined = 64 * 1024;
 
   // Status line and headers; content_length < 0 means chunked.

@@ -70,8 +70,9 @@ class Exchange {
   virtual void watch_client(std::function<void()> on_gone) = 0;
   virtual void unwatch_client() = 0;
 
-  // Bounds each later write that the socket does not take at once (default 30 s): a
-  // client that takes nothing of a reply for this long is dropped.
+  // Bounds each later write that the socket does not take at once (default
+  // ServerOptions::write_timeout): a client that takes nothing of a reply for this long is
+  // dropped.
   virtual void set_write_timeout(std::chrono::milliseconds t) = 0;
 
   // Drops the connection at once, whatever was sent so far (the peer sees EOF/reset);
@@ -96,6 +97,7 @@ struct ServerOptions {
   std::size_t max_body_bytes = 1 << 20;
   std::chrono::milliseconds read_timeout{30000};   // headers + body of one request
   std::chrono::milliseconds keep_alive{75000};     // idle between requests
+  std::chrono::milliseconds write_timeout{30000};  // a write the client takes nothing of (Exchange::set_write_timeout)
   // A new connection that has not sent its first byte within this is closed (silently):
   // sockets that never speak cannot hold connection slots for a whole keep-alive period.
   std::chrono::milliseconds first_byte_timeout{10000};

@@ -184,6 +184,16 @@ void Metrics::Worker::upstream_finished(int backend, bool failed, double seconds
   upstream_latency_sum_[b] += seconds;
 }
 
+Metrics::Live Metrics::live() const {
+  Live l;
+  std::lock_guard lock(mu_);
+  for (const auto& w : workers_) {
+    l.requests += w->in_flight_.load(std::memory_order_relaxed);
+    l.streams += w->streams_open_.load(std::memory_order_relaxed);
+  }
+  return l;
+}
+
 void Metrics::render(std::string& o) const {
   std::unique_lock labels(labels_mu_);  // held while the label rows are read
   const std::size_t models = models_.size() + 1, backends = backends_.size();
@@ -192,11 +202,12 @@ void Metrics::render(std::string& o) const {
   std::vector<double> duration_sum(models), ttft_sum(models), upstream_sum(backends);
   std::vector<std::uint64_t> up_requests(backends), up_errors(backends), up_latency(backends * kUpstreamN);
   std::vector<std::int64_t> up_in_flight(backends);
-  std::int64_t in_flight = 0;
+  std::int64_t in_flight = 0, streams_open = 0;
   {
     std::lock_guard lock(mu_);
     for (const auto& w : workers_) {
       in_flight += w->in_flight_.load(std::memory_order_relaxed);
+      streams_open += w->streams_open_.load(std::memory_order_relaxed);
       for (std::size_t b = 0; b < backends; ++b) up_in_flight[b] += w->backend_in_flight_[b].load(std::memory_order_relaxed);
       std::lock_guard wl(w->mu_);
       for (const auto& [k, n] : w->requests_) requests[k] += n;
@@ -236,6 +247,8 @@ void Metrics::render(std::string& o) const {
   }
   metric_help(o, "sluice_requests_in_flight", "gauge", "Requests being handled now.");
   metric_line(o, "sluice_requests_in_flight", "", static_cast<double>(in_flight));
+  metric_help(o, "sluice_streams_open", "gauge", "Streamed answers being relayed now.");
+  metric_line(o, "sluice_streams_open", "", static_cast<double>(streams_open));
 
   metric_help(o, "sluice_request_duration_seconds", "histogram", "Time from request arrival to the last byte, by model.");
   for (std::size_t mi = 0; mi < models; ++mi) {

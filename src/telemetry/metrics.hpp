@@ -27,6 +27,8 @@ class Metrics {
    public:
     void request_started() noexcept { bump(in_flight_, 1); }
     void request_finished() noexcept { bump(in_flight_, -1); }
+    void stream_opened() noexcept { bump(streams_open_, 1); }
+    void stream_closed() noexcept { bump(streams_open_, -1); }
     // A finished request (after request_finished): counts, duration, TTFT and tokens.
     void record(const RequestRecord& r, int model, int tier);
     void upstream_started(int backend) noexcept;
@@ -41,6 +43,7 @@ class Metrics {
     }
     const Metrics& m_;
     std::atomic<std::int64_t> in_flight_{0};
+    std::atomic<std::int64_t> streams_open_{0};
     std::unique_ptr<std::atomic<std::int64_t>[]> backend_in_flight_;
     mutable std::mutex mu_;  // taken by this worker once per request, and by a scrape
     std::unordered_map<std::uint64_t, std::uint64_t> requests_;  // packed labels -> count
@@ -54,6 +57,14 @@ class Metrics {
 
   // One per worker thread, made at start; lives as long as the Metrics.
   Worker& add_worker();
+
+  // Requests being handled and streams open now, summed over the workers: both go back to
+  // 0 when the load stops (/infra "requests").
+  struct Live {
+    std::int64_t requests = 0;
+    std::int64_t streams = 0;
+  };
+  Live live() const;
 
   // Appends the Prometheus text of everything above, summed over the workers.
   void render(std::string& out) const;

@@ -5,6 +5,7 @@
 //
 // Modes (set with setMode, one for every following request):
 //   ok          a plain OpenAI answer (JSON or SSE), Content-Length or chunked
+//   slow        the same, `delayMs` later
 //   interim     `100 Continue` and `103 Early Hints` heads before the real answer
 //   extra       the answer, then bytes after its end on the same connection (a second,
 //               unasked answer carrying the marker "INJECTED")
@@ -59,8 +60,8 @@ function chunked(text) {
   return `${Buffer.byteLength(text).toString(16)}${CRLF}${text}${CRLF}`;
 }
 
-export async function startHostile({ mode = 'ok', intervalMs = 5, burst = 1, eventBytes = 1 << 20, events = 50 } = {}) {
-  const state = { mode, intervalMs, burst, eventBytes, events, requests: [], connections: 0, sockets: new Set() };
+export async function startHostile({ mode = 'ok', intervalMs = 5, burst = 1, eventBytes = 1 << 20, events = 50, delayMs = 500 } = {}) {
+  const state = { mode, intervalMs, burst, eventBytes, events, delayMs, requests: [], connections: 0, sockets: new Set() };
 
   function answer(sock, req) {
     const json = req.json;
@@ -83,6 +84,9 @@ export async function startHostile({ mode = 'ok', intervalMs = 5, burst = 1, eve
     switch (m) {
       case 'ok':
         sock.write(stream ? sseWhole() : whole());
+        return true;
+      case 'slow':
+        setTimeout(() => sock.destroyed || sock.write(stream ? sseWhole() : whole()), state.delayMs);
         return true;
       case 'interim':
         sock.write(head(100, {}) + head(103, { link: '</style.css>; rel=preload' }) + (stream ? sseWhole() : whole()));

@@ -148,12 +148,57 @@ describe('a misbehaving upstream ends the request cleanly', () => {
     assert.match(r.json.error.message, /HTTP 500/);
   });
 
-  test('the gateway still serves after all of it', async () => {
+  test('the gateway still serves after all of it, and holds nothing for what ended', async () => {
     up.setMode('ok');
     const r = await ask('after');
     assert.equal(r.status, 200, r.text);
     assert.equal(textOf(r), 'answer for after');
+    const infra = await waitFor(
+      async () => {
+        const j = await gw.infra();
+        return j.requests.live === 0 && j.requests.streams === 0 ? j : null;
+      },
+      { timeout: 10000, what: 'no request or stream left live' },
+    );
+    assert.equal(infra.requests.streams, 0);
+    const metrics = await gw.metrics();
+    assert.match(metrics, /^sluice_requests_in_flight 0$/m);
+    assert.match(metrics, /^sluice_streams_open 0$/m);
+    assert.doesNotMatch(metrics, /^sluice_upstream_in_flight\{[^}]*\} [1-9]/m);
   });
+
+  // A client that pipelines its next request while the first one waits on the upstream:
+  // the watch on the connection moves the early bytes into the session's buffer, and the
+  // second request is answered after the first, in order.
+  for (const stream of [false, true]) {
+    test(`a pipelined request behind a waiting one is answered, in order (${stream ? 'streamed' : 'whole'} first)`, async () => {
+      up.setMode('slow', { delayMs: 600 });
+      const body = (marker, s) => JSON.stringify({ model: 'h', messages: [{ role: 'user', content: marker }], stream: s });
+      const req = (marker, s, last) => {
+        const b = body(marker, s);
+        return (
+          `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\n` +
+          `${last ? 'Connection: close\r\n' : ''}Content-Length: ${Buffer.byteLength(b)}\r\n\r\n${b}`
+        );
+      };
+      const sock = net.connect(gw.port, '127.0.0.1');
+      let received = '';
+      sock.on('data', (d) => (received += d));
+      const closed = new Promise((r) => sock.on('close', r));
+      sock.on('error', () => {});
+      // The first request, then the second a moment later, while the first is upstream.
+      sock.write(req(`first-${stream}`, stream, false));
+      await new Promise((r) => setTimeout(r, 100));
+      sock.write(req(`second-${stream}`, false, true));
+      await withTimeout(closed, 15000, 'both answers and the close');
+      up.setMode('ok');
+      const first = received.indexOf(`answer for first-${stream}`);
+      const second = received.indexOf(`answer for second-${stream}`);
+      assert.ok(first >= 0, received);
+      assert.ok(second > first, received);
+      assert.equal(received.split('HTTP/1.1 200 OK\r\n').length - 1, 2, received);
+    });
+  }
 });
 
 function rssBytes(pid) {
@@ -313,6 +358,7 @@ describe('clients that stop reading', () => {
     assert.equal(infra.requests.live, 0);
     const metrics = (await request(`${gw2.adminUrl}/metrics`)).text;
     assert.match(metrics, /^sluice_requests_in_flight 0$/m);
+    assert.match(metrics, /^sluice_streams_open 0$/m);
   });
 });
 
