@@ -68,6 +68,7 @@ const char* kind_arg(Kind k) {
   switch (k) {
     case Kind::fixed_window: return "fw";
     case Kind::sliding_window: return "sw";
+    case Kind::sliding_log: return "sl";
     case Kind::token_bucket: return "tb";
     case Kind::quota: return "tq";
   }
@@ -130,6 +131,7 @@ Limiter::Limiter(std::shared_ptr<const config::Config> cfg) : cfg_(std::move(cfg
     const auto& l = rl.requests[i];
     const char* alg = l.algorithm == config::LimitAlgorithm::fixed_window     ? "fw"
                       : l.algorithm == config::LimitAlgorithm::sliding_window ? "sw"
+                      : l.algorithm == config::LimitAlgorithm::sliding_log    ? "sl"
                                                                               : "tb";
     rule_names_.push_back("r" + std::to_string(i) + "." + alg + "." + std::to_string(l.window.count()));
   }
@@ -165,6 +167,7 @@ std::unique_ptr<const Limiter::Plan> Limiter::plan(const config::ApiKey& key, st
     switch (l.algorithm) {
       case config::LimitAlgorithm::fixed_window: c.kind = Kind::fixed_window; break;
       case config::LimitAlgorithm::sliding_window: c.kind = Kind::sliding_window; break;
+      case config::LimitAlgorithm::sliding_log: c.kind = Kind::sliding_log; break;
       case config::LimitAlgorithm::token_bucket: c.kind = Kind::token_bucket; c.extra = l.burst; break;
     }
     p->keys.push_back(counter_key(prefix, l.scope, key, model, rule_names_[i]));

@@ -88,6 +88,24 @@ for i = 1, n do
       end
     end
     plan[i] = {k, (idx + 2) * w + 1000}
+  elseif kind == 'sl' then
+    -- The time of every request admitted in the window (now - w, now], one member each.
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - w)
+    local cur = redis.call('ZCARD', key)
+    ok = cur + cost <= limit
+    remaining = limit - cur
+    reset = 0
+    if cur > 0 then reset = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]) + w - now end
+    if not ok then
+      -- Until enough entries have left for this request's cost.
+      local need = cur + cost - limit
+      if need <= cur then
+        wait = tonumber(redis.call('ZRANGE', key, need - 1, need - 1, 'WITHSCORES')[2]) + w - now
+      else
+        wait = w
+      end
+    end
+    plan[i] = {key, now + w + 1000}
   elseif kind == 'tb' then
     -- "<tokens> <last refill ms>" in one string: one GET, one SET.
     local v = redis.call('GET', key)
@@ -182,6 +200,12 @@ for i = 1, n do
       if redis.call('INCRBY', p[1], take) == take then redis.call('PEXPIREAT', p[1], p[2]) end
       undo[#undo + 1] = {'f', p[1], take}
     end
+  elseif kind == 'sl' then
+    if cost > 0 then
+      for j = 1, cost do redis.call('ZADD', p[1], now, id .. ':' .. j) end
+      redis.call('PEXPIREAT', p[1], p[2])
+      undo[#undo + 1] = {'l', p[1], id, cost}
+    end
   elseif kind == 'tb' then
     redis.call('SET', p[1], tostring(p[2]) .. ' ' .. now, 'PX', p[3] + 1000)
     undo[#undo + 1] = {'t', p[1], cost + p.grant, tonumber(ARGV[b + 5])}
@@ -230,6 +254,8 @@ for i = 1, #KEYS do
           if redis.call('EXISTS', u[2]) == 1 and redis.call('DECRBY', u[2], u[3]) < 0 then
             redis.call('SET', u[2], 0, 'KEEPTTL')
           end
+        elseif u[1] == 'l' then
+          for j = 1, u[4] do redis.call('ZREM', u[2], u[3] .. ':' .. j) end
         elseif u[1] == 't' then
           local v = redis.call('GET', u[2])
           if v then

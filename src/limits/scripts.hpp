@@ -6,9 +6,10 @@
 namespace sluice::limits {
 
 // KEYS[i]: counter key of check i (no window suffix).
-// ARGV[1]: the admission's id (it also names its quota reservations); then 6 per check: kind (fw|sw|tb|tq), limit, window ms
-// (tq: period, 0 = calendar month), cost, extra (tb: capacity; tq: reservation lifetime),
-// lease (units to take in advance when the counter is far from its limit; 0 = none).
+// ARGV[1]: the admission's id (it also names its quota reservations and sliding-log
+// entries); then 6 per check: kind (fw|sw|sl|tb|tq), limit, window ms (tq: period, 0 =
+// calendar month), cost, extra (tb: capacity; tq: reservation lifetime), lease (units to
+// take in advance when the counter is far from its limit; 0 = none).
 // Returns {denied (1-based, 0 = admitted), retry_after_ms, now_ms,
 //          then per check: remaining, reset_ms, period, leased}.
 // An admitted call leaves a record, "<tag>:a:<id>", kept 60 s (<tag>: KEYS[1] up to its

@@ -169,6 +169,23 @@ TEST_F(ScriptsTest, ATokenBucketGetsItsTokensBack) {
   EXPECT_TRUE(get("{t}:tb").starts_with("4")) << get("{t}:tb");
 }
 
+TEST_F(ScriptsTest, ASlidingLogIsExactAndItsEntriesAreVoided) {
+  auto admit_sl = [&](const std::string& id) {
+    return run([&]() { return conn_->eval(admit_, argv("{t}:sl"), argv(id, "sl", "2", "60000", "1", "0", "0")); });
+  };
+  ASSERT_EQ(admit_sl("s1").reply->elements[0].integer, 0);
+  ASSERT_EQ(admit_sl("s2").reply->elements[0].integer, 0);
+  auto refused = admit_sl("s3");
+  ASSERT_EQ(refused.reply->elements[0].integer, 1);
+  // Retry-After: when the oldest entry leaves the minute (at most the window).
+  EXPECT_GT(refused.reply->elements[1].integer, 59000);
+  EXPECT_LE(refused.reply->elements[1].integer, 60000);
+  EXPECT_EQ(zcard("{t}:sl"), 2);
+  ASSERT_TRUE(settle("b1", argv("{t}:sl"), argv("v:s2", "0", "0")).ok());
+  EXPECT_EQ(zcard("{t}:sl"), 1);
+  EXPECT_EQ(admit_sl("s4").reply->elements[0].integer, 0);  // the voided entry's room
+}
+
 TEST_F(ScriptsTest, ABatchSentTwiceChargesOnce) {
   ASSERT_TRUE(admit("a1", "100").ok());
   const auto q = quota_key();
