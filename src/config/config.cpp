@@ -1320,7 +1320,8 @@ bool Loader::parse_limit_common(const YAML::Node& n, const std::string& path, Fi
     }
   }
   if (auto v = get(f, "limit")) {
-    ok &= get_int(*v, p("limit"), 1, 1'000'000'000'000'000LL, limit);
+    // Below 10^14: Redis's Lua numbers (doubles, printed with 14 digits) keep every count exact.
+    ok &= get_int(*v, p("limit"), 1, 99'999'999'999'999LL, limit);
   } else {
     error(path, line_of(n), "missing required key 'limit'");
     ok = false;

@@ -380,7 +380,7 @@ class WorkerHandler {
       }
     }
     const auto n = llm::count_prompt_tokens(creq, g_.tokens, tokenizer::encoding_for_model(rr->route->primary().model));
-    ctx.rec.prompt_tokens = n;
+    // (The record's tokens are what was charged: nothing here. The count is the answer.)
     ctx.rec.status = 200;
     co_await ex.reply(json_reply(200, R"({"input_tokens":)" + std::to_string(n) + "}", ctx));
   }

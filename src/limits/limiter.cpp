@@ -77,10 +77,10 @@ const char* kind_arg(Kind k) {
 
 // The admission script's keys and arguments for `checks` (see kAdmitScript): `id` names
 // the quota reservations; with `lease`, each check may take its lease besides its cost.
-void script_args(std::span<const Check> checks, std::string_view id, bool lease, std::vector<std::string>& keys,
-                 std::vector<std::string>& args) {
+void script_args(std::span<const Check> checks, std::string_view id, bool lease, std::string_view record_ms,
+                 std::vector<std::string>& keys, std::vector<std::string>& args) {
   keys.reserve(checks.size());
-  args.reserve(1 + checks.size() * 6);
+  args.reserve(2 + checks.size() * 6);
   args.emplace_back(id);
   for (const auto& c : checks) {
     keys.emplace_back(c.key);
@@ -91,6 +91,7 @@ void script_args(std::span<const Check> checks, std::string_view id, bool lease,
     args.push_back(std::to_string(c.extra));
     args.push_back(lease ? std::to_string(c.lease) : std::string("0"));
   }
+  args.emplace_back(record_ms);
 }
 
 // The script's answer for n checks; false when it is not one.
@@ -112,6 +113,16 @@ bool read_verdict(const store::RedisReply& r, std::size_t n, Verdict& v) {
 // timeout, a dropped connection). One never sent fails with these.
 bool may_have_run(const store::RedisResult& r) {
   return !r.ok() && !r.error.starts_with("not connected") && !r.error.starts_with("pipeline full");
+}
+
+// An error reply that says the script did not run, and would on another try: Redis
+// loading its data, a replica after a failover, a busy script. (A script that failed
+// while running is not retried.)
+bool retry_later(const store::RedisReply& r) {
+  for (std::string_view p : {"LOADING", "READONLY", "MASTERDOWN", "BUSY", "TRYAGAIN", "NOREPLICAS", "CLUSTERDOWN"}) {
+    if (r.str.starts_with(p)) return true;
+  }
+  return false;
 }
 
 std::string describe_window(std::int64_t ms) {
@@ -139,6 +150,11 @@ Limiter::Limiter(std::shared_ptr<const config::Config> cfg) : cfg_(std::move(cfg
     rule_names_.push_back("q" + std::to_string(i) + "." + std::string(to_string(rl.tokens[i].per)));
   }
   // The workers the server runs (its rule: 0 means one per core).
+  {
+    const auto& rs = cfg_->redis;
+    record_ms_ = std::max<std::chrono::milliseconds>(std::chrono::milliseconds(60000),
+                                                     4 * (rs.retry_interval + rs.connect_timeout + rs.timeout));
+  }
   worker_count_ = cfg_->workers > 0 ? cfg_->workers : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   admit_script_ = std::make_unique<store::RedisScript>(std::string(kAdmitScript));
   settle_script_ = std::make_unique<store::RedisScript>(std::string(kSettleScript));
@@ -325,7 +341,11 @@ struct WorkerLimiter::SettleQueue {
   // again as they were, under the same id, until Redis answers (the id makes a second
   // run do nothing).
   std::size_t resend = 0;
-  std::string resend_id;
+  // This worker's batches are numbered: Redis keeps the last number it ran per worker,
+  // and a resent batch that already ran finds its number there.
+  std::string worker = new_request_id();
+  std::uint64_t seq = 0;
+  std::string record_ms;  // how long Redis keeps an admission's record (Limiter::record_ms)
 
   // Makes room for n more entries; returns how many were dropped.
   std::size_t make_room(std::size_t n) {
@@ -364,6 +384,7 @@ WorkerLimiter::WorkerLimiter(Limiter& owner, net::any_io_executor ex)
     opt.reconnect_interval = rs.retry_interval;
     redis_ = std::make_shared<store::RedisConnection>(ex_, *ep, opt);
     settles_ = std::make_shared<SettleQueue>();
+    settles_->record_ms = std::to_string(owner_.record_ms_.count());
     // Every second: token leases that ended while no request settled here are given back
     // by a flush.
     net::co_spawn(
@@ -482,7 +503,7 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
     } unclaim{claimed ? leases_.get() : nullptr, checks};
     const std::string res_id = new_request_id();
     std::vector<std::string> keys, args;
-    script_args(checks, res_id, claimed, keys, args);
+    script_args(checks, res_id, claimed, settles_->record_ms, keys, args);
     auto r = co_await redis_->eval(*owner_.admit_script_, std::move(keys), std::move(args));
     Verdict v;
     if (r.ok() && read_verdict(*r.reply, checks.size(), v)) {
@@ -666,14 +687,17 @@ net::awaitable<void> WorkerLimiter::flush_loop(std::shared_ptr<SettleQueue> q,
       if (q->stopped) co_return;
       continue;
     }
-    // A batch whose answer was lost goes again as it was; a new one gets a new id.
+    // A batch whose answer was lost goes again as it was, under its number; a new one
+    // gets the next.
     const std::size_t n = q->resend ? q->resend : std::min(q->entries.size(), kMaxBatch);
-    std::string batch = q->resend ? q->resend_id : new_request_id();
+    if (!q->resend) ++q->seq;
     std::vector<std::string> keys, args;
     keys.reserve(n);
-    args.reserve(2 + 3 * n);
+    args.reserve(4 + 3 * n);
     args.push_back(keep);
-    args.push_back(batch);
+    args.push_back(q->worker);
+    args.push_back(std::to_string(q->seq));
+    args.push_back(q->record_ms);
     for (std::size_t i = 0; i < n; ++i) {
       const auto& e = q->entries[i];
       keys.push_back(e.key);
@@ -689,11 +713,14 @@ net::awaitable<void> WorkerLimiter::flush_loop(std::shared_ptr<SettleQueue> q,
     // Never sent: kept, and tried again a moment later (once Redis is up). Sent but
     // unanswered (a timeout, a lost connection): it may have run, so it is sent again
     // under the same id until Redis answers; a second run finds the first one's record.
-    if (!r.ok()) {
-      if (may_have_run(r)) {
-        q->resend = n;
-        q->resend_id = std::move(batch);
-        Stats::bump(stats->redis_errors);
+    if (!r.ok() || (r.reply->is_error() && retry_later(*r.reply))) {
+      if (!r.ok() && !may_have_run(r)) continue;
+      q->resend = n;
+      Stats::bump(stats->redis_errors);
+      if (r.ok()) {  // Redis answered "not now": wait before the next try
+        wait.expires_after(retry);
+        co_await wait.async_wait(net::as_tuple(net::use_awaitable));
+        if (q->stopped) co_return;
       }
       continue;
     }
@@ -730,7 +757,7 @@ net::awaitable<void> WorkerLimiter::refill_one(std::shared_ptr<SettleQueue> q,
   for (std::size_t i = 0; i < checks.size(); ++i) checks[i].key = keys[i];  // (the strings live here now)
   const std::string id = new_request_id();
   std::vector<std::string> skeys, args;
-  script_args(checks, id, true, skeys, args);
+  script_args(checks, id, true, q->record_ms, skeys, args);
   Stats::bump(stats->lease_refills);
   auto r = co_await redis->eval(*script, std::move(skeys), std::move(args));
   --q->refilling;

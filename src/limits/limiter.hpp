@@ -112,6 +112,9 @@ class Limiter {
   LocalCounters local_;
   std::vector<std::string> rule_names_;  // per request limit, then per token limit
   int worker_count_ = 1;  // workers the server runs
+  // How long Redis keeps an admission's record, for a void that comes after a timeout:
+  // at least 60 s, and at least 4 reconnections' time (docs/limits.md, "Redis timeouts").
+  std::chrono::milliseconds record_ms_{60000};
   std::unique_ptr<store::RedisScript> admit_script_, settle_script_;
   mutable std::mutex mu_;
   std::vector<WorkerLimiter*> workers_;

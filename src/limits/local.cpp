@@ -112,8 +112,8 @@ Verdict LocalCounters::admit(std::span<const Check> checks, std::string_view res
         const auto cur = static_cast<std::int64_t>(k.log.size() - k.head);
         ok = cur + c.cost <= c.limit;
         r.remaining = c.limit - cur;
-        // Until the oldest entry leaves (one more request fits then).
-        r.reset_ms = cur > 0 ? k.log[k.head] + c.window_ms - now : 0;
+        // Until the oldest entry leaves (this request's own, if the log was empty).
+        r.reset_ms = cur > 0 ? k.log[k.head] + c.window_ms - now : c.window_ms;
         if (!ok) {
           // Until enough entries have left for this request's cost.
           const auto need = cur + c.cost - c.limit;  // entries that must leave, >= 1
@@ -177,7 +177,10 @@ Verdict LocalCounters::admit(std::span<const Check> checks, std::string_view res
       case Kind::fixed_window:
       case Kind::sliding_window: k.count += c.cost; break;
       case Kind::token_bucket: k.count = after[i]; break;
-      case Kind::sliding_log: k.log.insert(k.log.end(), static_cast<std::size_t>(c.cost), now); break;
+      case Kind::sliding_log:
+        // (Kept in order if the clock stepped back: an entry is never older than the last.)
+        k.log.insert(k.log.end(), static_cast<std::size_t>(c.cost), k.log.empty() ? now : std::max(now, k.log.back()));
+        break;
       case Kind::quota: {
         auto [it, fresh] = k.holds.try_emplace(std::string(reservation_id), c.cost, now + c.extra);
         if (fresh) {

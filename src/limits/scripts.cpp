@@ -9,6 +9,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id = ARGV[1]
 local n = #KEYS
+-- How long the admission's record is kept (ms), after the checks' arguments.
+local record_ms = tonumber(ARGV[6 * n + 2]) or 60000
 -- The admission's record (see kAdmitScript's comment in scripts.hpp): one already there
 -- means the gateway gave this call up and voided it first; it then does nothing.
 local mark = (string.match(KEYS[1], '^.-{[^}]*}') or KEYS[1]) .. ':a:' .. id
@@ -94,7 +96,8 @@ for i = 1, n do
     local cur = redis.call('ZCARD', key)
     ok = cur + cost <= limit
     remaining = limit - cur
-    reset = 0
+    -- Until the oldest entry leaves (this request's own, if the log was empty).
+    reset = w
     if cur > 0 then reset = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]) + w - now end
     if not ok then
       -- Until enough entries have left for this request's cost.
@@ -224,20 +227,50 @@ for i = 1, n do
   end
 end
 -- What a void must give back if the gateway never learns of this answer.
-if #undo > 0 then redis.call('SET', mark, cjson.encode(undo), 'PX', 60000) end
+if #undo > 0 then redis.call('SET', mark, cjson.encode(undo), 'PX', record_ms) end
 return out
 )lua";
 
 const std::string_view kSettleScript = R"lua(
 local keep = tonumber(ARGV[1])
--- A batch runs once: sent again after a timeout (it may have run), it finds its record.
+local worker = ARGV[2]
+local seq = tonumber(ARGV[3])
+local record_ms = tonumber(ARGV[4])
 -- (Records are named after the first key's hash tag, "<prefix>:{...}": same Redis
 -- Cluster slot, and apart from the counters.)
 local function record(k, kind, id) return (string.match(k, '^.-{[^}]*}') or k) .. kind .. id end
-if ARGV[2] ~= '' and not redis.call('SET', record(KEYS[1], ':s:', ARGV[2]), 1, 'NX', 'PX', 600000) then return 0 end
+-- A worker's batches are numbered and sent one at a time, a lost one again until Redis
+-- answers: one that is not newer than the last this worker ran (under this tag) has run.
+if worker ~= '' then
+  local r = record(KEYS[1], ':s:', worker)
+  local last = tonumber(redis.call('GET', r) or '-1')
+  if seq <= last then return 0 end
+  redis.call('SET', r, seq, 'PX', 10 * record_ms)
+end
+
+-- When the period of quota counter k ("...q<i>.<per>:<index>") ends, in Unix ms.
+local function period_end(k)
+  local per, idx = string.match(k, '%.(%a+):(%d+)$')
+  idx = tonumber(idx)
+  if not idx then return nil end
+  if per == 'minute' then return (idx + 1) * 60000 end
+  if per == 'hour' then return (idx + 1) * 3600000 end
+  if per == 'day' then return (idx + 1) * 86400000 end
+  if per ~= 'month' then return nil end
+  local m = idx + 1
+  local y = 1970 + math.floor(m / 12)
+  local mo = m - (y - 1970) * 12 + 1
+  if mo <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local mp = mo > 2 and mo - 3 or mo + 9
+  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + math.floor((153 * mp + 2) / 5)
+  return (era * 146097 + doe - 719468) * 86400000
+end
+
 for i = 1, #KEYS do
   local k = KEYS[i]
-  local b = 3 * i
+  local b = 3 * i + 2
   local op = string.sub(ARGV[b], 1, 1)
   local id = string.sub(ARGV[b], 3)
   local amount = ARGV[b + 1]
@@ -247,7 +280,7 @@ for i = 1, #KEYS do
     -- took is given back, and if it has not run yet, its record makes it do nothing.
     local mark = record(k, ':a:', id)
     local undo = redis.call('GET', mark)
-    redis.call('SET', mark, 'v', 'PX', 60000)
+    redis.call('SET', mark, 'v', 'PX', record_ms)
     if undo and undo ~= 'v' then
       for _, u in ipairs(cjson.decode(undo)) do
         if u[1] == 'f' then
@@ -296,8 +329,12 @@ for i = 1, #KEYS do
     end
     -- ('u': usage only, of a request counted in memory while Redis was unreachable.)
     if actual > 0 then redis.call('HINCRBY', k, 'used', actual) end
-    -- A counter recreated here (its period over, or Redis restarted) gets an expiry.
-    if redis.call('PTTL', k) == -1 then redis.call('PEXPIRE', k, keep) end
+    -- A counter created here (no admission made it this period: Redis restarted, or it
+    -- was down; or the period is over) lasts until its period ends, plus `keep`.
+    if redis.call('PTTL', k) == -1 then
+      local ends = period_end(k)
+      if ends then redis.call('PEXPIREAT', k, ends + keep) else redis.call('PEXPIRE', k, keep) end
+    end
   end
 end
 return 1

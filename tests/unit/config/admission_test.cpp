@@ -189,7 +189,7 @@ TEST_F(AdmissionConfigTest, RateLimitsParsed) {
                 "      window: 1s\n"
                 "      on_redis_down: closed\n"
                 "    - {scope: model, algorithm: token_bucket, limit: 7}\n"
-                "    - {scope: tenant, algorithm: fixed_window, limit: 1000000000000000, window: 1h}\n"
+                "    - {scope: tenant, algorithm: fixed_window, limit: 99999999999999, window: 1h}\n"
                 "  tokens:\n"
                 "    - {scope: key, limit: 100000, per: minute}\n"
                 "    - {scope: tenant, tenant: acme, limit: 2000000, per: hour}\n"
@@ -240,7 +240,7 @@ TEST_F(AdmissionConfigTest, RateLimitsParsed) {
 
   const auto& r4 = rl.requests[4];
   EXPECT_EQ(r4.scope, LimitScope::tenant);
-  EXPECT_EQ(r4.limit, 1'000'000'000'000'000LL);  // the largest allowed
+  EXPECT_EQ(r4.limit, 99'999'999'999'999LL);  // the largest allowed (below 10^14)
   EXPECT_EQ(r4.window, Millis(3'600'000));
 
   ASSERT_EQ(rl.tokens.size(), 4u);

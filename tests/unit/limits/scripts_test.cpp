@@ -84,8 +84,9 @@ class ScriptsTest : public ::testing::Test {
                          argv(id, "fw", "10", "60000", "1", "0", "0", "tq", "1000", "86400000", cost, "600000", "0"));
     });
   }
-  store::RedisResult settle(const std::string& batch, std::vector<std::string> keys, std::vector<std::string> args) {
-    args.insert(args.begin(), {"86400000", batch});
+  // A batch numbered `seq` of worker "w1".
+  store::RedisResult settle(const std::string& seq, std::vector<std::string> keys, std::vector<std::string> args) {
+    args.insert(args.begin(), {"86400000", "w1", seq, "60000"});
     return run([&]() { return conn_->eval(settle_, keys, args); });
   }
   // The fixed window's counter and the quota's hash (whatever their period suffix).
@@ -116,20 +117,20 @@ TEST_F(ScriptsTest, AVoidAfterTheAdmissionGivesBackWhatItTook) {
   const auto w = window_key(), q = quota_key();
   ASSERT_EQ(get(w), "2");
   ASSERT_EQ(hget(q, "reserved"), "150");
-  auto v = settle("b1", argv("{t}:fw"), argv("v:a1", "0", "0"));
+  auto v = settle("1", argv("{t}:fw"), argv("v:a1", "0", "0"));
   ASSERT_TRUE(v.ok() && !v.reply->is_error()) << (v.ok() ? v.reply->str : v.error);
   EXPECT_EQ(get(w), "1");
   EXPECT_EQ(hget(q, "reserved"), "50");
   EXPECT_EQ(zcard(q + ":r"), 1);
   EXPECT_EQ(hget(q, "used"), "");  // a void charges nothing
   // A second void of the same call changes nothing more.
-  ASSERT_TRUE(settle("b2", argv("{t}:fw"), argv("v:a1", "0", "0")).ok());
+  ASSERT_TRUE(settle("2", argv("{t}:fw"), argv("v:a1", "0", "0")).ok());
   EXPECT_EQ(get(w), "1");
   EXPECT_EQ(hget(q, "reserved"), "50");
 }
 
 TEST_F(ScriptsTest, AnAdmissionArrivingAfterItsVoidDoesNothing) {
-  ASSERT_TRUE(settle("b1", argv("{t}:fw"), argv("v:late", "0", "0")).ok());
+  ASSERT_TRUE(settle("1", argv("{t}:fw"), argv("v:late", "0", "0")).ok());
   auto r = admit("late", "100");
   ASSERT_TRUE(r.ok());
   ASSERT_EQ(r.reply->elements.size(), 1u);
@@ -150,7 +151,7 @@ TEST_F(ScriptsTest, ALeaseGrantedToAGivenUpCallIsVoidedToo) {
   ASSERT_TRUE(r.ok());
   const auto q = quota_key();
   ASSERT_EQ(hget(q, "reserved"), "5000");
-  ASSERT_TRUE(settle("b1", argv("{t}:q"), argv("v:L1", "0", "0")).ok());
+  ASSERT_TRUE(settle("1", argv("{t}:q"), argv("v:L1", "0", "0")).ok());
   EXPECT_EQ(hget(q, "reserved"), "0");
   EXPECT_EQ(zcard(q + ":r"), 0);
 }
@@ -165,7 +166,7 @@ TEST_F(ScriptsTest, ATokenBucketGetsItsTokensBack) {
   ASSERT_TRUE(admit_tb("t2").ok());
   const std::string before = get("{t}:tb");
   ASSERT_TRUE(before.starts_with("3")) << before;
-  ASSERT_TRUE(settle("b1", argv("{t}:tb"), argv("v:t2", "0", "0")).ok());
+  ASSERT_TRUE(settle("1", argv("{t}:tb"), argv("v:t2", "0", "0")).ok());
   EXPECT_TRUE(get("{t}:tb").starts_with("4")) << get("{t}:tb");
 }
 
@@ -181,7 +182,7 @@ TEST_F(ScriptsTest, ASlidingLogIsExactAndItsEntriesAreVoided) {
   EXPECT_GT(refused.reply->elements[1].integer, 59000);
   EXPECT_LE(refused.reply->elements[1].integer, 60000);
   EXPECT_EQ(zcard("{t}:sl"), 2);
-  ASSERT_TRUE(settle("b1", argv("{t}:sl"), argv("v:s2", "0", "0")).ok());
+  ASSERT_TRUE(settle("1", argv("{t}:sl"), argv("v:s2", "0", "0")).ok());
   EXPECT_EQ(zcard("{t}:sl"), 1);
   EXPECT_EQ(admit_sl("s4").reply->elements[0].integer, 0);  // the voided entry's room
 }
@@ -190,14 +191,30 @@ TEST_F(ScriptsTest, ABatchSentTwiceChargesOnce) {
   ASSERT_TRUE(admit("a1", "100").ok());
   const auto q = quota_key();
   for (int i = 0; i < 2; ++i) {
-    auto s = settle("same", argv(q, q), argv("r:a1", "100", "40", "u:", "0", "7"));
+    auto s = settle("5", argv(q, q), argv("r:a1", "100", "40", "u:", "0", "7"));
     ASSERT_TRUE(s.ok() && !s.reply->is_error());
   }
   EXPECT_EQ(hget(q, "used"), "47");
   EXPECT_EQ(hget(q, "reserved"), "0");
-  // Another batch (another id) is charged.
-  ASSERT_TRUE(settle("other", argv(q), argv("u:", "0", "3")).ok());
+  // The next batch is charged; an older number (a resend that already ran) is not.
+  ASSERT_TRUE(settle("6", argv(q), argv("u:", "0", "3")).ok());
   EXPECT_EQ(hget(q, "used"), "50");
+  ASSERT_TRUE(settle("5", argv(q), argv("u:", "0", "100")).ok());
+  EXPECT_EQ(hget(q, "used"), "50");
+}
+
+TEST_F(ScriptsTest, AUsageThatCreatesADayCounterKeepsItUntilTheDayEnds) {
+  // Redis restarted (or was down for the day's first request): the settlement creates the
+  // counter; it must hold the day's usage until the day is over, not for `keep` only.
+  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  const auto day = now_ms / 86400000;
+  const std::string k = "{t}:k:app:q0.day:" + std::to_string(day);
+  ASSERT_TRUE(settle("1", argv(k), argv("u:", "0", "5000")).ok());
+  const auto ttl = cmd(argv("PTTL", k)).reply->integer;
+  const auto day_left = (day + 1) * 86400000 - now_ms;
+  EXPECT_GT(ttl, day_left + 86400000 - 5000);  // the day's end, plus keep (a day here)
+  EXPECT_LE(ttl, day_left + 86400000);
 }
 
 }  // namespace
