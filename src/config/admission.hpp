@@ -14,7 +14,7 @@ namespace sluice::config {
 
 // What one counter aggregates over.
 enum class LimitScope : std::uint8_t { key, tier, tenant, model, tenant_model };
-enum class LimitAlgorithm : std::uint8_t { fixed_window, sliding_window, token_bucket };
+enum class LimitAlgorithm : std::uint8_t { fixed_window, sliding_window, token_bucket, sliding_log };
 // While Redis is unreachable: count per instance (open) or refuse (closed). `inherit`
 // exists only while loading: limits take rate_limits.on_redis_down, which defaults to
 // closed for backend `redis` and open otherwise.
@@ -27,6 +27,8 @@ inline constexpr int kPriorities = 3;
 
 std::string_view to_string(LimitScope) noexcept;
 std::string_view to_string(LimitAlgorithm) noexcept;
+// The largest limit of algorithm sliding_log (it keeps one entry per request of its window).
+inline constexpr std::int64_t kMaxSlidingLog = 100000;
 std::string_view to_string(LimiterBackend) noexcept;
 std::string_view to_string(QuotaPeriod) noexcept;
 std::string_view to_string(Priority) noexcept;

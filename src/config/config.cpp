@@ -1390,8 +1390,9 @@ void Loader::parse_rate_limits(const YAML::Node& n, Config& c) {
           if (name == "fixed_window") l.algorithm = LimitAlgorithm::fixed_window;
           else if (name == "sliding_window") l.algorithm = LimitAlgorithm::sliding_window;
           else if (name == "token_bucket") l.algorithm = LimitAlgorithm::token_bucket;
+          else if (name == "sliding_log") l.algorithm = LimitAlgorithm::sliding_log;
           else error(join(path, "algorithm"), line_of(*a),
-                     "unknown algorithm " + q(name) + " (expected fixed_window, sliding_window or token_bucket)");
+                     "unknown algorithm " + q(name) + " (expected fixed_window, sliding_window, sliding_log or token_bucket)");
         }
       }
       if (auto w = get(lf, "window")) ok &= get_duration(*w, join(path, "window"), Millis{1000}, l.window);
@@ -1404,6 +1405,22 @@ void Loader::parse_rate_limits(const YAML::Node& n, Config& c) {
       }
       if (l.burst == 0) l.burst = l.limit;
       if (auto ls = get(lf, "lease")) ok &= get_lease(*ls, join(path, "lease"), 1'000'000'000LL, l.lease);
+      if (l.algorithm == LimitAlgorithm::sliding_log) {
+        // One entry per request in the window, in Redis and in memory: exact, for small limits.
+        if (l.limit > kMaxSlidingLog) {
+          const auto* at = get(lf, "limit");
+          error(join(path, "limit"), at ? line_of(*at) : line_of(ln),
+                "algorithm sliding_log keeps one entry per request of the window: limit at most " +
+                    std::to_string(kMaxSlidingLog) + " (got " + std::to_string(l.limit) + "); use sliding_window for larger limits");
+          ok = false;
+        }
+        if (l.lease > 0) {
+          error(join(path, "lease"), line_of(*get(lf, "lease")),
+                "algorithm sliding_log is never leased (every request is logged): remove lease");
+          ok = false;
+        }
+        l.lease = 0;
+      }
       if (l.lease < 0) l.lease = l.limit >= 1000 ? std::min<std::int64_t>(l.limit / 1000, 1000) : 0;
       if (ok) rl.requests.push_back(std::move(l));
     }
@@ -2073,6 +2090,7 @@ std::string_view to_string(LimitAlgorithm a) noexcept {
     case LimitAlgorithm::fixed_window: return "fixed_window";
     case LimitAlgorithm::sliding_window: return "sliding_window";
     case LimitAlgorithm::token_bucket: return "token_bucket";
+    case LimitAlgorithm::sliding_log: return "sliding_log";
   }
   return "?";
 }

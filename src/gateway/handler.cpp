@@ -1454,6 +1454,10 @@ class WorkerHandler {
 
   void record(Context& ctx) {
     ctx.rec.wall_ms = ms_since(ctx.start);
+    // The record's tokens are what the request was charged (charged_tokens): one that
+    // failed, or was refused, before any output is charged nothing, and its record says so
+    // (the log, the history and the limiter's ledger agree).
+    if (ctx.rec.status != 200 && ctx.rec.completion_tokens <= 0 && ctx.rec.prompt_tokens > 0) ctx.rec.prompt_tokens = 0;
     if (metrics_) metrics_->record(ctx.rec, ctx.metrics_model, ctx.metrics_tier);
     if (g_.access_log) g_.access_log->submit(std::move(ctx.rec));
   }

@@ -101,7 +101,7 @@ std::string render_metrics(const Shared& g) {
     metric(o, "sluice_ratelimit_counted_total", R"(backend="lease")", static_cast<double>(t.by_lease));
     help(o, "sluice_ratelimit_redis_errors_total", "counter", "Admission checks Redis failed (counted locally or refused instead).");
     metric(o, "sluice_ratelimit_redis_errors_total", "", static_cast<double>(t.redis_errors));
-    help(o, "sluice_ratelimit_settle_errors_total", "counter", "Token settlements Redis failed (the reservation expires instead).");
+    help(o, "sluice_ratelimit_settle_errors_total", "counter", "Token settlements Redis refused, or dropped from a full queue during an outage (the reservation expires instead).");
     metric(o, "sluice_ratelimit_settle_errors_total", "", static_cast<double>(t.settle_errors));
     help(o, "sluice_ratelimit_lease_refills_total", "counter",
          "Lease requests sent to Redis in the background, before a lease ran out.");

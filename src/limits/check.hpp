@@ -16,6 +16,7 @@ enum class Kind : std::uint8_t {
   fixed_window,    // count per window aligned to the epoch
   sliding_window,  // the current window plus the previous one weighted by its overlap
   token_bucket,    // refills `limit` per `window_ms`, holds at most `extra`
+  sliding_log,     // exact: the time of every request admitted in the last `window_ms`
   quota,           // token ledger per period: used + reserved must stay within limit
 };
 

@@ -68,6 +68,7 @@ const char* kind_arg(Kind k) {
   switch (k) {
     case Kind::fixed_window: return "fw";
     case Kind::sliding_window: return "sw";
+    case Kind::sliding_log: return "sl";
     case Kind::token_bucket: return "tb";
     case Kind::quota: return "tq";
   }
@@ -107,6 +108,12 @@ bool read_verdict(const store::RedisReply& r, std::size_t n, Verdict& v) {
   return true;
 }
 
+// A call that failed may still have run: it was sent, and its answer was lost (a
+// timeout, a dropped connection). One never sent fails with these.
+bool may_have_run(const store::RedisResult& r) {
+  return !r.ok() && !r.error.starts_with("not connected") && !r.error.starts_with("pipeline full");
+}
+
 std::string describe_window(std::int64_t ms) {
   if (ms == 0) return "month";
   return format_reset(ms);
@@ -124,6 +131,7 @@ Limiter::Limiter(std::shared_ptr<const config::Config> cfg) : cfg_(std::move(cfg
     const auto& l = rl.requests[i];
     const char* alg = l.algorithm == config::LimitAlgorithm::fixed_window     ? "fw"
                       : l.algorithm == config::LimitAlgorithm::sliding_window ? "sw"
+                      : l.algorithm == config::LimitAlgorithm::sliding_log    ? "sl"
                                                                               : "tb";
     rule_names_.push_back("r" + std::to_string(i) + "." + alg + "." + std::to_string(l.window.count()));
   }
@@ -159,6 +167,7 @@ std::unique_ptr<const Limiter::Plan> Limiter::plan(const config::ApiKey& key, st
     switch (l.algorithm) {
       case config::LimitAlgorithm::fixed_window: c.kind = Kind::fixed_window; break;
       case config::LimitAlgorithm::sliding_window: c.kind = Kind::sliding_window; break;
+      case config::LimitAlgorithm::sliding_log: c.kind = Kind::sliding_log; break;
       case config::LimitAlgorithm::token_bucket: c.kind = Kind::token_bucket; c.extra = l.burst; break;
     }
     p->keys.push_back(counter_key(prefix, l.scope, key, model, rule_names_[i]));
@@ -312,19 +321,33 @@ struct WorkerLimiter::SettleQueue {
   static constexpr std::size_t kMaxEntries = 100000;
 
   std::size_t sending = 0;  // the first `sending` entries are in a script call now
+  // A batch whose answer was lost (it may have run): the first `resend` entries, sent
+  // again as they were, under the same id, until Redis answers (the id makes a second
+  // run do nothing).
+  std::size_t resend = 0;
+  std::string resend_id;
 
   // Makes room for n more entries; returns how many were dropped.
   std::size_t make_room(std::size_t n) {
     if (entries.size() + n <= kMaxEntries) return 0;
-    const std::size_t drop = std::min(entries.size() - sending, entries.size() + n - kMaxEntries);
-    entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(sending),
-                  entries.begin() + static_cast<std::ptrdiff_t>(sending + drop));
+    const std::size_t keep = std::max(sending, resend);
+    const std::size_t drop = std::min(entries.size() - keep, entries.size() + n - kMaxEntries);
+    entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(keep),
+                  entries.begin() + static_cast<std::ptrdiff_t>(keep + drop));
     return drop;
   }
-  // The first n entries left (sent).
+  // The first n entries left (Redis ran them, or refused them).
   void pop(std::size_t n) {
     sending = 0;
+    resend = 0;
     entries.erase(entries.begin(), entries.begin() + static_cast<std::ptrdiff_t>(n));
+  }
+  // Admission `id`, whose first counter is `key`, was given up after it was sent: it is
+  // voided (what it took, if it ran, is given back; if it has not run yet, it never will).
+  std::size_t void_admission(std::string_view key, const std::string& id) {
+    const std::size_t dropped = make_room(1);
+    entries.push_back({std::string(key), "v:" + id, 0, 0});
+    return dropped;
   }
 };
 
@@ -367,7 +390,8 @@ WorkerLimiter::~WorkerLimiter() {
 }
 
 // The id of a request's token reservations (none without a quota). Generated here, never
-// the client's X-Request-Id: a repeated id would merge reservations.
+// the client's X-Request-Id: a repeated id would merge reservations. (Redis admissions
+// always have one: it names the call, so that a lost one can be voided.)
 static std::string reservation_id(std::span<const Check> checks) {
   for (const auto& c : checks) {
     if (c.kind == Kind::quota) return new_request_id();
@@ -456,7 +480,7 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
         if (t) t->release(checks);
       }
     } unclaim{claimed ? leases_.get() : nullptr, checks};
-    const std::string res_id = reservation_id(checks);
+    const std::string res_id = new_request_id();
     std::vector<std::string> keys, args;
     script_args(checks, res_id, claimed, keys, args);
     auto r = co_await redis_->eval(*owner_.admit_script_, std::move(keys), std::move(args));
@@ -480,7 +504,13 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
       co_return a;
     }
     // Redis failed this request (timeout, lost, or an error reply): counted as down for it.
+    // A call that may still run (Redis paused, then resumed) is voided: whatever the
+    // request is told now, Redis does not keep a count or a reservation of it.
     Stats::bump(stats_->redis_errors);
+    if (may_have_run(r)) {
+      if (const auto dropped = settles_->void_admission(checks[0].key, res_id)) Stats::bump(stats_->settle_errors, dropped);
+      if (!settles_->flushing) flush_settlements();
+    }
   }
   co_return admit_local(checks, bound);
 }
@@ -571,6 +601,15 @@ void WorkerLimiter::settle(Admission& a, std::int64_t actual) {
   if (a.counted == Counted::local || !redis_) {
     const auto now = unix_ms();
     for (const auto& r : reserved) owner_.local_.settle(r, a.reservation_id, actual, now);
+    if (!redis_ || actual == 0) return;
+    // Counted in memory while Redis was unreachable: the usage still reaches Redis once it
+    // is back, so the shared ledger holds every token the upstream charged.
+    auto& q = *settles_;
+    for (auto& r : reserved) {
+      if (const auto dropped = q.make_room(1)) Stats::bump(stats_->settle_errors, dropped);
+      q.entries.push_back({std::move(r.key), "u:", 0, actual});
+    }
+    if (!q.flushing) flush_settlements();
     return;
   }
   auto& q = *settles_;
@@ -627,11 +666,14 @@ net::awaitable<void> WorkerLimiter::flush_loop(std::shared_ptr<SettleQueue> q,
       if (q->stopped) co_return;
       continue;
     }
-    const std::size_t n = std::min(q->entries.size(), kMaxBatch);
+    // A batch whose answer was lost goes again as it was; a new one gets a new id.
+    const std::size_t n = q->resend ? q->resend : std::min(q->entries.size(), kMaxBatch);
+    std::string batch = q->resend ? q->resend_id : new_request_id();
     std::vector<std::string> keys, args;
     keys.reserve(n);
-    args.reserve(1 + 3 * n);
+    args.reserve(2 + 3 * n);
     args.push_back(keep);
+    args.push_back(batch);
     for (std::size_t i = 0; i < n; ++i) {
       const auto& e = q->entries[i];
       keys.push_back(e.key);
@@ -643,13 +685,21 @@ net::awaitable<void> WorkerLimiter::flush_loop(std::shared_ptr<SettleQueue> q,
     Stats::bump(stats->settle_batches);
     auto r = co_await redis->eval(*script, std::move(keys), std::move(args));
     q->sending = 0;
+    if (q->stopped) co_return;
     // Never sent: kept, and tried again a moment later (once Redis is up). Sent but
-    // unanswered (a timeout, a lost connection): it may have run, and running it twice
-    // would charge twice, so it is dropped like a refused one.
-    if (!r.ok() && (r.error.starts_with("not connected") || r.error.starts_with("pipeline full"))) continue;
+    // unanswered (a timeout, a lost connection): it may have run, so it is sent again
+    // under the same id until Redis answers; a second run finds the first one's record.
+    if (!r.ok()) {
+      if (may_have_run(r)) {
+        q->resend = n;
+        q->resend_id = std::move(batch);
+        Stats::bump(stats->redis_errors);
+      }
+      continue;
+    }
     // Settlements queued meanwhile were appended: only these n leave the queue.
     q->pop(n);
-    if (!r.ok() || r.reply->is_error()) Stats::bump(stats->settle_errors, n);
+    if (r.reply->is_error()) Stats::bump(stats->settle_errors, n);
   }
   q->flushing = false;
 }
@@ -678,10 +728,7 @@ net::awaitable<void> WorkerLimiter::refill_one(std::shared_ptr<SettleQueue> q,
                                                LeaseTable* leases, std::vector<std::string> keys,
                                                std::vector<Check> checks) {
   for (std::size_t i = 0; i < checks.size(); ++i) checks[i].key = keys[i];  // (the strings live here now)
-  std::string id;
-  for (const auto& c : checks) {
-    if (c.kind == Kind::quota) id = new_request_id();
-  }
+  const std::string id = new_request_id();
   std::vector<std::string> skeys, args;
   script_args(checks, id, true, skeys, args);
   Stats::bump(stats->lease_refills);
@@ -698,6 +745,11 @@ net::awaitable<void> WorkerLimiter::refill_one(std::shared_ptr<SettleQueue> q,
     }
   } else {
     Stats::bump(stats->redis_errors);
+    // A refill that may still run is voided (the next flush sends it): a lease this worker
+    // never learned of would hold its units until it expired.
+    if (may_have_run(r)) {
+      if (const auto dropped = q->void_admission(checks[0].key, id)) Stats::bump(stats->settle_errors, dropped);
+    }
   }
   leases->release(checks);
 }

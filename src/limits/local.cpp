@@ -102,6 +102,26 @@ Verdict LocalCounters::admit(std::span<const Check> checks, std::string_view res
         k.expires_ms = p.ends_ms + c.window_ms;
         break;
       }
+      case Kind::sliding_log: {
+        // Entries at or before now - window have left it (the window is (now - w, now]).
+        while (k.head < k.log.size() && k.log[k.head] <= now - c.window_ms) ++k.head;
+        if (k.head > 64 && k.head * 2 > k.log.size()) {
+          k.log.erase(k.log.begin(), k.log.begin() + static_cast<std::ptrdiff_t>(k.head));
+          k.head = 0;
+        }
+        const auto cur = static_cast<std::int64_t>(k.log.size() - k.head);
+        ok = cur + c.cost <= c.limit;
+        r.remaining = c.limit - cur;
+        // Until the oldest entry leaves (one more request fits then).
+        r.reset_ms = cur > 0 ? k.log[k.head] + c.window_ms - now : 0;
+        if (!ok) {
+          // Until enough entries have left for this request's cost.
+          const auto need = cur + c.cost - c.limit;  // entries that must leave, >= 1
+          wait = need <= cur ? k.log[k.head + static_cast<std::size_t>(need - 1)] + c.window_ms - now : c.window_ms;
+        }
+        k.expires_ms = now + c.window_ms;
+        break;
+      }
       case Kind::token_bucket: {
         const double cap = static_cast<double>(c.extra);
         if (k.window == -1) { k.window = 0; k.count = cap; k.ts = now; }
@@ -157,6 +177,7 @@ Verdict LocalCounters::admit(std::span<const Check> checks, std::string_view res
       case Kind::fixed_window:
       case Kind::sliding_window: k.count += c.cost; break;
       case Kind::token_bucket: k.count = after[i]; break;
+      case Kind::sliding_log: k.log.insert(k.log.end(), static_cast<std::size_t>(c.cost), now); break;
       case Kind::quota: {
         auto [it, fresh] = k.holds.try_emplace(std::string(reservation_id), c.cost, now + c.extra);
         if (fresh) {

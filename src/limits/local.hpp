@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "limits/check.hpp"
 
@@ -36,6 +37,10 @@ class LocalCounters {
     double count = 0;           // fixed/sliding: count in `window`; bucket: tokens
     double prev = 0;            // sliding: count in window - 1
     std::int64_t ts = 0;        // bucket: last refill
+    // sliding log: the times of the requests admitted in the window, oldest first, from
+    // `head` (the entries before it have left the window; compacted now and then)
+    std::vector<std::int64_t> log;
+    std::size_t head = 0;
     // quota
     std::int64_t used = 0, reserved = 0;
     Map<std::pair<std::int64_t, std::int64_t>> holds;  // id -> amount, expiry

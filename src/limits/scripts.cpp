@@ -9,6 +9,10 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id = ARGV[1]
 local n = #KEYS
+-- The admission's record (see kAdmitScript's comment in scripts.hpp): one already there
+-- means the gateway gave this call up and voided it first; it then does nothing.
+local mark = (string.match(KEYS[1], '^.-{[^}]*}') or KEYS[1]) .. ':a:' .. id
+if redis.call('EXISTS', mark) == 1 then return {-1} end
 
 local function month_index(ms)
   local z = math.floor(ms / 86400000) + 719468
@@ -84,6 +88,24 @@ for i = 1, n do
       end
     end
     plan[i] = {k, (idx + 2) * w + 1000}
+  elseif kind == 'sl' then
+    -- The time of every request admitted in the window (now - w, now], one member each.
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - w)
+    local cur = redis.call('ZCARD', key)
+    ok = cur + cost <= limit
+    remaining = limit - cur
+    reset = 0
+    if cur > 0 then reset = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]) + w - now end
+    if not ok then
+      -- Until enough entries have left for this request's cost.
+      local need = cur + cost - limit
+      if need <= cur then
+        wait = tonumber(redis.call('ZRANGE', key, need - 1, need - 1, 'WITHSCORES')[2]) + w - now
+      else
+        wait = w
+      end
+    end
+    plan[i] = {key, now + w + 1000}
   elseif kind == 'tb' then
     -- "<tokens> <last refill ms>" in one string: one GET, one SET.
     local v = redis.call('GET', key)
@@ -165,6 +187,7 @@ if denied ~= 0 then
   for i = 1, n do out[3 + 4 * i] = 0 end  -- nothing taken, nothing leased
   return out
 end
+local undo = {}
 for i = 1, n do
   local b = 1 + (i - 1) * 6
   local kind = ARGV[b + 1]
@@ -173,61 +196,109 @@ for i = 1, n do
   if kind == 'fw' or kind == 'sw' then
     -- The first increment of a window creates the key: it sets the expiry once.
     local take = cost + p.grant
-    if take > 0 and redis.call('INCRBY', p[1], take) == take then redis.call('PEXPIREAT', p[1], p[2]) end
+    if take > 0 then
+      if redis.call('INCRBY', p[1], take) == take then redis.call('PEXPIREAT', p[1], p[2]) end
+      undo[#undo + 1] = {'f', p[1], take}
+    end
+  elseif kind == 'sl' then
+    if cost > 0 then
+      for j = 1, cost do redis.call('ZADD', p[1], now, id .. ':' .. j) end
+      redis.call('PEXPIREAT', p[1], p[2])
+      undo[#undo + 1] = {'l', p[1], id, cost}
+    end
   elseif kind == 'tb' then
     redis.call('SET', p[1], tostring(p[2]) .. ' ' .. now, 'PX', p[3] + 1000)
+    undo[#undo + 1] = {'t', p[1], cost + p.grant, tonumber(ARGV[b + 5])}
   else
     -- (A lease request alone, cost 0, that got no lease takes nothing.)
     local take = cost + p.grant
     if take > 0 then
+      local member = p.grant > 0 and (id .. ':L:' .. take) or (id .. ':' .. cost)
       redis.call('HINCRBY', p[1], 'reserved', take)
-      redis.call('ZADD', p[2], p[4], p.grant > 0 and (id .. ':L:' .. take) or (id .. ':' .. cost))
+      redis.call('ZADD', p[2], p[4], member)
       redis.call('PEXPIREAT', p[2], p[3])
       if p[5] == 0 then redis.call('HSET', p[1], 'next', p[4]) end
       if p[6] then redis.call('PEXPIREAT', p[1], p[3]) end
+      undo[#undo + 1] = {'q', p[1], member, take}
     end
   end
 end
+-- What a void must give back if the gateway never learns of this answer.
+if #undo > 0 then redis.call('SET', mark, cjson.encode(undo), 'PX', 60000) end
 return out
 )lua";
 
 const std::string_view kSettleScript = R"lua(
 local keep = tonumber(ARGV[1])
+-- A batch runs once: sent again after a timeout (it may have run), it finds its record.
+-- (Records are named after the first key's hash tag, "<prefix>:{...}": same Redis
+-- Cluster slot, and apart from the counters.)
+local function record(k, kind, id) return (string.match(k, '^.-{[^}]*}') or k) .. kind .. id end
+if ARGV[2] ~= '' and not redis.call('SET', record(KEYS[1], ':s:', ARGV[2]), 1, 'NX', 'PX', 600000) then return 0 end
 for i = 1, #KEYS do
   local k = KEYS[i]
-  local b = 3 * i - 1
+  local b = 3 * i
   local op = string.sub(ARGV[b], 1, 1)
   local id = string.sub(ARGV[b], 3)
   local amount = ARGV[b + 1]
   local actual = tonumber(ARGV[b + 2])
-  if op == 'r' then
-    -- A request's own reservation.
-    if redis.call('ZREM', k .. ':r', id .. ':' .. amount) == 1 then
-      if redis.call('HINCRBY', k, 'reserved', -tonumber(amount)) < 0 then redis.call('HSET', k, 'reserved', 0) end
-    end
-  elseif op == 'c' then
-    -- A request served from lease `id` (of `amount` tokens): its usage leaves the lease's
-    -- holding (as far as the holding goes) while the lease is still there.
-    if redis.call('ZSCORE', k .. ':r', id .. ':L:' .. amount) then
-      local cf = 'c:' .. id
-      local take = math.min(actual, tonumber(amount) - tonumber(redis.call('HGET', k, cf) or '0'))
-      if take > 0 then
-        redis.call('HINCRBY', k, cf, take)
-        redis.call('HINCRBY', k, 'reserved', -take)
+  if op == 'v' then
+    -- Admission <id> (k: its first counter key) was given up by the gateway: what it
+    -- took is given back, and if it has not run yet, its record makes it do nothing.
+    local mark = record(k, ':a:', id)
+    local undo = redis.call('GET', mark)
+    redis.call('SET', mark, 'v', 'PX', 60000)
+    if undo and undo ~= 'v' then
+      for _, u in ipairs(cjson.decode(undo)) do
+        if u[1] == 'f' then
+          if redis.call('EXISTS', u[2]) == 1 and redis.call('DECRBY', u[2], u[3]) < 0 then
+            redis.call('SET', u[2], 0, 'KEEPTTL')
+          end
+        elseif u[1] == 'l' then
+          for j = 1, u[4] do redis.call('ZREM', u[2], u[3] .. ':' .. j) end
+        elseif u[1] == 't' then
+          local v = redis.call('GET', u[2])
+          if v then
+            local sp = string.find(v, ' ', 1, true)
+            local tokens = math.min(u[4], tonumber(string.sub(v, 1, sp - 1)) + u[3])
+            redis.call('SET', u[2], tostring(tokens) .. ' ' .. string.sub(v, sp + 1), 'KEEPTTL')
+          end
+        elseif redis.call('ZREM', u[2] .. ':r', u[3]) == 1 then
+          if redis.call('HINCRBY', u[2], 'reserved', -u[4]) < 0 then redis.call('HSET', u[2], 'reserved', 0) end
+        end
       end
     end
   else
-    -- 'x': lease `id` is given back: what its requests did not consume is released.
-    if redis.call('ZREM', k .. ':r', id .. ':L:' .. amount) == 1 then
-      local cf = 'c:' .. id
-      local left = tonumber(amount) - tonumber(redis.call('HGET', k, cf) or '0')
-      redis.call('HDEL', k, cf)
-      if redis.call('HINCRBY', k, 'reserved', -left) < 0 then redis.call('HSET', k, 'reserved', 0) end
+    if op == 'r' then
+      -- A request's own reservation.
+      if redis.call('ZREM', k .. ':r', id .. ':' .. amount) == 1 then
+        if redis.call('HINCRBY', k, 'reserved', -tonumber(amount)) < 0 then redis.call('HSET', k, 'reserved', 0) end
+      end
+    elseif op == 'c' then
+      -- A request served from lease `id` (of `amount` tokens): its usage leaves the lease's
+      -- holding (as far as the holding goes) while the lease is still there.
+      if redis.call('ZSCORE', k .. ':r', id .. ':L:' .. amount) then
+        local cf = 'c:' .. id
+        local take = math.min(actual, tonumber(amount) - tonumber(redis.call('HGET', k, cf) or '0'))
+        if take > 0 then
+          redis.call('HINCRBY', k, cf, take)
+          redis.call('HINCRBY', k, 'reserved', -take)
+        end
+      end
+    elseif op == 'x' then
+      -- Lease `id` is given back: what its requests did not consume is released.
+      if redis.call('ZREM', k .. ':r', id .. ':L:' .. amount) == 1 then
+        local cf = 'c:' .. id
+        local left = tonumber(amount) - tonumber(redis.call('HGET', k, cf) or '0')
+        redis.call('HDEL', k, cf)
+        if redis.call('HINCRBY', k, 'reserved', -left) < 0 then redis.call('HSET', k, 'reserved', 0) end
+      end
     end
+    -- ('u': usage only, of a request counted in memory while Redis was unreachable.)
+    if actual > 0 then redis.call('HINCRBY', k, 'used', actual) end
+    -- A counter recreated here (its period over, or Redis restarted) gets an expiry.
+    if redis.call('PTTL', k) == -1 then redis.call('PEXPIRE', k, keep) end
   end
-  if actual > 0 then redis.call('HINCRBY', k, 'used', actual) end
-  -- A counter recreated here (its period over, or Redis restarted) gets an expiry.
-  if redis.call('PTTL', k) == -1 then redis.call('PEXPIRE', k, keep) end
 end
 return 1
 )lua";

@@ -4,7 +4,11 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { KEY, chat, metricValue, rawRequest, startGateway, startRedis, USER, waitFor } from './lib.mjs';
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+
+import { BIN, KEY, chat, delay, metricValue, rawRequest, startGateway, startRedis, tempDir, toYaml, USER, waitFor } from './lib.mjs';
 
 const SIM = { alias: 'demo', provider: 'simulated', sim: { ttft: '2ms', inter_token: '1ms', jitter: 0 } };
 const BODY = { model: 'demo', messages: USER, max_tokens: 3 };
@@ -84,7 +88,7 @@ describe('no over-admission under concurrency: 3 instances, 300 concurrent reque
     await redis.stop();
   });
 
-  for (const algorithm of ['fixed_window', 'sliding_window', 'token_bucket']) {
+  for (const algorithm of ['fixed_window', 'sliding_window', 'sliding_log', 'token_bucket']) {
     test(algorithm, async () => {
       await redis.raw('FLUSHALL');
       // A long window: the run (about a second) is far from a window edge, and the bucket
@@ -393,5 +397,52 @@ describe('headers', () => {
     } finally {
       await g3.stop();
     }
+  });
+});
+
+describe('sliding_log: exact, in Redis and in memory', () => {
+  let redis;
+  before(async () => {
+    redis = await startRedis();
+  });
+  after(async () => {
+    await redis.stop();
+  });
+
+  for (const backend of ['redis', 'memory']) {
+    test(`${backend}: the limit-th request fills the window; Retry-After is when the oldest leaves`, async () => {
+      const rl = { backend, requests: [{ scope: 'key', tier: 'free', algorithm: 'sliding_log', limit: 3, window: '2s' }] };
+      const gw = await startGateway(limitsConfig(redis, rl));
+      try {
+        for (let i = 0; i < 3; ++i) assert.equal((await chat(gw, BODY)).status, 200);
+        const refused = await chat(gw, BODY);
+        assert.equal(refused.status, 429, refused.text);
+        const retry = Number(refused.headers.get('retry-after'));
+        assert.ok(retry >= 1 && retry <= 2, `Retry-After ${retry}`);
+        assert.match(refused.json.error.message, /3 requests per 2s/);
+        await delay(retry * 1000 + 100);
+        assert.equal((await chat(gw, BODY)).status, 200, 'passes once the oldest entries left');
+      } finally {
+        await gw.stop();
+      }
+    });
+  }
+
+  test('a limit too large for a log, or a lease, is refused with its line', async () => {
+    const dir = tempDir();
+    const file = path.join(dir, 'c.yaml');
+    fs.writeFileSync(
+      file,
+      toYaml({
+        ...limitsConfig(redis, { backend: 'memory', requests: [
+          { scope: 'key', algorithm: 'sliding_log', limit: 200000, window: '1m' },
+          { scope: 'key', algorithm: 'sliding_log', limit: 10, window: '1m', lease: 5 },
+        ] }),
+      }),
+    );
+    const r = spawnSync(BIN, ['check-config', file], { encoding: 'utf8' });
+    assert.notEqual(r.status, 0);
+    assert.match(r.stderr + r.stdout, /rate_limits\.requests\[0\]\.limit.*sliding_log keeps one entry per request of the window: limit at most 100000/);
+    assert.match(r.stderr + r.stdout, /rate_limits\.requests\[1\]\.lease.*never leased/);
   });
 });
