@@ -7,25 +7,35 @@ CONFIG     ?= config/sluice.example.yaml
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 600
 
+# Each build ends with a line saying how many compilations came from ccache (docs/building.md).
+CACHE_BEGIN = @scripts/ccache-stats.sh begin
+CACHE_END   = @scripts/ccache-stats.sh end
+
 .PHONY: build run test unit-test asan-test integration-test fuzz-smoke fuzz bench bench-limits bench-routing bench-records clean
 
 build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	$(CACHE_BEGIN) $(BUILD)
 	cmake --build $(BUILD) -j $(JOBS)
+	$(CACHE_END) $(BUILD)
 
 run: build
 	$(BUILD)/sluice serve --config $(CONFIG)
 
 unit-test:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_REQUIRE_TESTS=ON >/dev/null
+	$(CACHE_BEGIN) $(BUILD)
 	cmake --build $(BUILD) -j $(JOBS)
+	$(CACHE_END) $(BUILD)
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --no-tests=error
 
 # Unit tests, then the integration suite against the gateway and simulator, all built
 # with ASan and UBSan (a sanitizer report ends the process, which fails the tests).
 asan-test:
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=ON -DSLUICE_REQUIRE_TESTS=ON >/dev/null
+	$(CACHE_BEGIN) $(ASAN_BUILD)
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target unit_tests sluice kafka-mock
+	$(CACHE_END) $(ASAN_BUILD)
 	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) --no-tests=error
 	cd tests/integration && SLUICE_BIN=$(abspath $(ASAN_BUILD))/sluice ASAN_OPTIONS=detect_leaks=0 \
 		node --test --test-concurrency=1 *.test.mjs
@@ -58,7 +68,9 @@ bench-routing: build
 # Needs the test tools too (build/kafka-mock): configured like unit-test.
 bench-records:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_REQUIRE_TESTS=ON >/dev/null
+	$(CACHE_BEGIN) $(BUILD)
 	cmake --build $(BUILD) -j $(JOBS) --target sluice kafka-mock
+	$(CACHE_END) $(BUILD)
 	bench/records.sh
 
 clean:

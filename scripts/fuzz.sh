@@ -28,7 +28,9 @@ esac
 CXX_BIN="${FUZZ_CXX:-clang++}"
 command -v "$CXX_BIN" >/dev/null || { echo "fuzz: $CXX_BIN not found (scripts/setup.sh --test installs clang)" >&2; exit 1; }
 cmake -S . -B "$BUILD" -DCMAKE_CXX_COMPILER="$CXX_BIN" -DSLUICE_FUZZ=ON >/dev/null
+scripts/ccache-stats.sh begin "$BUILD"
 cmake --build "$BUILD" -j "$JOBS" --target fuzz_targets
+scripts/ccache-stats.sh end "$BUILD"
 [ "$mode" = build ] && exit 0
 
 work="$(mktemp -d /tmp/sluice-fuzz.XXXXXX)"

@@ -12,6 +12,7 @@ import { after, before, describe, test } from 'node:test';
 
 import {
   chat,
+  metricValue,
   rawRequest,
   request,
   sse,
@@ -35,15 +36,6 @@ async function json(gw, path, key) {
 }
 
 const infra = async (gw) => gw.infra();
-async function metrics(gw) {
-  const r = await rawRequest({ port: gw.adminPort, path: '/metrics' });
-  assert.equal(r.status, 200);
-  return r.body;
-}
-function sample(text, name) {
-  const m = text.match(new RegExp(`^${name.replace(/[{}"]/g, '\\$&')} (\\S+)$`, 'm'));
-  return m ? Number(m[1]) : undefined;
-}
 
 // Steady traffic: `n` requests spread over both instances, every status collected, with
 // the request ids (to find them in the history and on the topic).
@@ -237,16 +229,16 @@ describe('acceptance: shared state, history, events and degradation drills', () 
   });
 
   check('09 /metrics passes promtool and counts requests by model, status and reason', async () => {
-    const text = await metrics(gws[1]); // (the instance that refused two requests in check 03)
+    const text = await gws[1].metrics(); // (the instance that refused two requests in check 03)
     const out = await new Promise((resolve) => {
       const p = execFile('promtool', ['check', 'metrics'], (err, stdout, stderr) => resolve({ err, stdout, stderr }));
       p.stdin.end(text);
     });
     assert.equal(out.err, null, `${out.stdout}${out.stderr}`);
-    assert.ok(sample(text, 'sluice_requests_total{model="demo",tier="free",status="429",reason="rate_limit_exceeded",stream="false"}') >= 1);
-    assert.equal(sample(text, 'sluice_history_backend_up{backend="postgres"}'), 1);
-    assert.equal(sample(text, 'sluice_events_up'), 1);
-    assert.equal(sample(text, 'sluice_redis_up'), 1);
+    assert.ok(metricValue(text, 'sluice_requests_total', { model: 'demo', tier: 'free', status: '429', reason: 'rate_limit_exceeded', stream: 'false' }) >= 1);
+    assert.equal(metricValue(text, 'sluice_history_backend_up', { backend: 'postgres' }), 1);
+    assert.equal(metricValue(text, 'sluice_events_up'), 1);
+    assert.equal(metricValue(text, 'sluice_redis_up'), 1);
   });
 
   check('10 Redis down under traffic: every request 200, per-instance limits still apply, /infra and metrics say so', async () => {
@@ -258,8 +250,8 @@ describe('acceptance: shared state, history, events and degradation drills', () 
       const i = await infra(gw);
       assert.equal(i.rate_limiter.active, 'memory');
       assert.equal(i.rate_limiter.redis.up, false);
-      assert.equal(sample(await metrics(gw), 'sluice_redis_up'), 0);
-      assert.equal(sample(await metrics(gw), 'sluice_ratelimit_backend_up'), 0);
+      assert.equal(await gw.metric('sluice_redis_up'), 0);
+      assert.equal(await gw.metric('sluice_ratelimit_backend_up'), 0);
     }
     // The free key's limit (10 per hour) is now counted by each instance alone.
     const st = [];
@@ -292,9 +284,9 @@ describe('acceptance: shared state, history, events and degradation drills', () 
       const i = await infra(gw);
       assert.ok(i.history.write_errors >= 1 && i.history.last_error.length > 0, JSON.stringify(i.history));
       assert.ok(!i.history.last_error.includes('password'));
-      const m = await metrics(gw);
-      assert.equal(sample(m, 'sluice_history_backend_up{backend="postgres"}'), 0);
-      assert.ok(sample(m, 'sluice_history_queue_rows') >= 1);
+      const m = await gw.metrics();
+      assert.equal(metricValue(m, 'sluice_history_backend_up', { backend: 'postgres' }), 0);
+      assert.ok(metricValue(m, 'sluice_history_queue_rows') >= 1);
     }
     const q = await json(gws[0], '/history?limit=1', ADMIN);
     assert.equal(q.status, 503);
@@ -324,7 +316,7 @@ describe('acceptance: shared state, history, events and degradation drills', () 
     assert.deepEqual([...new Set(r.map((x) => x.status))], [200]);
     for (const gw of gws) {
       await waitFor(async () => (await infra(gw)).events.up === false, { timeout: 15000, what: 'events to show down' });
-      assert.equal(sample(await metrics(gw), 'sluice_events_up'), 0);
+      assert.equal(await gw.metric('sluice_events_up'), 0);
     }
   });
 

@@ -13,6 +13,7 @@ import {
   request,
   startGateway,
   startRecorder,
+  withGateway,
 } from './lib.mjs';
 
 const FAST = { ttft: '5ms', inter_token: '1ms', jitter: 0 };
@@ -21,11 +22,10 @@ const MAX_BODY = 4096;
 let gw;
 let rec;
 
-before(async () => {
-  rec = await startRecorder();
-  gw = await startGateway({
+// The file's gateway; a test that needs another setting starts its own with withGateway().
+function basicsConfig() {
+  return {
     instance: 'it-basics',
-    limits: { max_body_bytes: MAX_BODY },
     keys: [
       { name: 'test-app', key: KEY, tenant: 'acme', tier: 'gold', models: ['*'] },
       { name: 'limited', key: KEY_LIMITED, tenant: 'beta', models: ['demo'] },
@@ -41,7 +41,12 @@ before(async () => {
         api_key: 'sk-upstream-secret-9876',
       },
     ],
-  });
+  };
+}
+
+before(async () => {
+  rec = await startRecorder();
+  gw = await startGateway(basicsConfig());
 });
 
 after(async () => {
@@ -289,25 +294,37 @@ describe('request validation', () => {
   });
 });
 
-describe('size limits', () => {
+describe('size limits (a gateway of their own, max_body_bytes lowered)', () => {
+  const sized = (fn) => withGateway(basicsConfig, { limits: { max_body_bytes: MAX_BODY } }, fn);
+
   test('a body over max_body_bytes -> 413 body_too_large', async () => {
     const big = JSON.stringify({ model: 'demo', messages: [{ role: 'user', content: 'x'.repeat(MAX_BODY * 2) }] });
-    const r = await rawRequest({
-      port: gw.port,
-      method: 'POST',
-      path: '/v1/chat/completions',
-      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
-      body: big,
+    await sized(async (gw) => {
+      const r = await rawRequest({
+        port: gw.port,
+        method: 'POST',
+        path: '/v1/chat/completions',
+        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+        body: big,
+      });
+      assert.equal(r.status, 413, r.body);
+      const e = JSON.parse(r.body).error;
+      assert.equal(e.code, 'body_too_large');
+      assert.equal(r.headers['x-sluice-instance'], 'it-basics');
     });
-    assert.equal(r.status, 413, r.body);
-    const e = JSON.parse(r.body).error;
-    assert.equal(e.code, 'body_too_large');
-    assert.equal(r.headers['x-sluice-instance'], 'it-basics');
   });
 
   test('a body just under max_body_bytes is accepted', async () => {
     const base = JSON.stringify({ model: 'demo', messages: [{ role: 'user', content: '' }], max_tokens: 1 });
     const content = 'x'.repeat(MAX_BODY - base.length - 8);
+    await sized(async (gw) => {
+      const r = await chat(gw, { model: 'demo', messages: [{ role: 'user', content }], max_tokens: 1 });
+      assert.equal(r.status, 200, r.text);
+    });
+  });
+
+  test("the file's gateway keeps the default limit", async () => {
+    const content = 'x'.repeat(MAX_BODY * 2);
     const r = await chat(gw, { model: 'demo', messages: [{ role: 'user', content }], max_tokens: 1 });
     assert.equal(r.status, 200, r.text);
   });

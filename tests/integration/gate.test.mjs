@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { KEY, chat, rawRequest, startGateway, USER, waitFor } from './lib.mjs';
+import { KEY, chat, metricValue, rawRequest, startGateway, USER, waitFor, withGateway } from './lib.mjs';
 
 const VIP_KEY = 'sk-vip-aaaabbbbccccdddd';
 const KEY_B = 'sk-bbb-aaaabbbbccccdddd';
@@ -131,8 +131,7 @@ describe('priority queue', () => {
 
 describe('queue limits', () => {
   test('queue full: 429 queue_full with Retry-After', async () => {
-    const gw = await startGateway(config({ queueSize: 2 }));
-    try {
+    await withGateway(config({ queueSize: 2 }), async (gw) => {
       const t = tracker(gw);
       const all = [(await t.send('blocker', KEY)).res, (await t.send('q1', KEY)).res, (await t.send('q2', KEY)).res];
       const r = await chat(gw, BODY);
@@ -143,16 +142,13 @@ describe('queue limits', () => {
         (await Promise.all(all)).map((x) => x.status),
         [200, 200, 200],
       );
-      const metrics = (await rawRequest({ port: gw.adminPort, path: '/metrics' })).body;
-      assert.match(metrics, /^sluice_gate_rejected_total\{reason="queue_full"\} 1$/m);
-    } finally {
-      await gw.stop();
-    }
+      const metrics = await gw.metrics();
+      assert.equal(metricValue(metrics, 'sluice_gate_rejected_total', { reason: 'queue_full' }), 1);
+    });
   });
 
   test('waited past standard max_wait: 503 queue_timeout with Retry-After', async () => {
-    const gw = await startGateway(config({ ttft: '2s', maxWait: { standard: '300ms' } }));
-    try {
+    await withGateway(config({ ttft: '2s', maxWait: { standard: '300ms' } }), async (gw) => {
       const t = tracker(gw);
       const blocker = (await t.send('blocker', KEY)).res;
       const r = await chat(gw, BODY);
@@ -163,14 +159,11 @@ describe('queue limits', () => {
       assert.equal(line.reason, 'queue_timeout');
       assert.ok(line.queue_ms >= 300, `queue_ms ${line.queue_ms}`);
       assert.equal((await blocker).status, 200);
-    } finally {
-      await gw.stop();
-    }
+    });
   });
 
   test('a vip request that waited its max is demoted to standard, not dropped', async () => {
-    const gw = await startGateway(config({ ttft: '1s', maxWait: { vip: '100ms' } }));
-    try {
+    await withGateway(config({ ttft: '1s', maxWait: { vip: '100ms' } }), async (gw) => {
       const t = tracker(gw);
       const all = [(await t.send('blocker', KEY)).res, (await t.send('s1', KEY)).res, (await t.send('v1', VIP_KEY)).res];
       const results = await Promise.all(all);
@@ -182,16 +175,13 @@ describe('queue limits', () => {
       assert.deepEqual(t.done, ['blocker', 's1', 'v1']);
       const v1 = await gw.logFor(results[2].headers.get('x-request-id'));
       assert.equal(v1.priority, 'standard');
-      const metrics = (await rawRequest({ port: gw.adminPort, path: '/metrics' })).body;
-      assert.match(metrics, /^sluice_gate_demoted_total\{class="vip"\} 1$/m);
-    } finally {
-      await gw.stop();
-    }
+      const metrics = await gw.metrics();
+      assert.equal(metricValue(metrics, 'sluice_gate_demoted_total', { class: 'vip' }), 1);
+    });
   });
 
   test('per-key limit: a busy key waits while another key goes through', async () => {
-    const gw = await startGateway(config({ perKey: 1 }));
-    try {
+    await withGateway(config({ perKey: 1 }), async (gw) => {
       const body = { model: 'wide', messages: USER, max_tokens: 2 };
       const t = tracker(gw);
       const b1 = (await t.send('b1', KEY_B, { body })).res;
@@ -209,8 +199,6 @@ describe('queue limits', () => {
       assert.ok(l2.queue_ms > 0);
       const l3 = await gw.logFor(r3.headers.get('x-request-id'));
       assert.equal(l3.queue_ms, undefined);
-    } finally {
-      await gw.stop();
-    }
+    });
   });
 });

@@ -312,6 +312,10 @@ export async function startGateway(config, { env, args = [] } = {}) {
       if (r.status !== 200) throw new Error(`GET /metrics: HTTP ${r.status}: ${r.body}`);
       return r.body;
     },
+    // One series from a fresh /metrics page (metricValue() below): a number or undefined.
+    async metric(name, labels = {}) {
+      return metricValue(await this.metrics(), name, labels);
+    },
     dir,
     configPath,
     yaml,
@@ -334,6 +338,75 @@ export async function startGateway(config, { env, args = [] } = {}) {
       });
     },
   });
+}
+
+// A config with `overrides` laid over `base`: objects are merged key by key, anything else
+// (arrays, scalars) replaces; a key set to undefined is removed. Neither input is changed.
+export function mergeConfig(base, overrides = {}) {
+  const plain = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
+  const out = { ...base };
+  for (const [k, v] of Object.entries(overrides)) {
+    if (v === undefined) delete out[k];
+    else out[k] = plain(v) && plain(out[k]) ? mergeConfig(out[k], v) : v;
+  }
+  return out;
+}
+
+// A gateway of its own for one test: starts `base` (a config object, or a function returning
+// one) with `overrides` merged in (mergeConfig), runs fn(gw), and stops the gateway however
+// fn ends. For a test that needs a setting the file's shared gateway must not have:
+//   await withGateway(fileConfig, { limits: { max_body_bytes: 4096 } }, async (gw) => { ... });
+//   await withGateway(config, async (gw) => { ... });          (no overrides)
+// `opts` goes to startGateway ({env, args}).
+export async function withGateway(base, overrides, fn, opts) {
+  if (typeof overrides === 'function') [overrides, fn, opts] = [{}, overrides, fn];
+  const gw = await startGateway(mergeConfig(typeof base === 'function' ? base() : base, overrides), opts);
+  try {
+    return await fn(gw);
+  } finally {
+    await gw.stop();
+  }
+}
+
+// ---- metrics ---------------------------------------------------------------------------
+
+// The samples of a /metrics page (Prometheus text format): [{name, labels, value}], labels
+// as an object. Comments (# HELP, # TYPE) and blank lines are skipped; a line that is not a
+// sample throws, so a malformed page fails the test that reads it.
+export function parseMetrics(text) {
+  const samples = [];
+  for (const line of text.split('\n')) {
+    if (line === '' || line.startsWith('#')) continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)(?: -?\d+)?$/.exec(line);
+    if (!m) throw new Error(`not a Prometheus sample line: ${JSON.stringify(line)}`);
+    const labels = {};
+    const body = m[2] ?? '';
+    const re = /\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*(,|$)/y;
+    let at = 0;
+    while (at < body.length) {
+      re.lastIndex = at;
+      const l = re.exec(body);
+      if (!l) throw new Error(`bad labels in ${JSON.stringify(line)}`);
+      labels[l[1]] = l[2].replace(/\\(.)/g, (_, c) => (c === 'n' ? '\n' : c));
+      at = re.lastIndex;
+    }
+    const v = m[3];
+    samples.push({ name: m[1], labels, value: v === '+Inf' ? Infinity : v === '-Inf' ? -Infinity : Number(v) });
+  }
+  return samples;
+}
+
+// The value of one series on a /metrics page: `labels` ({model: 'demo'}) must be the whole
+// label set of the series, in any order. Undefined when the page has no such series.
+export function metricValue(text, name, labels = {}) {
+  const want = Object.entries(labels).map(([k, v]) => [k, String(v)]);
+  const found = parseMetrics(text).find(
+    (s) =>
+      s.name === name &&
+      Object.keys(s.labels).length === want.length &&
+      want.every(([k, v]) => s.labels[k] === v),
+  );
+  return found?.value;
 }
 
 // A minimal valid gateway config around the given routes.

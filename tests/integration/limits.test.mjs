@@ -8,7 +8,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 
-import { BIN, KEY, chat, delay, rawRequest, startGateway, startRedis, tempDir, toYaml, USER, waitFor } from './lib.mjs';
+import { BIN, KEY, chat, delay, metricValue, rawRequest, startGateway, startRedis, tempDir, toYaml, USER, waitFor } from './lib.mjs';
 
 const SIM = { alias: 'demo', provider: 'simulated', sim: { ttft: '2ms', inter_token: '1ms', jitter: 0 } };
 const BODY = { model: 'demo', messages: USER, max_tokens: 3 };
@@ -154,9 +154,9 @@ describe('leases: units taken from Redis in advance, admitted without a Redis ca
         let leased = 0;
         let refills = 0;
         for (const gw of gws) {
-          const m = (await rawRequest({ port: gw.adminPort, path: '/metrics' })).body;
-          leased += Number(m.match(/^sluice_ratelimit_counted_total\{backend="lease"\} (\d+)$/m)[1]);
-          refills += Number(m.match(/^sluice_ratelimit_lease_refills_total (\d+)$/m)[1]);
+          const m = await gw.metrics();
+          leased += metricValue(m, 'sluice_ratelimit_counted_total', { backend: 'lease' });
+          refills += metricValue(m, 'sluice_ratelimit_lease_refills_total');
         }
         // Most admissions needed no Redis call; leases were refilled before they ran out.
         assert.ok(leased > ok / 2, `${leased} of ${ok} admitted from leases`);
@@ -191,9 +191,9 @@ describe('Redis goes away and comes back', () => {
       assert.equal(i1.rate_limiter.redis.up, false);
       assert.equal(i1.rate_limiter.active, 'memory');
       assert.ok(i1.rate_limiter.counts.counted_local >= 7);
-      const metrics = (await rawRequest({ port: gw.adminPort, path: '/metrics' })).body;
-      assert.match(metrics, /^sluice_redis_up 0$/m);
-      assert.match(metrics, /^sluice_ratelimit_backend\{configured="auto",active="memory"\} 1$/m);
+      const metrics = await gw.metrics();
+      assert.equal(metricValue(metrics, 'sluice_redis_up'), 0);
+      assert.equal(metricValue(metrics, 'sluice_ratelimit_backend', { configured: 'auto', active: 'memory' }), 1);
 
       // Back (empty: this Redis kept nothing): shared counting resumes by itself.
       const t0 = Date.now();
@@ -209,7 +209,7 @@ describe('Redis goes away and comes back', () => {
       const counter = (await redis.raw('KEYS', 'sluice:*')).split('\n').find((k) => k.includes(':k:free-app:'));
       assert.ok(counter);
       assert.equal(await redis.raw('GET', counter), '5');
-      assert.match((await rawRequest({ port: gw.adminPort, path: '/metrics' })).body, /^sluice_redis_up 1$/m);
+      assert.equal(metricValue(await gw.metrics(), 'sluice_redis_up'), 1);
     } finally {
       await gw.stop();
     }

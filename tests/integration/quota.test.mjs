@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { KEY, chat, contentEvents, delay, rawRequest, sse, startGateway, startRedis, USER, waitFor } from './lib.mjs';
+import { KEY, chat, contentEvents, delay, metricValue, sse, startGateway, startRedis, USER, waitFor } from './lib.mjs';
 
 const KEY2 = 'sk-other-1111222233334444';
 
@@ -89,9 +89,9 @@ describe('token budgets', () => {
       }
       // Refused on the bound and then admitted or refused on the exact count: each request
       // counted once.
-      const metrics = (await rawRequest({ port: gw.adminPort, path: '/metrics' })).body;
-      assert.match(metrics, /^sluice_ratelimit_decisions_total\{decision="rejected",reason="quota_exceeded"\} 7$/m);
-      assert.match(metrics, /^sluice_ratelimit_decisions_total\{decision="allowed",reason="ok"\} 3$/m);
+      const metrics = await gw.metrics();
+      assert.equal(metricValue(metrics, 'sluice_ratelimit_decisions_total', { decision: 'rejected', reason: 'quota_exceeded' }), 7);
+      assert.equal(metricValue(metrics, 'sluice_ratelimit_decisions_total', { decision: 'allowed', reason: 'ok' }), 3);
       // Settled: the ledger holds what the three really used, nothing reserved.
       const usedByUpstream = ok.reduce((n, r) => n + r.json.usage.prompt_tokens + r.json.usage.completion_tokens, 0);
       await waitFor(async () => (await ledger(redis, 'app')).reserved === 0, { what: 'the reservations to settle' });
@@ -133,8 +133,8 @@ describe('token budgets', () => {
       }
       assert.equal(last.status, 429);
       assert.match(last.json.error.message, new RegExp(`needs ${exact} tokens`));
-      const metrics = (await rawRequest({ port: gw.adminPort, path: '/metrics' })).body;
-      assert.match(metrics, /^sluice_ratelimit_decisions_total\{decision="rejected",reason="quota_exceeded"\} 1$/m);
+      const metrics = await gw.metrics();
+      assert.equal(metricValue(metrics, 'sluice_ratelimit_decisions_total', { decision: 'rejected', reason: 'quota_exceeded' }), 1);
     } finally {
       await gw.stop();
     }
@@ -178,8 +178,8 @@ describe('token budgets', () => {
       assert.equal(Number(await redis.raw('ZCARD', `${key}:r`)), 0);
       let leased = 0;
       for (const gw of gws) {
-        const m = (await rawRequest({ port: gw.adminPort, path: '/metrics' })).body;
-        leased += Number(m.match(/^sluice_ratelimit_counted_total\{backend="lease"\} (\d+)$/m)[1]);
+        const m = await gw.metrics();
+        leased += metricValue(m, 'sluice_ratelimit_counted_total', { backend: 'lease' });
       }
       assert.ok(leased > 0, 'some requests were served from leases');
     } finally {
@@ -262,8 +262,8 @@ describe('token budgets', () => {
         interval: 100,
         what: `the settlement (${charged} tokens) to reach the restarted Redis`,
       });
-      const metrics = (await rawRequest({ port: gw.adminPort, path: '/metrics' })).body;
-      assert.match(metrics, /^sluice_ratelimit_settle_errors_total 0$/m);
+      const metrics = await gw.metrics();
+      assert.equal(metricValue(metrics, 'sluice_ratelimit_settle_errors_total'), 0);
       // The counter it created expires by itself.
       const key = (await redis.raw('KEYS', 'sluice:{t:acme}:k:app:q*')).split('\n')[0];
       assert.ok(Number(await redis.raw('PTTL', key)) > 0);

@@ -14,6 +14,7 @@ import {
   closedPort,
   delay,
   keysAll,
+  metricValue,
   request,
   sse,
   startGateway,
@@ -41,11 +42,6 @@ after(async () => {
 
 const backend = (s, extra = {}) => ({ provider: 'openai', base_url: `${s.url}/v1`, ...extra });
 const infra = async (gw) => (await request(`${gw.adminUrl}/infra`)).json.routing;
-const metrics = async (gw) => (await request(`${gw.adminUrl}/metrics`)).text;
-function metricValue(text, name, labels) {
-  const line = text.split('\n').find((l) => l.startsWith(`${name}{${labels}}`) || (labels === '' && l.startsWith(`${name} `)));
-  return line === undefined ? undefined : Number(line.slice(line.lastIndexOf(' ') + 1));
-}
 async function many(n, fn) {
   const out = [];
   for (let i = 0; i < n; i++) out.push(await fn(i));
@@ -116,8 +112,8 @@ describe('failures before the first byte', () => {
     const b = st.backends.find((x) => x.name === `127.0.0.1:${bad.port}`);
     assert.equal(b.state, 'ejected');
     assert.equal(b.health.ejections, 1);
-    assert.equal(metricValue(await metrics(gw), 'sluice_backend_ejections_total', `backend="127.0.0.1:${bad.port}"`), 1);
-    assert.equal(metricValue(await metrics(gw), 'sluice_route_retries_total', 'model="r"'), 3);
+    assert.equal(await gw.metric('sluice_backend_ejections_total', { backend: `127.0.0.1:${bad.port}` }), 1);
+    assert.equal(await gw.metric('sluice_route_retries_total', { model: 'r' }), 3);
     // The route degraded: a notice reached the webhook.
     await waitFor(() => hook.requests.find((q) => q.json?.event === 'route.degraded' && q.json.route === 'r'), {
       what: 'the route.degraded notice',
@@ -177,9 +173,9 @@ describe('failures before the first byte', () => {
     const b = (await infra(gw)).backends.find((x) => x.name === name);
     assert.equal(b.breaker.state, 'open');
     assert.match(b.breaker.last_reason, /error rate 1\.00 over 4 requests/);
-    const m = await metrics(gw);
-    assert.equal(metricValue(m, 'sluice_breaker_state', `scope="backend",name="${name}"`), 1);
-    assert.equal(metricValue(m, 'sluice_breaker_transitions_total', `scope="backend",name="${name}",to="open"`), 1);
+    const m = await gw.metrics();
+    assert.equal(metricValue(m, 'sluice_breaker_state', { scope: 'backend', name }), 1);
+    assert.equal(metricValue(m, 'sluice_breaker_transitions_total', { scope: 'backend', name, to: 'open' }), 1);
   });
 
   test('the provider breaker takes every model of a failing provider endpoint out at once', async () => {
@@ -203,7 +199,7 @@ describe('failures before the first byte', () => {
     }
     assert.equal((await provider.stats()).errors_503, 4);
     const key = `openai://127.0.0.1:${provider.port}`;
-    assert.equal(metricValue(await metrics(gw), 'sluice_breaker_state', `scope="provider",name="${key}"`), 1);
+    assert.equal(await gw.metric('sluice_breaker_state', { scope: 'provider', name: key }), 1);
     // Now neither model's backend is tried: both go straight to the spare.
     for (const m of ['p1', 'p2']) {
       const r = await chat(gw, { model: m, messages: USER, max_tokens: 1 });
@@ -274,7 +270,7 @@ describe('failures before the first byte', () => {
     assert.equal(a.status, 200, a.text);
     assert.equal(a.json.type, 'message');
     assert.equal(a.json.content[0].text, 'We are busy, try again in a minute.');
-    assert.equal(metricValue(await metrics(gw), 'sluice_route_canned_replies_total', 'model="soft"'), 3);
+    assert.equal(await gw.metric('sluice_route_canned_replies_total', { model: 'soft' }), 3);
   });
 });
 
@@ -300,14 +296,14 @@ describe('health probes', () => {
       return ls.length === 6 && ls;
     }, { what: 'six log lines' });
     for (const l of lines) assert.equal(l.backend, `127.0.0.1:${good.port}`);
-    assert.equal(metricValue(await metrics(gw), 'sluice_backend_healthy', `backend="${name}"`), 0);
+    assert.equal(await gw.metric('sluice_backend_healthy', { backend: name }), 0);
     // Inference works again: one good probe brings it back.
     await hung.configure({ hang_rate: 0 });
     await waitFor(async () => (await infra(gw)).backends.find((x) => x.name === name).state === 'up', {
       timeout: 10000,
       what: 'the backend to be healthy again',
     });
-    assert.ok(metricValue(await metrics(gw), 'sluice_backend_probes_total', `backend="${name}",result="ok"`) >= 1);
+    assert.ok((await gw.metric('sluice_backend_probes_total', { backend: name, result: 'ok' })) >= 1);
   });
 });
 
@@ -354,9 +350,9 @@ describe('latency breaker and fallback model', () => {
     const bigBefore = (await big.stats()).requests;
     await many(3, ask);
     assert.equal((await big.stats()).requests - bigBefore, 3, 'traffic is back on the big model');
-    const m = await metrics(gw);
-    assert.equal(metricValue(m, 'sluice_breaker_transitions_total', `scope="backend",name="${name}",to="closed"`), 1);
-    assert.ok(metricValue(m, 'sluice_route_fallbacks_total', 'model="big"') >= 4);
+    const m = await gw.metrics();
+    assert.equal(metricValue(m, 'sluice_breaker_transitions_total', { scope: 'backend', name, to: 'closed' }), 1);
+    assert.ok(metricValue(m, 'sluice_route_fallbacks_total', { model: 'big' }) >= 4);
   });
 });
 
@@ -400,9 +396,9 @@ describe('canary', () => {
     const st = (await infra(gw)).routes.find((r) => r.model === 'chat');
     assert.equal(st.canary.active, false);
     assert.match(st.canary.rollback_reason, /canary error rate/);
-    const m = await metrics(gw);
-    assert.equal(metricValue(m, 'sluice_canary_rollbacks_total', 'model="chat"'), 1);
-    assert.equal(metricValue(m, 'sluice_canary_active', 'model="chat"'), 0);
+    const m = await gw.metrics();
+    assert.equal(metricValue(m, 'sluice_canary_rollbacks_total', { model: 'chat' }), 1);
+    assert.equal(metricValue(m, 'sluice_canary_active', { model: 'chat' }), 0);
     const after = (await canary.stats()).requests;
     for (const r of await many(5, () => ask({ 'x-canary': 'true' }))) assert.equal(r.status, 200);
     assert.equal((await canary.stats()).requests, after, 'no traffic reaches a rolled-back canary');
@@ -477,8 +473,8 @@ describe('configuration reload', () => {
     assert.equal(st.table_version, 2);
     assert.match(st.reloads.last_error, /models\[0\]\.backends\[0\]\.provider: unknown provider 'nonsense'/);
     assert.equal((await chat(gw, { model: 'm', messages: USER, max_tokens: 1 })).status, 200);
-    const m = await metrics(gw);
-    assert.equal(metricValue(m, 'sluice_config_reloads_total', 'result="ok"'), 1);
-    assert.equal(metricValue(m, 'sluice_config_reloads_total', 'result="failed"'), 1);
+    const m = await gw.metrics();
+    assert.equal(metricValue(m, 'sluice_config_reloads_total', { result: 'ok' }), 1);
+    assert.equal(metricValue(m, 'sluice_config_reloads_total', { result: 'failed' }), 1);
   });
 });

@@ -10,6 +10,7 @@
 
 #include "config/config.hpp"
 #include "config_fixture.hpp"
+#include "source_tree.hpp"
 
 using namespace sluice::config;
 using ::testing::HasSubstr;
@@ -56,7 +57,7 @@ class TempDir {
 // The shipped example.
 
 TEST_F(ConfigTest, ExampleConfigLoadsWithEmptyEnv) {
-  auto r = load_file(SLUICE_SOURCE_DIR "/config/sluice.example.yaml", empty_env);
+  auto r = load_file(sluice::test::source_path("config/sluice.example.yaml"), empty_env);
   ASSERT_TRUE(r.ok()) << all_errors(r);
   const Config& c = *r.config;
   EXPECT_EQ(c.listen_host, "127.0.0.1");

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "llm/chat.hpp"
+#include "rank_files.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 using namespace sluice;
@@ -386,7 +387,8 @@ TEST(OllamaCall, ContentPartsImagesAndToolCalls) {
 // ---- count_prompt_tokens -------------------------------------------------------------
 
 TEST(CountPromptTokens, MatchesTheTokenizersChatFormula) {
-  const std::string dir = std::string(SLUICE_SOURCE_DIR) + "/" + std::string(sluice::tokenizer::kDefaultRankDir);
+  SLUICE_REQUIRE_RANK_FILES();
+  const std::string dir = sluice::test::rank_dir();
   std::string warnings;
   auto counter = sluice::tokenizer::Counter::load_dir(dir, &warnings);
   ASSERT_TRUE(counter.exact(sluice::tokenizer::Encoding::cl100k_base))
@@ -403,7 +405,8 @@ TEST(CountPromptTokens, MatchesTheTokenizersChatFormula) {
 }
 
 TEST(PromptTokenBound, NeverBelowTheExactCountInEitherEncoding) {
-  const std::string dir = std::string(SLUICE_SOURCE_DIR) + "/" + std::string(sluice::tokenizer::kDefaultRankDir);
+  SLUICE_REQUIRE_RANK_FILES();
+  const std::string dir = sluice::test::rank_dir();
   std::string warnings;
   auto counter = sluice::tokenizer::Counter::load_dir(dir, &warnings);
   ASSERT_TRUE(counter.exact(sluice::tokenizer::Encoding::cl100k_base)) << "run scripts/fetch-tokenizer.sh: " << warnings;

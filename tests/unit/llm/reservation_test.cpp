@@ -12,6 +12,7 @@
 
 #include "llm/anthropic.hpp"
 #include "llm/chat.hpp"
+#include "rank_files.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 using namespace sluice;
@@ -48,8 +49,7 @@ ChatRequest ok(std::string_view body) {
 const tokenizer::Counter& counter() {
   static const tokenizer::Counter c = [] {
     std::string warnings;
-    return tokenizer::Counter::load_dir(std::string(SLUICE_SOURCE_DIR) + "/" + std::string(tokenizer::kDefaultRankDir),
-                                        &warnings);
+    return tokenizer::Counter::load_dir(sluice::test::rank_dir(), &warnings);
   }();
   return c;
 }
@@ -91,6 +91,7 @@ std::string request_with(json::object extra, json::array messages = json::array{
 // ---- 1. every part that is sent is reserved ---------------------------------------------
 
 TEST(Reservation, CountsToolDefinitions) {
+  SLUICE_REQUIRE_RANK_FILES();
   ASSERT_TRUE(counter().exact(Encoding::cl100k_base)) << "run scripts/fetch-tokenizer.sh";
   const json::value tool = big_tool(40 * 1024);
   const auto plain = ok(request_with({}));
@@ -107,6 +108,7 @@ TEST(Reservation, CountsToolDefinitions) {
 }
 
 TEST(Reservation, CountsResponseFormatToolCallsAndToolResults) {
+  SLUICE_REQUIRE_RANK_FILES();
   ASSERT_TRUE(counter().exact(Encoding::cl100k_base)) << "run scripts/fetch-tokenizer.sh";
   const std::string schema_text = std::string(R"({"type":"json_schema","json_schema":{"name":"r","schema":{"type":"object","description":")") +
                                   std::string(3000, 'x') + R"("}}})";
@@ -147,6 +149,7 @@ TEST(Reservation, CountsImagesAtTheirPublishedMaximum) {
 }
 
 TEST(Reservation, AnthropicToolUseInputAndToolResultsAreCounted) {
+  SLUICE_REQUIRE_RANK_FILES();
   ASSERT_TRUE(counter().exact(Encoding::cl100k_base)) << "run scripts/fetch-tokenizer.sh";
   const std::string input = std::string(R"({"q":")") + std::string(6000, 'z') + R"("})";
   const std::string messages_body = R"({"model":"m","max_tokens":10,"tools":[{"name":"t","description":")" +
@@ -165,6 +168,7 @@ TEST(Reservation, AnthropicToolUseInputAndToolResultsAreCounted) {
 // ---- 2. the bound for bodies too large to count: never below the exact count ---------
 
 TEST(Reservation, ByteBoundCoversAdversarialTextsTheEstimatorUndercounts) {
+  SLUICE_REQUIRE_RANK_FILES();
   ASSERT_TRUE(counter().exact(Encoding::cl100k_base) && counter().exact(Encoding::o200k_base))
       << "run scripts/fetch-tokenizer.sh";
   std::mt19937 rng(7);

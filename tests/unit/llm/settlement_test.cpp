@@ -9,6 +9,7 @@
 
 #include "llm/anthropic.hpp"
 #include "llm/chat.hpp"
+#include "rank_files.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 using namespace sluice;
@@ -27,8 +28,7 @@ ChatRequest request(bool stream) {
 const tokenizer::Counter& exact_counter() {
   static const tokenizer::Counter c = [] {
     std::string warnings;
-    return tokenizer::Counter::load_dir(std::string(SLUICE_SOURCE_DIR) + "/" + std::string(tokenizer::kDefaultRankDir),
-                                        &warnings);
+    return tokenizer::Counter::load_dir(sluice::test::rank_dir(), &warnings);
   }();
   return c;
 }
@@ -137,8 +137,8 @@ std::string content_chunk(std::string_view text) {
 
 // 2000 tokens in 100 chunks of 20: without a counter, 100 (chunks); with one, 2000.
 TEST(RelayedTokens, PerTokenWithACounterPerChunkWithout) {
+  SLUICE_REQUIRE_RANK_FILES();
   const auto& counter = exact_counter();
-  if (!counter.exact(tokenizer::Encoding::cl100k_base)) GTEST_SKIP() << "rank files not fetched (scripts/fetch-tokenizer.sh)";
   std::string piece;
   for (int i = 0; i < 20; ++i) piece += " hello";
   std::string whole;
@@ -160,8 +160,8 @@ TEST(RelayedTokens, PerTokenWithACounterPerChunkWithout) {
 // Tool call names and arguments count, in every wire format; text without spaces is cut
 // at a character boundary, which adds at most one token per fold.
 TEST(RelayedTokens, ToolCallsAndEveryWire) {
+  SLUICE_REQUIRE_RANK_FILES();
   const auto& counter = exact_counter();
-  if (!counter.exact(tokenizer::Encoding::cl100k_base)) GTEST_SKIP() << "rank files not fetched (scripts/fetch-tokenizer.sh)";
   const auto enc = tokenizer::Encoding::cl100k_base;
   std::vector<std::string> args;
   std::string all_args;
@@ -212,6 +212,7 @@ TEST(RelayedTokens, ToolCallsAndEveryWire) {
 }
 
 TEST(RelayedTokens, AnthropicOutputForwardsToItsInnerTranslator) {
+  SLUICE_REQUIRE_RANK_FILES();
   const auto& counter = exact_counter();
   auto tr = make_anthropic_output(make_openai_stream(request(true)), "alias", "rid", 5);
   tr->count_output(&counter, tokenizer::Encoding::cl100k_base);

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/text.hpp"
+#include "rank_files.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 using namespace sluice::tokenizer;
@@ -18,8 +19,8 @@ namespace json = boost::json;
 
 namespace {
 
-const std::string kSourceDir = SLUICE_SOURCE_DIR;
-const std::string kRankDir = kSourceDir + "/" + std::string(kDefaultRankDir);
+const std::string kSourceDir = sluice::test::source_dir();
+const std::string kRankDir = sluice::test::rank_dir();
 const Encoding kEncodings[] = {Encoding::cl100k_base, Encoding::o200k_base};
 
 std::string read(const std::string& path) {
@@ -37,7 +38,8 @@ const json::value& fixture() {
   return v;
 }
 
-// The real rank files, loaded once. A missing file fails the calling test with the fix.
+// The real rank files, loaded once. A test using them starts with SLUICE_REQUIRE_RANK_FILES()
+// (skipped without them); one that forgets fails here with the fix.
 std::shared_ptr<const Bpe> ranks(Encoding e) {
   static std::map<Encoding, std::shared_ptr<const Bpe>> cache;
   static std::map<Encoding, std::string> errors;
@@ -159,6 +161,7 @@ TEST(Exact, FixturePresent) {
 }
 
 TEST(Exact, ShortStringsGiveTiktokensIds) {
+  SLUICE_REQUIRE_RANK_FILES();
   for (const Encoding e : kEncodings) {
     const auto bpe = ranks(e);
     ASSERT_TRUE(bpe);
@@ -174,6 +177,7 @@ TEST(Exact, ShortStringsGiveTiktokensIds) {
 }
 
 TEST(Exact, LongTextsGiveTiktokensCounts) {
+  SLUICE_REQUIRE_RANK_FILES();
   for (const Encoding e : kEncodings) {
     const auto bpe = ranks(e);
     ASSERT_TRUE(bpe);
@@ -197,6 +201,7 @@ TEST(Exact, LongTextsGiveTiktokensCounts) {
 // Every Unicode scalar value in a few contexts (letters, digits, spaces, apostrophes), per
 // block of 4096 code points: count and hash of the ids must equal tiktoken's.
 TEST(Exact, EveryCodePointInContext) {
+  SLUICE_REQUIRE_RANK_FILES();
   for (const Encoding e : kEncodings) {
     const auto bpe = ranks(e);
     ASSERT_TRUE(bpe);
@@ -221,6 +226,7 @@ TEST(Exact, EveryCodePointInContext) {
 }
 
 TEST(Exact, SpecialTokensAreText) {
+  SLUICE_REQUIRE_RANK_FILES();
   const auto bpe = ranks(Encoding::cl100k_base);
   ASSERT_TRUE(bpe);
   const auto ids = bpe->encode("<|endoftext|>");
@@ -229,6 +235,7 @@ TEST(Exact, SpecialTokensAreText) {
 }
 
 TEST(Exact, InvalidUtf8IsCountedNotRejected) {
+  SLUICE_REQUIRE_RANK_FILES();
   for (const Encoding e : kEncodings) {
     const auto bpe = ranks(e);
     ASSERT_TRUE(bpe);
@@ -242,6 +249,7 @@ TEST(Exact, InvalidUtf8IsCountedNotRejected) {
 }
 
 TEST(Exact, HugeRunsAreFast) {
+  SLUICE_REQUIRE_RANK_FILES();
   const auto bpe = ranks(Encoding::o200k_base);
   ASSERT_TRUE(bpe);
   // Pieces of 600 KB and more: the heap merge keeps these O(n log n); tiktoken's O(n^2)
@@ -394,6 +402,7 @@ TEST(Counter, LoadDirFallsBackPerEncoding) {
   EXPECT_NE(warnings.find("o200k_base"), std::string::npos) << warnings;
   EXPECT_EQ(none.count("hello world", Encoding::o200k_base), estimate("hello world", Encoding::o200k_base));
 
+  SLUICE_REQUIRE_RANK_FILES();
   const Counter real = Counter::load_dir(kRankDir, &warnings);
   EXPECT_TRUE(real.exact(Encoding::cl100k_base)) << warnings << " Run scripts/fetch-tokenizer.sh.";
   EXPECT_TRUE(real.exact(Encoding::o200k_base)) << warnings << " Run scripts/fetch-tokenizer.sh.";
@@ -402,6 +411,7 @@ TEST(Counter, LoadDirFallsBackPerEncoding) {
 }
 
 TEST(Counter, RepeatedTextsGiveTheBpesCountsForEachEncoding) {
+  SLUICE_REQUIRE_RANK_FILES();
   Counter counter;
   for (const Encoding e : kEncodings) counter.set(e, ranks(e));
   // More distinct texts than the per-thread cache has slots, each counted three times in
@@ -420,6 +430,7 @@ TEST(Counter, RepeatedTextsGiveTheBpesCountsForEachEncoding) {
 }
 
 TEST(Chat, CookbookFormulaMatchesTiktoken) {
+  SLUICE_REQUIRE_RANK_FILES();
   Counter counter;
   for (const Encoding e : kEncodings) counter.set(e, ranks(e));
   for (const auto& c : fixture().at("chat").as_array()) {
@@ -495,6 +506,7 @@ TEST(Estimate, ScalesAndStaysBounded) {
 // The estimator is calibrated on other text (docs/tokenizer.md); on the fixture's varied
 // texts it stays within a loose bound of the real count. bench/tokenizer_error measures it.
 TEST(Estimate, CloseToBpeOnFixtureTexts) {
+  SLUICE_REQUIRE_RANK_FILES();
   for (const Encoding e : kEncodings) {
     const auto bpe = ranks(e);
     ASSERT_TRUE(bpe);
@@ -514,6 +526,7 @@ TEST(Estimate, CloseToBpeOnFixtureTexts) {
 // Concurrency
 
 TEST(Threads, ConcurrentCountsAgree) {
+  SLUICE_REQUIRE_RANK_FILES();
   std::vector<std::string> texts;
   for (const auto& c : fixture().at("long").as_array()) texts.push_back(text_of(c.as_object()));
   for (const auto& c : fixture().at("short").as_array()) texts.push_back(text_of(c.as_object()));
