@@ -117,6 +117,10 @@ inline constexpr int kSchemaVersion = 2;
 // `version` to the schema version afterwards.
 std::string migrate(Connection& c, int& version, int up_to = kSchemaVersion);
 
+// History::usage's statement: key_name, tenant, tier, alias, the tokens charged, the rows;
+// parameters: since_ms, until_ms.
+std::string usage_sql(Dialect d);
+
 // The column a stats group_by name reads ("key" -> "key_name"); "" if unknown.
 std::string_view group_column(std::string_view group_by);
 

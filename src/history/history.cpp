@@ -650,4 +650,38 @@ Result History::stats(const StatsQuery& q) const {
   });
 }
 
+Result History::usage(std::span<const UsageQuery> ranges, std::vector<std::vector<Usage>>& out) const {
+  out.assign(ranges.size(), {});
+  for (const auto& q : ranges) {
+    if (q.since_ms >= q.until_ms) return {"", "since: must be before until", false};
+  }
+  return impl_->read([&](Connection& c, std::string&) {
+    out.assign(ranges.size(), {});  // (a retry on a fresh connection starts over)
+    const bool pg = c.dialect() == Dialect::postgres;
+    // One snapshot for every range (SQLite in WAL mode: a read transaction).
+    if (auto e = c.exec(pg ? "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY" : "BEGIN"); !e.empty()) return e;
+    auto text = [](Value& v) {
+      return std::holds_alternative<std::string>(v) ? std::move(std::get<std::string>(v)) : std::string();
+    };
+    const std::string sql = usage_sql(c.dialect());
+    for (std::size_t i = 0; i < ranges.size(); ++i) {
+      auto error = c.query(sql, {ranges[i].since_ms, ranges[i].until_ms}, [&](std::vector<Value>& row) {
+        Usage u;
+        u.key_name = text(row[0]);
+        u.tenant = text(row[1]);
+        u.tier = text(row[2]);
+        u.alias = text(row[3]);
+        if (auto* n = std::get_if<std::int64_t>(&row[4])) u.tokens = *n;
+        if (auto* n = std::get_if<std::int64_t>(&row[5])) u.requests = *n;
+        out[i].push_back(std::move(u));
+      });
+      if (!error.empty()) {
+        c.exec("ROLLBACK");  // (the connection is dropped after a failure anyway)
+        return error;
+      }
+    }
+    return c.exec("COMMIT");
+  });
+}
+
 }  // namespace sluice::history

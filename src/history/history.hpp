@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "config/records.hpp"
 #include "telemetry/record.hpp"
@@ -46,6 +47,33 @@ std::optional<ListQuery> parse_list_query(std::string_view query_string, std::st
 std::optional<StatsQuery> parse_stats_query(std::string_view query_string, std::string& error,
                                             std::int64_t now_ms = 0);
 std::string_view group_by_names();  // "model, tier, ..." for error messages and docs
+
+// The same reader for other endpoints' query strings: percent-decoded name=value pairs,
+// each a name of `allowed` given at most once, UTF-8; empty values are left out. On a bad
+// query: nullopt and `error` names the parameter.
+struct QueryParam {
+  std::string name, value;
+};
+std::optional<std::vector<QueryParam>> parse_query_params(std::string_view query_string,
+                                                          std::span<const std::string_view> allowed,
+                                                          std::string& error);
+// A time as `since` and `until` take it (unix seconds, unix milliseconds, ISO-8601 UTC), in
+// unix ms; false with `error` naming the parameter.
+bool parse_time_param(const QueryParam& p, std::int64_t& ms, std::string& error);
+
+// What the token quotas were charged, per key, tenant, tier and model alias (the limiter
+// counts a request under its alias), over [since_ms, until_ms): the rows of requests that
+// reserved tokens (reserved_tokens is set), each counted by settlement's rule: prompt +
+// completion tokens when the request answered 200 or relayed output, else 0 (each count
+// and the sum at most 99,999,999,999,999, as one settlement charges at most).
+struct UsageQuery {
+  std::int64_t since_ms = 0, until_ms = 0;
+};
+struct Usage {
+  std::string key_name, tenant, tier, alias;  // NULL reads as ""
+  std::int64_t tokens = 0;                    // charged by settlement's rule
+  std::int64_t requests = 0;                  // rows
+};
 
 struct Result {
   std::string body;          // the JSON answer when ok()
@@ -90,6 +118,10 @@ class History final : public telemetry::RecordSink {
   // Blocking reads on their own connection (one at a time); call them off the workers.
   Result list(const ListQuery& q) const;
   Result stats(const StatsQuery& q) const;
+  // One group list per range, in `out` (Result.body stays empty). The ranges are read in
+  // one transaction: one snapshot of the table, so a batch written meanwhile is in all of
+  // them or in none.
+  Result usage(std::span<const UsageQuery> ranges, std::vector<std::vector<Usage>>& out) const;
 
  private:
   struct Impl;  // queue, writer thread, read connection (history.cpp)

@@ -21,9 +21,7 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 15> kGroups{
     {"temperature", "temperature"}, {"top_p", "top_p"}, {"max_tokens", "max_tokens"},
 }};
 
-struct Param {
-  std::string name, value;
-};
+using Param = QueryParam;
 
 // A value quoted for an error message, cut short: it is the client's text (a byte that
 // is not UTF-8 shows as U+FFFD, so that the JSON answer stays valid).
@@ -146,6 +144,33 @@ std::int64_t now_unix_ms() {
 }
 
 }  // namespace
+
+std::optional<std::vector<QueryParam>> parse_query_params(std::string_view query_string,
+                                                          std::span<const std::string_view> allowed,
+                                                          std::string& error) {
+  return split(query_string, allowed, error);
+}
+
+bool parse_time_param(const QueryParam& p, std::int64_t& ms, std::string& error) { return parse_time(p, ms, error); }
+
+std::string usage_sql(Dialect d) {
+  // Settlement's rule (src/gateway/handler.cpp, charged_tokens): a request that answered
+  // 200 or relayed output is charged its prompt and completion tokens, anything else
+  // nothing; one charge is at most 99,999,999,999,999 (WorkerLimiter::kMaxCharge). The
+  // stored counts are what was charged (NULL: unknown, i.e. 0).
+  const std::string least = d == Dialect::postgres ? "LEAST(" : "MIN(";
+  auto at_most = [&](const std::string& e) { return least + e + ", 99999999999999)"; };
+  const std::string charged =
+      at_most(at_most("COALESCE(prompt_tokens, 0)") + " + " + at_most("COALESCE(completion_tokens, 0)"));
+  // Only rows that reserved tokens: a request no token quota applied to, or that was
+  // refused, charged nothing. (The rows of a key and a time window: the (key_name, unix_ms)
+  // and (unix_ms) indexes.)
+  return "SELECT key_name, tenant, tier, alias, CAST(SUM(CASE WHEN status = 200 OR completion_tokens > 0 THEN " + charged +
+         " ELSE 0 END) AS BIGINT), COUNT(*) FROM requests WHERE unix_ms >= " + placeholder(d, 1) +
+         " AND unix_ms < " + placeholder(d, 2) +
+         " AND reserved_tokens IS NOT NULL AND key_name IS NOT NULL AND alias IS NOT NULL"
+         " GROUP BY key_name, tenant, tier, alias";
+}
 
 std::string_view group_column(std::string_view group_by) {
   for (const auto& [name, column] : kGroups) {

@@ -688,6 +688,62 @@ TEST_P(HistoryTest, StatsPercentilesMatchTheInputs) {
   EXPECT_EQ(truncated.at("groups").at(0).at("count"), 5);
 }
 
+// What the token quotas were charged, per key, tenant, tier and alias, over a time range:
+// only rows that reserved tokens, each by settlement's rule (prompt + completion when the
+// answer was 200 or output was relayed, else 0; an absurd count at most 99,999,999,999,999).
+TEST_P(HistoryTest, UsageSumsWhatTheQuotasWereChargedPerKeyAndAlias) {
+  auto h = make();
+  ASSERT_TRUE(h);
+  const std::int64_t base = test::now_ms() - 600'000;
+  auto row = [&](std::int64_t at, std::string_view alias, std::string_view key, int status, std::int64_t prompt,
+                 std::int64_t completion, bool reserved = true) {
+    auto r = record(at, alias, key, status, 10);
+    r.model = "real-" + std::string(alias);  // the upstream's model: not what limits count by
+    r.prompt_tokens = prompt;
+    r.completion_tokens = completion;
+    if (reserved) r.reserved_tokens = 500;
+    h->consume(r);
+  };
+  row(base, "a", "team-a", 200, 10, 5);             // 15
+  row(base + 1, "a", "team-a", 200, 7, -1);         // 7: the completion unknown
+  row(base + 2, "a", "team-a", 499, 4, 3);          // 7: a client that left mid-stream pays what it got
+  row(base + 3, "a", "team-a", 502, 9, 0);          // 0: failed before any output
+  row(base + 4, "a", "team-a", 200, 50, 50, false); // no reservation: no quota applied
+  row(base + 5, "b", "team-a", 200, 1, 2);          // 3, under alias b
+  row(base + 6, "a", "team-b", 200, 100'000'000'000'000, 100'000'000'000'000);  // at most one charge's maximum
+  row(base + 7, "a", "team-a", 200, 1000, 1000);   // at the range's end: outside
+  row(base - 1, "a", "team-a", 200, 1000, 1000);   // before it: outside
+  ASSERT_TRUE(h->flush(20s));
+
+  std::vector<std::vector<Usage>> out;
+  const UsageQuery ranges[] = {{base, base + 7}, {base + 5, base + 100'000}, {base + 100'000, base + 200'000}};
+  const auto res = h->usage(ranges, out);
+  ASSERT_TRUE(res.ok()) << res.error;
+  ASSERT_EQ(out.size(), 3u);
+  std::map<std::pair<std::string, std::string>, Usage> got;
+  for (const auto& u : out[0]) got[{u.key_name, u.alias}] = u;
+  ASSERT_EQ(got.size(), 3u);
+  const auto& aa = got[{"team-a", "a"}];
+  EXPECT_EQ(aa.tokens, 15 + 7 + 7);
+  EXPECT_EQ(aa.requests, 4);
+  EXPECT_EQ(aa.tenant, "alpha");
+  EXPECT_EQ(aa.tier, "standard");
+  const auto& ab = got[{"team-a", "b"}];
+  EXPECT_EQ(ab.tokens, 3);
+  EXPECT_EQ(ab.requests, 1);
+  const auto& ba = got[{"team-b", "a"}];
+  EXPECT_EQ(ba.tokens, 99'999'999'999'999);
+  EXPECT_EQ(ba.tenant, "beta");
+
+  // The second range: b's row, team-b's and the one at base + 7; the third: nothing.
+  std::int64_t second = 0;
+  for (const auto& u : out[1]) second += u.tokens;
+  EXPECT_EQ(second, 3 + 99'999'999'999'999 + 2000);
+  EXPECT_TRUE(out[2].empty());
+  const UsageQuery empty[] = {{base, base}};
+  EXPECT_FALSE(h->usage(empty, out).ok());  // an empty range is refused
+}
+
 // A database made by an older sluice (schema version 1: only migration 1 applied, rows
 // in it) is migrated to 2 at the next start, keeps its rows, takes new ones (PostgreSQL:
 // still in COPY's binary format, the column types being migration 1's) and answers both
