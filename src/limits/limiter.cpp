@@ -10,6 +10,7 @@
 #include <chrono>
 #include <thread>
 #include <cmath>
+#include <cstdlib>
 #include <unordered_map>
 
 #include "common/ids.hpp"
@@ -31,8 +32,7 @@ std::int64_t unix_ms() {
 }
 
 bool matches(const config::LimitMatch& m, const config::ApiKey& k, std::string_view model) {
-  return (m.key.empty() || m.key == k.name) && (m.tier.empty() || m.tier == k.tier) &&
-         (m.tenant.empty() || m.tenant == k.tenant) && (m.model.empty() || m.model == model);
+  return limit_applies(m, k.name, k.tier, k.tenant, model);
 }
 
 // Counter key. The part in braces is a Redis Cluster hash tag: all of one tenant's
@@ -54,15 +54,7 @@ std::string counter_key(const std::string& prefix, LimitScope scope, const confi
   return s;
 }
 
-std::int64_t period_ms(config::QuotaPeriod p) {
-  switch (p) {
-    case config::QuotaPeriod::minute: return 60'000;
-    case config::QuotaPeriod::hour: return 3'600'000;
-    case config::QuotaPeriod::day: return 86'400'000;
-    case config::QuotaPeriod::month: return 0;
-  }
-  return 60'000;
-}
+std::int64_t period_ms(config::QuotaPeriod p) { return Limiter::quota_window_ms(p); }
 
 const char* kind_arg(Kind k) {
   switch (k) {
@@ -132,6 +124,26 @@ std::string describe_window(std::int64_t ms) {
 
 }  // namespace
 
+bool limit_applies(const config::LimitMatch& m, std::string_view key_name, std::string_view tier,
+                   std::string_view tenant, std::string_view model) noexcept {
+  return (m.key.empty() || m.key == key_name) && (m.tier.empty() || m.tier == tier) &&
+         (m.tenant.empty() || m.tenant == tenant) && (m.model.empty() || m.model == model);
+}
+
+std::int64_t Limiter::quota_window_ms(config::QuotaPeriod p) noexcept {
+  switch (p) {
+    case config::QuotaPeriod::minute: return 60'000;
+    case config::QuotaPeriod::hour: return 3'600'000;
+    case config::QuotaPeriod::day: return 86'400'000;
+    case config::QuotaPeriod::month: return 0;
+  }
+  return 60'000;
+}
+
+std::string Limiter::quota_counter(std::size_t i, const config::ApiKey& key, std::string_view model) const {
+  const auto& rl = cfg_->rate_limits;
+  return counter_key(cfg_->redis.key_prefix, rl.tokens.at(i).scope, key, model, rule_names_.at(rl.requests.size() + i));
+}
 
 Limiter::Limiter(std::shared_ptr<const config::Config> cfg) : cfg_(std::move(cfg)) {
   const auto& rl = cfg_->rate_limits;
@@ -158,6 +170,7 @@ Limiter::Limiter(std::shared_ptr<const config::Config> cfg) : cfg_(std::move(cfg
   worker_count_ = cfg_->workers > 0 ? cfg_->workers : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   admit_script_ = std::make_unique<store::RedisScript>(std::string(kAdmitScript));
   settle_script_ = std::make_unique<store::RedisScript>(std::string(kSettleScript));
+  ledger_script_ = std::make_unique<store::RedisScript>(std::string(kLedgerScript));
 }
 
 Limiter::~Limiter() = default;
@@ -809,6 +822,84 @@ net::awaitable<void> Limiter::drain_worker() {
   // One batch and the give-back after it, each within a command timeout; at least 200 ms.
   const auto timeout = std::max<std::chrono::milliseconds>(2 * cfg_->redis.timeout, std::chrono::milliseconds(200));
   for (auto* w : here) co_await w->drain(timeout);
+}
+
+namespace {
+
+// A counter's field as the scripts wrote it: an integer, or a Lua number Redis printed
+// with 14 significant digits ("1.2345678901234e+14") once it is that large.
+std::int64_t ledger_number(const store::RedisReply& r) {
+  if (r.type == store::RedisReply::Type::integer) return r.integer;
+  std::int64_t n = 0;
+  const auto* end = r.str.data() + r.str.size();
+  if (auto [p, ec] = std::from_chars(r.str.data(), end, n); ec == std::errc() && p == end) return n;
+  return static_cast<std::int64_t>(std::strtod(r.str.c_str(), nullptr));
+}
+
+}  // namespace
+
+net::awaitable<Limiter::LedgerRead> Limiter::read_ledgers(std::vector<std::string> keys) const {
+  LedgerRead out;
+  if (!wants_redis_) {
+    out.error = "the rate limiter counts in memory (rate_limits.backend: memory)";
+    co_return out;
+  }
+  // A worker's connection, used on its own executor (a connection belongs to one thread):
+  // one that is up, else the first (its error says why not).
+  std::shared_ptr<store::RedisConnection> conn;
+  net::any_io_executor ex;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto* w : workers_) {
+      if (!w->redis_) continue;
+      if (!conn || (!conn->up() && w->redis_->up())) {
+        conn = w->redis_;
+        ex = w->ex_;
+      }
+    }
+  }
+  if (!conn) {
+    out.error = "no worker has a Redis connection yet";
+    co_return out;
+  }
+  const store::RedisScript* script = ledger_script_.get();
+  // (A named lambda: GCC 12 mishandles capturing lambda temporaries inside co_await.)
+  auto read = [conn, script, keys = std::move(keys)]() mutable -> net::awaitable<LedgerRead> {
+    LedgerRead r;
+    if (!conn->up()) {
+      const auto e = conn->last_error();
+      r.error = "Redis unreachable" + (e.empty() ? std::string() : ": " + e);
+      co_return r;
+    }
+    constexpr std::size_t kPerCall = 256;
+    r.ledgers.reserve(keys.size());
+    for (std::size_t at = 0; at < keys.size(); at += kPerCall) {
+      const std::size_t n = std::min(kPerCall, keys.size() - at);
+      std::vector<std::string> some(std::make_move_iterator(keys.begin() + static_cast<std::ptrdiff_t>(at)),
+                                    std::make_move_iterator(keys.begin() + static_cast<std::ptrdiff_t>(at + n)));
+      auto res = co_await conn->eval(*script, std::move(some), {});
+      if (!res.ok() || res.reply->is_error() || res.reply->type != store::RedisReply::Type::array ||
+          res.reply->elements.size() != 2 * n) {
+        r.ledgers.clear();
+        r.error = !res.ok()                ? "Redis: " + res.error
+                  : res.reply->is_error() ? "Redis: " + res.reply->str
+                                          : std::string("Redis: an unexpected answer to the ledger read");
+        co_return r;
+      }
+      const auto& e = res.reply->elements;
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto& used = e[2 * i];
+        const auto& reserved = e[2 * i + 1];
+        Ledger l;
+        l.present = !used.str.empty() || !reserved.str.empty() || used.type == store::RedisReply::Type::integer;
+        if (!used.str.empty()) l.used = ledger_number(used);
+        if (!reserved.str.empty()) l.reserved = ledger_number(reserved);
+        r.ledgers.push_back(l);
+      }
+    }
+    co_return r;
+  };
+  co_return co_await net::co_spawn(ex, std::move(read), net::use_awaitable);
 }
 
 }  // namespace sluice::limits

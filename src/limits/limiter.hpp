@@ -47,6 +47,17 @@ struct Stats {
 class WorkerLimiter;
 class LeaseTable;
 
+// Whether a limit's filters (`when`) select a request of key `key_name` (of `tier` and
+// `tenant`) for model alias `model`: every filter that is set must match.
+bool limit_applies(const config::LimitMatch& when, std::string_view key_name, std::string_view tier,
+                   std::string_view tenant, std::string_view model) noexcept;
+
+// A quota counter as the limiter holds it (its hash in Redis, or this process's memory).
+struct Ledger {
+  bool present = false;  // the counter exists (one that never counted, or expired, does not)
+  std::int64_t used = 0, reserved = 0;
+};
+
 class Limiter {
  public:
   explicit Limiter(std::shared_ptr<const config::Config> cfg);
@@ -75,6 +86,21 @@ class Limiter {
   }
 
   LocalCounters& local() { return local_; }
+
+  // The counter key (without the period suffix) of token limit `i` of settings().tokens
+  // for requests of `key` to model alias `model`: the name admission counts under.
+  std::string quota_counter(std::size_t i, const config::ApiKey& key, std::string_view model) const;
+  // A token limit's period length in ms; 0 = a calendar month (UTC).
+  static std::int64_t quota_window_ms(config::QuotaPeriod per) noexcept;
+  // Reads quota counters from Redis (`keys`: counter keys with their period suffix), one
+  // script call per 256 keys, on a worker's connection and executor (the caller's thread
+  // is not blocked; it resumes on its own executor). On failure (no Redis backend, Redis
+  // unreachable, a timeout) `error` says why and `ledgers` is empty.
+  struct LedgerRead {
+    std::vector<Ledger> ledgers;  // per key, in order
+    std::string error;
+  };
+  boost::asio::awaitable<LedgerRead> read_ledgers(std::vector<std::string> keys) const;
 
   // One worker's limiter; call on that worker's thread.
   std::unique_ptr<WorkerLimiter> make_worker(boost::asio::any_io_executor ex);
@@ -115,7 +141,7 @@ class Limiter {
   // How long Redis keeps an admission's record, for a void that comes after a timeout:
   // at least 60 s, and at least 4 reconnections' time (docs/limits.md, "Redis timeouts").
   std::chrono::milliseconds record_ms_{60000};
-  std::unique_ptr<store::RedisScript> admit_script_, settle_script_;
+  std::unique_ptr<store::RedisScript> admit_script_, settle_script_, ledger_script_;
   mutable std::mutex mu_;
   std::vector<WorkerLimiter*> workers_;
 };

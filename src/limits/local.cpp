@@ -29,6 +29,18 @@ LocalCounters::Shard& LocalCounters::shard_of(std::string_view key) {
   return shards_[std::hash<std::string_view>{}(key) % kShards];
 }
 
+const LocalCounters::Shard& LocalCounters::shard_of(std::string_view key) const {
+  return shards_[std::hash<std::string_view>{}(key) % kShards];
+}
+
+std::optional<LocalCounters::Quota> LocalCounters::quota(std::string_view key) const {
+  const Shard& s = shard_of(key);
+  std::lock_guard lock(s.mu);
+  auto it = s.counters.find(key);
+  if (it == s.counters.end()) return std::nullopt;
+  return Quota{it->second.used, it->second.reserved};
+}
+
 Verdict LocalCounters::admit(std::span<const Check> checks, std::string_view reservation_id, std::int64_t now) {
   Verdict v;
   v.now_ms = now;

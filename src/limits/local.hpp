@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -21,6 +22,12 @@ class LocalCounters {
   Verdict admit(std::span<const Check> checks, std::string_view reservation_id, std::int64_t now_ms);
   // Releases a reservation (if it has not expired meanwhile) and charges `actual`.
   void settle(const Reserved& r, std::string_view reservation_id, std::int64_t actual, std::int64_t now_ms);
+  // A quota counter (its key with the period suffix): used and reserved, as admission
+  // sees them; nullopt when this process holds no such counter.
+  struct Quota {
+    std::int64_t used = 0, reserved = 0;
+  };
+  std::optional<Quota> quota(std::string_view key_with_period) const;
   // Drops counters whose window ended (the limiter calls it every 4096 admissions per worker).
   void sweep(std::int64_t now_ms);
   std::size_t size() const;
@@ -53,6 +60,7 @@ class LocalCounters {
   };
   static constexpr std::size_t kShards = 16;
   Shard& shard_of(std::string_view key);
+  const Shard& shard_of(std::string_view key) const;
 
   std::array<Shard, kShards> shards_;
 };

@@ -340,4 +340,14 @@ end
 return 1
 )lua";
 
+const std::string_view kLedgerScript = R"lua(
+local out = {}
+for _, k in ipairs(KEYS) do
+  local h = redis.call('HMGET', k, 'used', 'reserved')
+  out[#out + 1] = h[1] or ''
+  out[#out + 1] = h[2] or ''
+end
+return out
+)lua";
+
 }  // namespace sluice::limits

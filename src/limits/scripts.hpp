@@ -32,4 +32,9 @@ extern const std::string_view kAdmitScript;
 // Every entry but 'v' charges its usage.
 extern const std::string_view kSettleScript;
 
+// Reads quota counters (changes nothing). KEYS[i]: quota counter with its period suffix.
+// Returns 2 per key: its `used` and `reserved` as Redis holds them ("" when the field is
+// missing: both are for a counter that does not exist).
+extern const std::string_view kLedgerScript;
+
 }  // namespace sluice::limits

@@ -734,3 +734,26 @@ TEST(LocalSlidingLog, RetryAfterIsWhenTheOldestEntriesLeave) {
   EXPECT_FALSE(admit1(lc, c, T + 1000).allowed);
   EXPECT_TRUE(admit1(lc, c, T + 1200).allowed);
 }
+
+// ---------------------------------------------------------------------------------------
+// Reading a quota counter (the reconciliation report's memory side)
+
+TEST(LocalQuota, ReadsUsedAndReservedOfOnePeriod) {
+  LocalCounters lc;
+  const Check c = quota("q", 1000, 60'000, 100, 600'000);
+  const std::string key = "q:" + std::to_string(T / 60'000);
+  EXPECT_FALSE(lc.quota(key));  // never counted
+  auto v1 = admit1(lc, c, T, "r1");
+  auto v2 = admit1(lc, c, T + 1, "r2");
+  ASSERT_TRUE(v1.allowed && v2.allowed);
+  auto q = lc.quota(key);
+  ASSERT_TRUE(q);
+  EXPECT_EQ(q->used, 0);
+  EXPECT_EQ(q->reserved, 200);
+  lc.settle(reserved_of(c, v1), "r1", 37, T + 2);
+  q = lc.quota(key);
+  ASSERT_TRUE(q);
+  EXPECT_EQ(q->used, 37);
+  EXPECT_EQ(q->reserved, 100);
+  EXPECT_FALSE(lc.quota("q:" + std::to_string(T / 60'000 - 1)));  // another period
+}

@@ -109,7 +109,27 @@ class ScriptsTest : public ::testing::Test {
   std::shared_ptr<RedisConnection> conn_;
   RedisScript admit_{std::string(kAdmitScript)};
   RedisScript settle_{std::string(kSettleScript)};
+  RedisScript ledger_{std::string(kLedgerScript)};
 };
+
+// The ledger read (the reconciliation report): used and reserved per counter, "" for a
+// field that is not there, and it changes nothing.
+TEST_F(ScriptsTest, TheLedgerReadReturnsUsedAndReservedOfEachCounter) {
+  ASSERT_TRUE(admit("a1", "100").ok());
+  ASSERT_TRUE(admit("a2", "50").ok());
+  const auto q = quota_key();
+  const auto s = settle("1", argv(q), argv("r:a1", "100", "42"));
+  ASSERT_TRUE(s.ok() && !s.reply->is_error()) << (s.ok() ? s.reply->str : s.error);
+  auto r = run([&]() { return conn_->eval(ledger_, argv(q, "{t}:q:nothing"), {}); });
+  ASSERT_TRUE(r.ok() && !r.reply->is_error()) << (r.ok() ? r.reply->str : r.error);
+  ASSERT_EQ(r.reply->elements.size(), 4u);
+  EXPECT_EQ(r.reply->elements[0].str, "42");
+  EXPECT_EQ(r.reply->elements[1].str, "50");
+  EXPECT_EQ(r.reply->elements[2].str, "");
+  EXPECT_EQ(r.reply->elements[3].str, "");
+  EXPECT_EQ(keys_like("{t}:q:nothing"), "");  // nothing was created
+  EXPECT_EQ(hget(q, "used"), "42");
+}
 
 TEST_F(ScriptsTest, AVoidAfterTheAdmissionGivesBackWhatItTook) {
   ASSERT_TRUE(admit("a1", "100").ok());
