@@ -11,6 +11,7 @@
 #include "common/ids.hpp"
 #include "common/reason.hpp"
 #include "common/text.hpp"
+#include "gateway/reconcile.hpp"
 #include "gateway/state.hpp"
 #include "history/history.hpp"
 #include "http/beast.hpp"
@@ -146,8 +147,12 @@ class WorkerHandler {
       co_await ex.reply(std::move(r));
       co_return;
     }
+    if (path == "/admin/usage/reconcile") {
+      co_await reconcile(ex, ctx, method);
+      co_return;
+    }
     if (admin_listener_) {
-      co_await ex.reply(json_reply(404, error_body(Reason::not_found, "the admin listener serves /health, /ready, /metrics and /infra"), ctx));
+      co_await ex.reply(json_reply(404, error_body(Reason::not_found, "the admin listener serves /health, /ready, /metrics, /infra and /admin/usage/reconcile"), ctx));
       co_return;
     }
     // In flight from here until the coroutine ends, however it ends.
@@ -335,6 +340,34 @@ class WorkerHandler {
     }
     ctx.rec.status = 200;
     co_await ex.reply(json_reply(200, std::move(res.body), ctx));
+  }
+
+  // GET /admin/usage/reconcile (reconcile.cpp): the history next to the token ledger. It
+  // names keys and tenants and what they used: an admin key on the main listener (not
+  // opened by admin.public_status), none on the admin listener. Not a record itself (the
+  // access log keeps its line).
+  awaitable<void> reconcile(http::Exchange& ex, Context& ctx, std::string_view method) {
+    ctx.rec.to_sinks = false;
+    if (method != "GET" && method != "HEAD") {  // HEAD: the server sends the head only
+      co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for /admin/usage/reconcile");
+    } else if (auto denied = admin_listener_ ? std::optional<Reason>{} : authenticate(ex, ctx)) {
+      co_await auth_failure(ex, ctx, *denied);
+    } else if (!admin_listener_ && !ctx.key->admin) {
+      co_await local_reply(ex, ctx, Reason::forbidden, "only an admin key may read /admin/usage/reconcile");
+    } else {
+      const auto target = ex.request().target();
+      const auto q = target.find('?');
+      const std::string_view qs = q == std::string_view::npos ? std::string_view{} : target.substr(q + 1);
+      const std::shared_ptr<const RoutingTable> tab = table();  // held until the report is done
+      auto answer = co_await reconcile_usage(g_, *tab, qs);
+      if (answer.reason != Reason::ok) {
+        co_await local_reply(ex, ctx, answer.reason, std::move(answer.body), answer.param);
+      } else {
+        ctx.rec.status = 200;
+        co_await ex.reply(json_reply(200, std::move(answer.body), ctx));
+      }
+    }
+    record(ctx);
   }
 
   // POST /v1/messages/count_tokens: the prompt's tokens by OpenAI's chat formula, exact
