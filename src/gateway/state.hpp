@@ -59,7 +59,7 @@ struct Shared {
 };
 
 // `admin_listener`: the handler of the admin listener, which serves /health, /ready,
-// /metrics and /infra without a key, and nothing else.
+// /metrics, /infra and /admin/usage/reconcile without a key, and nothing else.
 http::Handler make_handler(Shared& shared, boost::asio::any_io_executor ex, bool admin_listener = false);
 
 // GET /metrics (Prometheus text format) and GET /infra (JSON): status.cpp.

@@ -296,7 +296,8 @@ describe('reconcile: the memory backend', () => {
   let up, gw, sent;
   before(async () => {
     up = await startRecorder(chargeAsAsked);
-    gw = await startGateway(config(up, { backend: 'memory' }));
+    // (public_status opens /metrics and /infra, not this report.)
+    gw = await startGateway({ ...config(up, { backend: 'memory' }), admin: { public_status: true } });
     sent = await traffic(gw);
   });
   after(async () => {
@@ -313,6 +314,13 @@ describe('reconcile: the memory backend', () => {
     assert.deepEqual(app.limiter, { used: sent.app, reserved: 0, present: true, source: 'memory' });
     assert.equal(app.difference, 0);
     assert.equal(rep.disagreements, 0);
+  });
+
+  test('admin.public_status does not open it', async () => {
+    assert.equal((await rawRequest({ port: gw.port, path: '/infra' })).status, 200);
+    const r = await rawRequest({ port: gw.port, path: '/admin/usage/reconcile' });
+    assert.equal(r.status, 401, r.body);
+    assert.equal((await report(gw, '', { key: APP })).status, 403);
   });
 });
 
