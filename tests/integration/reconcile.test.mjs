@@ -349,4 +349,11 @@ describe('reconcile: a PostgreSQL history', () => {
     const total = await pg.query("SELECT SUM(prompt_tokens + completion_tokens) FROM requests WHERE key_name IN ('app', 'web')");
     assert.equal(Number(total.trim()), sent.app + sent.web);
   });
+
+  test('the database down: 503 history_unavailable', async () => {
+    await pg.stop();
+    const r = await report(gw);
+    assert.equal(r.status, 503, r.text);
+    assert.equal(r.json.error.code, 'history_unavailable');
+  });
 });
