@@ -3,7 +3,7 @@
 // validated as a whole, then shared read-only by every worker.
 //
 // This header gathers every section. Code that uses one section includes only that
-// section's header (config/server.hpp, keys.hpp, models.hpp, sim.hpp, params.hpp,
+// section's header (config/server.hpp, keys.hpp, models.hpp, backend.hpp, sim.hpp, params.hpp,
 // routing.hpp, admission.hpp, records.hpp) and, where it takes the whole Config by
 // reference, forward-declares it. Each key is declared once, in the table of its section
 // (src/config/sections/*.cpp); docs/configuration.md's reference tables are generated

@@ -13,7 +13,7 @@
 #include <variant>
 
 #include "common/reason.hpp"
-#include "config/models.hpp"
+#include "config/backend.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace sluice::config {
