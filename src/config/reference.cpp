@@ -12,6 +12,15 @@ namespace {
 constexpr std::string_view kBegin = "<!-- BEGIN config-reference ";
 constexpr std::string_view kEnd = "<!-- END config-reference -->";
 
+// The next `marker` at the start of a line, from `pos`.
+size_t find_line(std::string_view doc, std::string_view marker, size_t pos) {
+  while (true) {
+    const size_t at = doc.find(marker, pos);
+    if (at == std::string_view::npos || at == 0 || doc[at - 1] == '\n') return at;
+    pos = at + 1;
+  }
+}
+
 std::string cell(std::string_view s) {
   std::string out;
   for (char c : s) {
@@ -63,7 +72,7 @@ std::string update_reference(std::string_view doc, std::string& error) {
   std::vector<std::string> seen;
   size_t pos = 0;
   while (true) {
-    const size_t b = doc.find(kBegin, pos);
+    const size_t b = find_line(doc, kBegin, pos);
     if (b == std::string_view::npos) break;
     const size_t name_end = doc.find(" -->", b + kBegin.size());
     const size_t line_end = doc.find('\n', b);
@@ -72,7 +81,7 @@ std::string update_reference(std::string_view doc, std::string& error) {
       return std::string(doc);
     }
     const std::string name(doc.substr(b + kBegin.size(), name_end - b - kBegin.size()));
-    const size_t e = doc.find(kEnd, line_end);
+    const size_t e = find_line(doc, kEnd, line_end);
     if (e == std::string_view::npos) {
       error = "no end marker after the block of '" + name + "'";
       return std::string(doc);

@@ -29,7 +29,8 @@ const std::vector<TableDoc>& reference_tables();
 std::string reference_markdown(const TableDoc& t);
 // Every table, each under a "### `name`" heading.
 std::string reference_markdown();
-// `doc` with every generated block replaced by the current table. `error` names a block
+// `doc` with every generated block (markers at the start of a line) replaced by the
+// current table. `error` names a block
 // whose table does not exist, or a table that has no block (then the result is `doc`).
 std::string update_reference(std::string_view doc, std::string& error);
 
