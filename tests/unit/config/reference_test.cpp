@@ -12,6 +12,7 @@
 
 #include "config/reference.hpp"
 #include "config_fixture.hpp"
+#include "source_tree.hpp"
 
 namespace sluice::config {
 namespace {
@@ -20,7 +21,7 @@ using ::testing::HasSubstr;
 using testing::ConfigFixture;
 
 std::string read_doc() {
-  std::ifstream in(SLUICE_SOURCE_DIR "/docs/configuration.md", std::ios::binary);
+  std::ifstream in(sluice::test::source_path("docs/configuration.md"), std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
