@@ -10,6 +10,8 @@
 // route's backend keys) is declared with by_code(): the section's code reads it, and
 // tests/unit/config/reference_test.cpp checks that a wrong value of every declared key
 // is refused, so a key cannot be accepted and then ignored.
+#include <algorithm>
+#include <climits>
 #include <functional>
 #include <optional>
 #include <string>
@@ -37,7 +39,7 @@ struct Key {
   std::function<std::string(const S&)> show;  // the value in the reference and the banner
   std::string label;    // banner label; "" = not in the banner
   std::string unit;     // banner unit, e.g. " B"
-  int order = 0;        // keys are read by (order, row); the top level reads routing early
+  int order = 0;        // keys are read by (order, row): a key another depends on is read first
   bool required = false;
   bool in_short_form = false;  // a backend key also accepted at a route's top level
   std::string required_hint;  // appended to "missing required key 'name'"
@@ -45,7 +47,7 @@ struct Key {
   // Builders, each returning the changed row.
   Key with_default(std::string d) && { dflt = std::move(d); return std::move(*this); }
   Key banner(std::string l, std::string u = {}) && { label = std::move(l); unit = std::move(u); return std::move(*this); }
-  Key read_first() && { order = -1; return std::move(*this); }
+  Key read_at(int o) && { order = o; return std::move(*this); }
   Key by_code() && { read = nullptr; return std::move(*this); }
   Key short_form() && { in_short_form = true; return std::move(*this); }
   // Absent: "missing required key 'name'" + hint, at the map.
@@ -101,18 +103,21 @@ struct Table {
     return true;
   }
 
-  // Reads the keys of `f` (the fields of map `n`) that have a reader; with `short_only`,
-  // only those also accepted at a route's top level.
+  // Reads the keys of `f` (the fields of map `n`) that have a reader and whose order is
+  // in [lo, hi], by (order, row); with `short_only`, only those also accepted at a route's
+  // top level. A section's code may read between two such ranges.
   void read_fields(Loader& l, const YAML::Node& n, const Fields& f, const std::string& path, S& s,
-                   bool short_only) const {
-    for (int order : {-1, 0}) {
-      for (const auto& key : keys) {
-        if (key.order != order || (short_only && !key.in_short_form)) continue;
-        if (auto v = Loader::get(f, key.name)) {
-          if (key.read) key.read(l, *v, join(path, key.name), s);
-        } else if (key.required) {
-          l.fail(path, n, "missing required key '" + std::string(key.name) + "'" + key.required_hint);
-        }
+                   bool short_only, int lo = INT_MIN, int hi = INT_MAX) const {
+    std::vector<const Key<S>*> todo;
+    for (const auto& key : keys) {
+      if (key.order >= lo && key.order <= hi && (!short_only || key.in_short_form)) todo.push_back(&key);
+    }
+    std::stable_sort(todo.begin(), todo.end(), [](const Key<S>* a, const Key<S>* b) { return a->order < b->order; });
+    for (const Key<S>* key : todo) {
+      if (auto v = Loader::get(f, key->name)) {
+        if (key->read) key->read(l, *v, join(path, key->name), s);
+      } else if (key->required) {
+        l.fail(path, n, "missing required key '" + std::string(key->name) + "'" + key->required_hint);
       }
     }
   }

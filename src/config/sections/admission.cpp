@@ -102,7 +102,8 @@ Key<L> scope_key() {
 template <class L>
 Key<L> down_key() {
   return choice("on_redis_down", &L::on_redis_down, down_enum(), "While Redis is unreachable.")
-      .with_default("`rate_limits.on_redis_down`");
+      .with_default("`rate_limits.on_redis_down`")
+      .read_at(1);
 }
 
 template <class L>
@@ -110,7 +111,8 @@ Key<L> lease_key(long long max, std::string doc) {
   return custom<L>("lease", "integer or `auto`", "`auto`", std::move(doc),
                    [max](Loader& l, const YAML::Node& v, const std::string& p, L& lim) {
                      return l.get_lease(v, p, max, lim.lease);
-                   });
+                   })
+      .read_at(3);
 }
 
 const Table<RequestLimit>& request_limit_table() {
@@ -124,12 +126,14 @@ const Table<RequestLimit>& request_limit_table() {
           filter<RequestLimit>("model", &LimitMatch::model, "Only requests for this alias."),
           choice("algorithm", &RequestLimit::algorithm, algorithm_enum(),
                  "How the window counts; `sliding_log` is exact (every admitted request's time in the window) "
-                 "and never leased."),
+                 "and never leased.")
+              .read_at(3),
           integer("limit", &RequestLimit::limit, 1, kMaxLimit,
                   "Requests per window (below 10^14: Redis's Lua numbers keep every count exact); at most "
                   "100000 with `sliding_log`.")
-              .needed(),
-          duration("window", &RequestLimit::window, Millis{1000}, "The window."),
+              .needed()
+              .read_at(2),
+          duration("window", &RequestLimit::window, Millis{1000}, "The window.").read_at(3),
           custom<RequestLimit>("burst", "integer", "`limit`", "Bucket capacity (`token_bucket` only); 1–1000000000000.",
                                [](Loader& l, const YAML::Node& v, const std::string& p, RequestLimit& lim) {
                                  if (lim.algorithm != LimitAlgorithm::token_bucket) {
@@ -137,7 +141,8 @@ const Table<RequestLimit>& request_limit_table() {
                                    return false;
                                  }
                                  return l.get_int(v, p, 1, 1'000'000'000'000LL, lim.burst);
-                               }),
+                               })
+              .read_at(3),
           down_key<RequestLimit>(),
           lease_key<RequestLimit>(1'000'000'000LL,
                                   "Redis backend: requests a worker may take in advance and admit locally; `auto` = "
@@ -155,8 +160,10 @@ const Table<TokenLimit>& token_limit_table() {
           filter<TokenLimit>("tier", &LimitMatch::tier, "Only requests of keys of this tier."),
           filter<TokenLimit>("tenant", &LimitMatch::tenant, "Only requests of keys of this tenant."),
           filter<TokenLimit>("model", &LimitMatch::model, "Only requests for this alias."),
-          integer("limit", &TokenLimit::limit, 1, kMaxLimit, "Tokens per period (below 10^14).").needed(),
-          choice("per", &TokenLimit::per, period_enum(), "The period.").needed(" (minute, hour, day or month)"),
+          integer("limit", &TokenLimit::limit, 1, kMaxLimit, "Tokens per period (below 10^14).").needed().read_at(2),
+          choice("per", &TokenLimit::per, period_enum(), "The period.")
+              .needed(" (minute, hour, day or month)")
+              .read_at(3),
           down_key<TokenLimit>(),
           lease_key<TokenLimit>(1'000'000'000'000LL,
                                 "Redis backend: tokens a process may reserve in advance; `auto` = limit / 1000 for "
@@ -221,11 +228,13 @@ const Table<RateLimits>& rate_limits_table() {
           custom<RateLimits>("requests", "list of maps", "none", "Request rate limits, see `rate_limits.requests[]`.",
                              [](Loader& l, const YAML::Node& v, const std::string& p, RateLimits& rl) {
                                return read_limits(l, v, p, request_limit_table(), rl.requests, "requests", check_request_limit);
-                             }),
+                             })
+              .read_at(1),  // after reserve_output_tokens and reservation_ttl
           custom<RateLimits>("tokens", "list of maps", "none", "Token quotas, see `rate_limits.tokens[]`.",
                              [](Loader& l, const YAML::Node& v, const std::string& p, RateLimits& rl) {
                                return read_limits(l, v, p, token_limit_table(), rl.tokens, "tokens", check_token_limit);
-                             }),
+                             })
+              .read_at(1),
           integer("reserve_output_tokens", &RateLimits::reserve_output_tokens, 0, 100'000'000,
                   "Output tokens reserved when a request sets no `max_tokens`."),
           duration("reservation_ttl", &RateLimits::reservation_ttl, Millis{1000},
@@ -254,8 +263,9 @@ const Table<Concurrency>& max_wait_table() {
   static const Table<Concurrency> t{
       "concurrency.max_wait",
       {
-          wait_key("vip", Priority::vip, "Longest wait of a vip request; then it is demoted to standard."),
-          wait_key("premium", Priority::premium, "Longest wait of a premium request; then it is demoted to standard."),
+          wait_key("vip", Priority::vip, "Longest wait of a vip request; then it is demoted to standard.").read_at(2),
+          wait_key("premium", Priority::premium, "Longest wait of a premium request; then it is demoted to standard.")
+              .read_at(1),
           wait_key("standard", Priority::standard, "Longest wait of a standard request; then 503."),
       }};
   return t;

@@ -4,6 +4,7 @@
 // once, in the tables below; the provider-dependent keys of a backend (base_url, the
 // credential, sim) and the checks across routes are code.
 #include <algorithm>
+#include <climits>
 #include <map>
 #include <set>
 #include <string>
@@ -107,7 +108,9 @@ const Table<Backend>& backend_table() {
           custom<Backend>("api_key_env", "env var name", "none",
                           "Name of an environment variable holding the provider credential.")
               .short_form(),
-          boolean("tls_verify", &Backend::tls_verify, "Verify the upstream's TLS certificate.").short_form(),
+          boolean("tls_verify", &Backend::tls_verify, "Verify the upstream's TLS certificate.")
+              .short_form()
+              .read_at(-1),
           custom<Backend>("ca_file", "path", "none",
                           "Extra CA bundle (PEM). Relative to the config file's directory; the file must exist. The stored "
                           "value is the resolved path.")
@@ -124,7 +127,8 @@ const Table<Backend>& backend_table() {
           integer("weight", &Backend::weight, 1, 1'000'000, "For `balance: weighted` (and the weighted picks of `least_connections` and `latency`)."),
           integer("max_in_flight", &Backend::max_in_flight, 0, 1'000'000,
                   "Requests in flight to this backend, shared by every route using it (0 = unlimited). In the "
-                  "short form: `backend_max_in_flight`."),
+                  "short form: `backend_max_in_flight`.")
+              .read_at(-1),
           boolean("probe", &Backend::probe, "Whether the active health probe runs for it (when `routing.health.interval` is set)."),
       }};
   return t;
@@ -165,7 +169,7 @@ void read_backend(Loader& l, const YAML::Node& n, const std::string& path, const
     }
   }
 
-  backend_table().read_fields(l, n, f, path, b, short_form);
+  backend_table().read_fields(l, n, f, path, b, short_form, INT_MIN, -1);  // tls_verify, max_in_flight
   if (short_form) {
     if (auto v = Loader::get(f, "backend_max_in_flight")) {
       l.get_int(*v, p("backend_max_in_flight"), 0, 1'000'000, b.max_in_flight);
@@ -192,6 +196,7 @@ void read_backend(Loader& l, const YAML::Node& n, const std::string& path, const
       read_sim(l, *v, p("sim"), b.sim);
     }
   }
+  backend_table().read_fields(l, n, f, path, b, short_form, 0, INT_MAX);  // name, weight, probe
 
   // Provider credential: (short form) SLUICE_MODEL_<ALIAS>_API_KEY, else api_key /
   // api_key_env, else OPENAI_API_KEY / ANTHROPIC_API_KEY for those providers.
@@ -262,9 +267,11 @@ const Table<Route>& route_table() {
                           else if (has_space_or_ctl(r.alias)) l.fail(p, v, "must not contain spaces or control characters");
                           return true;
                         })
-              .needed(),
+              .needed()
+              .read_at(-2),
           integer("max_in_flight", &Route::max_in_flight, 0, 1'000'000,
-                  "Requests in flight for this alias (0 = unlimited); beyond it requests queue."),
+                  "Requests in flight for this alias (0 = unlimited); beyond it requests queue.")
+              .read_at(-1),  // then the backends (read_route), then the rest
           custom<Route>("backend_max_in_flight", "integer", "0",
                         "Short form only: the backend's `max_in_flight` (0–1000000)."),
           custom<Route>("backends", "list of maps", "—",
@@ -273,7 +280,8 @@ const Table<Route>& route_table() {
                  "How a request picks one of the route's backends (`docs/routing.md`)."),
           integer("retries", &Route::retries, 0, 10,
                   "Further attempts after the first, on other backends of the route and then on the fallbacks' "
-                  "backends; only before the first byte reached the client."),
+                  "backends; only before the first byte reached the client.")
+              .read_at(1),
           custom<Route>("fallbacks", "list of aliases", "none",
                         "Routes whose backends are tried next, in order (at most 16). Each must be a configured alias, "
                         "not the route itself, and listed once.",
@@ -292,7 +300,8 @@ const Table<Route>& route_table() {
                                              r.fallbacks.push_back(std::move(alias));
                                              l.route_origins_.back().fallbacks.push_back({ap, l.line_of(a)});
                                            });
-                        }),
+                        })
+              .read_at(3),
           custom<Route>("canned_reply", "string", "none",
                         "Answered (status 200) when every option failed; without it the answer is a 503. Must not be "
                         "empty.",
@@ -302,14 +311,16 @@ const Table<Route>& route_table() {
                           if (text.empty()) l.fail(p, v, "must not be empty (omit it to answer 503)");
                           else r.canned_reply = std::move(text);
                           return true;
-                        }),
+                        })
+              .read_at(4),
           custom<Route>("canary", "map", "none", "Sends a share of the traffic to another route, see `models[].canary`.",
                         [](Loader& l, const YAML::Node& v, const std::string& p, Route& r) {
                           CanaryConfig cc;
                           read_canary(l, v, p, cc);
                           r.canary = std::move(cc);
                           return true;
-                        }),
+                        })
+              .read_at(5),
           custom<Route>("breaker", "map", "`routing.breaker`",
                         "Circuit breaker for this route's backends; the keys of `routing.breaker`; keys not given take "
                         "`routing.breaker`'s values.",
@@ -320,7 +331,8 @@ const Table<Route>& route_table() {
                           r.breaker = b;
                           l.route_origins_.back().breaker = {p, l.line_of(v)};
                           return true;
-                        }),
+                        })
+              .read_at(6),
           custom<Route>("allow_params", "list", "none",
                         "Request fields that bill or store on the operator's upstream account, which clients may set "
                         "on this model: `service_tier`, `store`. Without it a request setting one is refused (400 "
@@ -334,7 +346,8 @@ const Table<Route>& route_table() {
                                              }
                                              r.allow_params.push_back(std::move(name));
                                            });
-                        }),
+                        })
+              .read_at(2),
       }}.accepting("alias", [] {
         // The short form: a backend's keys at the route's top level.
         std::vector<std::string_view> k;
@@ -350,7 +363,9 @@ void read_route(Loader& l, const YAML::Node& n, const std::string& path, Route& 
   RouteOrigin& o = l.route_origins_.back();
   o.at = {path, l.line_of(n)};
   Fields f;
-  if (!route_table().read(l, n, path, r, &f)) return;
+  const auto& table = route_table();
+  if (!l.fields(n, path, table.names, f)) return;
+  table.read_fields(l, n, f, path, r, false, INT_MIN, -1);  // alias, max_in_flight
   auto p = [&](std::string_view k) { return join(path, k); };
 
   if (const YAML::Node* list = Loader::get(f, "backends")) {
@@ -393,6 +408,7 @@ void read_route(Loader& l, const YAML::Node& n, const std::string& path, Route& 
     RouteOrigin& ro = l.route_origins_.back();
     ro.backends.push_back({ro.at.path, ro.at.line, true, ok});
   }
+  table.read_fields(l, n, f, path, r, false, 0, INT_MAX);
 }
 
 std::string endpoint_of(const Backend& b) { return host_for_display(b.host) + ":" + std::to_string(b.port); }

@@ -96,7 +96,8 @@ const Table<CanaryConfig>& canary_table() {
       {
           custom<CanaryConfig>("alias", "string", "— (required)",
                                "The route whose backends serve the canary share: a configured alias, not the route "
-                               "itself. That route stays a plain route that clients may call directly.",
+                               "itself. That route stays a plain route that clients may call directly (versioned "
+                               "aliases such as `chat-v1` / `chat-v2`).",
                                [](Loader& l, const YAML::Node& v, const std::string& p, CanaryConfig& cc) {
                                  l.route_origins_.back().canary = {p, l.line_of(v)};
                                  if (l.get_string(v, p, cc.alias) && cc.alias.empty()) l.fail(p, v, "must not be empty");
@@ -108,7 +109,8 @@ const Table<CanaryConfig>& canary_table() {
               .needed(" (percent of requests, 0 to 100)"),
           choice("sticky", &CanaryConfig::sticky, sticky_enum(),
                  "What keeps a client on one side: nothing (each request is drawn), its API key, or the request's "
-                 "`user` (OpenAI `user`, Anthropic `metadata.user_id`)."),
+                 "`user` (OpenAI `user`, Anthropic `metadata.user_id`; requests without one are drawn). A hash of "
+                 "the canary alias and the id decides, so a client stays on the same side on every instance."),
           duration("window", &CanaryConfig::window, Millis{1},
                    "Automatic rollback compares the canary with the stable backends over this window..."),
           integer("min_requests", &CanaryConfig::min_requests, 1, 1'000'000'000,

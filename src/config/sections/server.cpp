@@ -183,7 +183,7 @@ const Table<Config>& root_table() {
           delegate("events", "map", "see `events`", "Kafka events (`docs/events.md`).", read_events),
           delegate("routing", "map", "see `routing`",
                    "Health probes, ejection, circuit breakers and the webhook, shared by every route.", read_routing)
-              .read_first(),  // a route's breaker override starts from routing.breaker
+              .read_at(-1),  // before models: a route's breaker override starts from routing.breaker
           group("admin", admin_table(), "The admin listener and who may see the status pages."),
       }};
   return t;
