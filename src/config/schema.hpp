@@ -7,9 +7,9 @@
 //   - the startup banner of simple sections (Table::banner),
 //   - the reference tables of docs/configuration.md (reference.hpp).
 // A key whose reading depends on others (a secret given literally or by variable, a
-// route's backend keys) is declared with by_code(): the section's code reads it, and
-// tests/unit/config/reference_test.cpp checks that a wrong value of every declared key
-// is refused, so a key cannot be accepted and then ignored.
+// route's backend keys) is declared with custom(...) and no reader: the section's code
+// reads it. tests/unit/config/reference_test.cpp checks that a wrong value of every
+// declared key is refused at its path, so a key cannot be accepted and then ignored.
 #include <algorithm>
 #include <climits>
 #include <functional>
@@ -83,13 +83,6 @@ struct Table {
     if (it != names.end()) ++it;
     names.insert(it, extra.begin(), extra.end());
     return std::move(*this);
-  }
-
-  const Key<S>* find(std::string_view k) const {
-    for (const auto& key : keys) {
-      if (key.name == k) return &key;
-    }
-    return nullptr;
   }
 
   // Reads map `n` (at `path`) into `s`: unknown and repeated keys are errors, every key
