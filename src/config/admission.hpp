@@ -1,6 +1,7 @@
 #pragma once
 // Admission settings: rate limits, token quotas, the concurrency gate, and the Redis they
-// share. Part of the validated Config (see docs/limits.md).
+// share. Part of the validated Config (see docs/limits.md); declared in
+// config/sections/admission.cpp.
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -9,6 +10,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "config/priority.hpp"
 
 namespace sluice::config {
 
@@ -21,9 +24,6 @@ enum class LimitAlgorithm : std::uint8_t { fixed_window, sliding_window, token_b
 enum class DownPolicy : std::uint8_t { inherit, open, closed };
 enum class LimiterBackend : std::uint8_t { memory, redis, auto_ };
 enum class QuotaPeriod : std::uint8_t { minute, hour, day, month };
-// Queue classes, lowest first.
-enum class Priority : std::uint8_t { standard = 0, premium = 1, vip = 2 };
-inline constexpr int kPriorities = 3;
 
 std::string_view to_string(LimitScope) noexcept;
 std::string_view to_string(LimitAlgorithm) noexcept;
@@ -31,8 +31,6 @@ std::string_view to_string(LimitAlgorithm) noexcept;
 inline constexpr std::int64_t kMaxSlidingLog = 100000;
 std::string_view to_string(LimiterBackend) noexcept;
 std::string_view to_string(QuotaPeriod) noexcept;
-std::string_view to_string(Priority) noexcept;
-std::optional<Priority> priority_from_name(std::string_view) noexcept;
 
 // A limit applies to a request only when every filter set here matches (empty = any).
 struct LimitMatch {

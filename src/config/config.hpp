@@ -1,6 +1,13 @@
 #pragma once
 // The validated, immutable configuration. Loaded once (YAML + environment overrides),
 // validated as a whole, then shared read-only by every worker.
+//
+// This header gathers every section. Code that uses one section includes only that
+// section's header (config/server.hpp, keys.hpp, models.hpp, backend.hpp, sim.hpp, params.hpp,
+// routing.hpp, admission.hpp, records.hpp) and, where it takes the whole Config by
+// reference, forward-declares it. Each key is declared once, in the table of its section
+// (src/config/sections/*.cpp); docs/configuration.md's reference tables are generated
+// from those tables (`sluice config-reference`).
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -10,119 +17,14 @@
 #include <vector>
 
 #include "config/admission.hpp"
+#include "config/keys.hpp"
+#include "config/models.hpp"
+#include "config/params.hpp"
 #include "config/records.hpp"
 #include "config/routing.hpp"
+#include "config/server.hpp"
 
 namespace sluice::config {
-
-using Millis = std::chrono::milliseconds;
-
-enum class Provider { simulated, openai, ollama, anthropic };
-std::string_view to_string(Provider p) noexcept;
-
-// Timing model and fault injection of the simulator (both faces: `sluice sim` and the
-// in-process `simulated` provider).
-struct SimSettings {
-  Millis ttft{200};                 // fixed part of time to first token
-  double ttft_per_prompt_token_ms = 0.0;  // prefill cost, added per prompt token
-  Millis inter_token{20};           // inter-token latency
-  double jitter = 0.1;              // +/- fraction applied to each delay
-  int max_in_flight = 64;           // sequences decoding at once ("GPU slots")
-  int max_waiting = 1024;           // queue beyond that; past it -> 503
-  int default_output_tokens = 32;   // when the request sets no max_tokens/num_predict
-  int max_output_tokens = 4096;
-  // Fault injection, each a probability in [0,1] per request.
-  double error_rate_429 = 0, error_rate_500 = 0, error_rate_503 = 0;
-  double abort_rate = 0;            // stream aborted mid-way (connection dropped)
-  double hang_rate = 0;             // accepts, then never answers
-  double slow_first_token_rate = 0; // first token delayed by slow_first_token
-  Millis slow_first_token{5000};
-  std::uint64_t seed = 0;           // 0 = random
-
-  bool operator==(const SimSettings&) const = default;
-};
-
-struct Backend {
-  Provider provider = Provider::simulated;
-  std::string base_url;        // e.g. http://127.0.0.1:11434 or https://api.openai.com/v1
-  // Derived from base_url at validation time:
-  bool tls = false;
-  std::string host;
-  std::uint16_t port = 0;
-  std::string path_prefix;     // "" or "/v1" etc., without trailing '/'
-  std::string model;           // real model name sent upstream
-  std::string api_key;         // provider credential (resolved from env/file); never logged
-  bool tls_verify = true;
-  std::string ca_file;         // optional extra CA bundle (PEM)
-  SimSettings sim;             // for Provider::simulated
-  // Within a route's backend set:
-  std::string name;            // label in metrics, logs and /infra; default host:port (host:port/model when the endpoint serves several models; simulated:<alias>[#i])
-  int weight = 1;              // for the weighted policies (>= 1)
-  int max_in_flight = 0;       // requests in flight to this backend, shared by every route using it (0 = unlimited)
-  bool probe = true;           // whether the active health probe runs for it (when health.interval is set)
-
-  bool operator==(const Backend&) const = default;
-};
-
-struct Route {
-  // Bounds the data path relies on (a request's tried set is a 64-bit mask; its list of
-  // sets to try is fixed-size).
-  static constexpr std::size_t kMaxBackends = 64;
-  static constexpr std::size_t kMaxFallbacks = 16;
-
-  std::string alias;           // what clients put in "model"
-  // One or more backends. A route written with provider/base_url/model at its top level
-  // (the short form) has exactly one.
-  std::vector<Backend> backends;
-  Balance balance = Balance::least_connections;
-  int max_in_flight = 0;          // requests in flight for this model (0 = unlimited)
-  // Retries: further attempts after the first, on other backends of the set and then on
-  // the fallbacks' backends, only before the first byte reached the client.
-  int retries = 2;
-  std::vector<std::string> fallbacks;       // aliases whose backends are tried next, in order
-  // Request fields that bill or store on the operator's upstream account (service_tier,
-  // store): refused (400 option_not_allowed) unless listed here.
-  std::vector<std::string> allow_params;
-  std::optional<std::string> canned_reply;  // answered (200) when every option failed; else 503
-  std::optional<CanaryConfig> canary;
-  std::optional<BreakerConfig> breaker;     // overrides routing.breaker for this route's backends
-
-  const Backend& primary() const noexcept { return backends.front(); }
-};
-
-// Shortest API key secret accepted: a short secret can be guessed.
-inline constexpr std::size_t kMinKeySecretLength = 16;
-
-struct ApiKey {
-  std::string name;            // key id shown in logs, e.g. "prod-app"
-  std::string key;             // the secret; never logged
-  std::string tenant;
-  std::string tier = "standard";
-  std::vector<std::string> models;  // aliases this key may use; "*" = all
-  bool admin = false;
-  int max_in_flight = -1;      // -1: concurrency.per_key
-  std::optional<Priority> priority;  // highest queue class; default from the tier
-};
-
-// Allowed numeric range of a request option.
-struct Range {
-  double min = 0;
-  double max = 0;
-  bool integer = false;
-};
-
-struct Timeouts {
-  Millis connect{5000};
-  Millis first_token{60000};
-  Millis idle{60000};          // gap between upstream stream chunks
-  Millis total{600000};
-  Millis client_header{30000}; // reading a request's headers and body
-  Millis keep_alive{75000};    // idle client connection
-  Millis client_first_byte{10000};  // a new connection's first byte (then keep_alive applies)
-  Millis heartbeat{15000};     // ": keep-alive" comment while the upstream is silent
-  Millis client_write{30000};  // a client that takes no byte of a reply for this long is dropped
-  Millis shutdown_grace{30000};
-};
 
 struct Config {
   std::string instance;        // x-sluice-instance; default: hostname:port
@@ -147,9 +49,9 @@ struct Config {
   std::vector<ApiKey> keys;
   std::vector<Route> routes;
   // Top-level OpenAI parameters with a checked range (temperature, top_p, max_tokens...).
-  std::map<std::string, Range, std::less<>> params;
+  Ranges params;
   // Keys allowed inside the Ollama-style "options" object, with ranges (num_ctx...).
-  std::map<std::string, Range, std::less<>> options;
+  Ranges options;
   // Where the BPE rank files are (cl100k_base.json, o200k_base.json); "" = look in the
   // places scripts/fetch-tokenizer.sh fills. Missing files: the estimator counts instead.
   std::string tokenizer_dir;

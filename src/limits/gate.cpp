@@ -1,5 +1,7 @@
 #include "limits/gate.hpp"
 
+#include "config/config.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>

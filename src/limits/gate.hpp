@@ -20,7 +20,12 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "config/config.hpp"
+#include "config/keys.hpp"
+#include "config/priority.hpp"
+
+namespace sluice::config {
+struct Config;  // config/config.hpp: only gate.cpp reads its fields
+}
 
 namespace sluice::limits {
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/text.hpp"
+#include "config/config.hpp"
 #include "llm/anthropic.hpp"
 #include "llm/json_parse.hpp"
 

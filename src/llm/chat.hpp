@@ -13,8 +13,12 @@
 #include <variant>
 
 #include "common/reason.hpp"
-#include "config/config.hpp"
+#include "config/backend.hpp"
 #include "tokenizer/tokenizer.hpp"
+
+namespace sluice::config {
+struct Config;  // config/config.hpp: only chat.cpp reads its fields
+}
 
 namespace sluice::llm {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-#include "config/config.hpp"
+#include "config/sim.hpp"
 #include "sim/sim.hpp"
 
 namespace sluice::sim {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "config/config.hpp"
+#include "config/sim.hpp"
 
 namespace sluice::sim {
 

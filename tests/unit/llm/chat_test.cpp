@@ -5,6 +5,7 @@
 #include <boost/json/value.hpp>
 #include <string>
 
+#include "config/config.hpp"
 #include "llm/chat.hpp"
 #include "rank_files.hpp"
 #include "tokenizer/tokenizer.hpp"

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "llm/anthropic.hpp"
+#include "config/config.hpp"
 #include "llm/chat.hpp"
 #include "rank_files.hpp"
 #include "tokenizer/tokenizer.hpp"

@@ -1,0 +1,38 @@
+#pragma once
+// One backend of a route: the provider, where it is, the model, the credential and the
+// simulator settings. What the translation layer (llm/) needs of the configuration.
+// Declared in config/sections/models.cpp.
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "config/sim.hpp"
+
+namespace sluice::config {
+
+enum class Provider { simulated, openai, ollama, anthropic };
+std::string_view to_string(Provider p) noexcept;
+
+struct Backend {
+  Provider provider = Provider::simulated;
+  std::string base_url;        // e.g. http://127.0.0.1:11434 or https://api.openai.com/v1
+  // Derived from base_url at validation time:
+  bool tls = false;
+  std::string host;
+  std::uint16_t port = 0;
+  std::string path_prefix;     // "" or "/v1" etc., without trailing '/'
+  std::string model;           // real model name sent upstream
+  std::string api_key;         // provider credential (resolved from env/file); never logged
+  bool tls_verify = true;
+  std::string ca_file;         // optional extra CA bundle (PEM)
+  SimSettings sim;             // for Provider::simulated
+  // Within a route's backend set:
+  std::string name;            // label in metrics, logs and /infra; default host:port (host:port/model when the endpoint serves several models; simulated:<alias>[#i])
+  int weight = 1;              // for the weighted policies (>= 1)
+  int max_in_flight = 0;       // requests in flight to this backend, shared by every route using it (0 = unlimited)
+  bool probe = true;           // whether the active health probe runs for it (when health.interval is set)
+
+  bool operator==(const Backend&) const = default;
+};
+
+}  // namespace sluice::config

@@ -1,0 +1,27 @@
+#pragma once
+// Client API keys (`keys`, `keys_file`, SLUICE_API_KEYS). Declared in
+// config/sections/keys.cpp.
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/priority.hpp"
+
+namespace sluice::config {
+
+// Shortest API key secret accepted: a short secret can be guessed.
+inline constexpr std::size_t kMinKeySecretLength = 16;
+
+struct ApiKey {
+  std::string name;            // key id shown in logs, e.g. "prod-app"
+  std::string key;             // the secret; never logged
+  std::string tenant;
+  std::string tier = "standard";
+  std::vector<std::string> models;  // aliases this key may use; "*" = all
+  bool admin = false;
+  int max_in_flight = -1;      // -1: concurrency.per_key
+  std::optional<Priority> priority;  // highest queue class; default from the tier
+};
+
+}  // namespace sluice::config

@@ -1,0 +1,42 @@
+#pragma once
+// Routes (`models`): an alias and its backends, balancing, retries, fallbacks, canary and
+// breaker override. Declared in config/sections/models.cpp.
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/backend.hpp"
+#include "config/routing.hpp"
+
+namespace sluice::config {
+
+struct Route {
+  // Bounds the data path relies on (a request's tried set is a 64-bit mask; its list of
+  // sets to try is fixed-size).
+  static constexpr std::size_t kMaxBackends = 64;
+  static constexpr std::size_t kMaxFallbacks = 16;
+
+  std::string alias;           // what clients put in "model"
+  // One or more backends. A route written with provider/base_url/model at its top level
+  // (the short form) has exactly one.
+  std::vector<Backend> backends;
+  Balance balance = Balance::least_connections;
+  int max_in_flight = 0;          // requests in flight for this model (0 = unlimited)
+  // Retries: further attempts after the first, on other backends of the set and then on
+  // the fallbacks' backends, only before the first byte reached the client.
+  int retries = 2;
+  std::vector<std::string> fallbacks;       // aliases whose backends are tried next, in order
+  // Request fields that bill or store on the operator's upstream account (service_tier,
+  // store): refused (400 option_not_allowed) unless listed here.
+  std::vector<std::string> allow_params;
+  std::optional<std::string> canned_reply;  // answered (200) when every option failed; else 503
+  std::optional<CanaryConfig> canary;
+  std::optional<BreakerConfig> breaker;     // overrides routing.breaker for this route's backends
+
+  const Backend& primary() const noexcept { return backends.front(); }
+};
+
+}  // namespace sluice::config

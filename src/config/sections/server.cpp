@@ -1,0 +1,278 @@
+// The top level of the file and the server section: instance, listen address, workers,
+// access log, files, size limits, timeouts and the admin listener. The top-level table
+// also names the section each other key belongs to.
+#include <string>
+
+#include "config/schema.hpp"
+
+namespace sluice::config::detail {
+
+namespace {
+
+const Table<Config>& limits_table() {
+  static const Table<Config> t{
+      "limits",
+      {
+          integer("max_body_bytes", &Config::max_body_bytes, 1, kMaxI64, "Largest request body.")
+              .with_default("1048576 (1 MiB)")
+              .banner("body", " B"),
+          integer("max_header_bytes", &Config::max_header_bytes, 1024, kMaxI64, "Largest request header block.")
+              .banner("headers", " B"),
+          integer("max_upstream_response_bytes", &Config::max_upstream_response_bytes, 1, kMaxI64,
+                  "Largest non-streamed upstream answer.")
+              .with_default("16777216 (16 MiB)")
+              .banner("upstream response", " B"),
+          integer("upstream_pool_per_host", &Config::upstream_pool_per_host, 0, 65536,
+                  "Idle keep-alive upstream connections kept per host (per worker).")
+              .banner("pool", " per host"),
+          integer("max_connections", &Config::max_connections, 0, 10'000'000,
+                  "Client connections open at once, over all workers; 0 = derived at start from the file "
+                  "descriptor limit (see below).")
+              .with_default("0 (auto)")
+              .shown([](const Config& c) { return c.max_connections ? std::to_string(c.max_connections) : "auto"; })
+              .banner("connections"),
+      }};
+  return t;
+}
+
+const Table<Timeouts>& timeouts_table() {
+  const Millis positive{1};
+  static const Table<Timeouts> t{
+      "timeouts",
+      {
+          duration("connect", &Timeouts::connect, positive, "Connecting to an upstream.").banner("connect"),
+          duration("first_token", &Timeouts::first_token, positive, "Request sent → first token.")
+              .banner("first_token"),
+          duration("idle", &Timeouts::idle, positive, "Gap between two upstream stream chunks.").banner("idle"),
+          duration("total", &Timeouts::total, positive,
+                   "Whole request, enforced also while an upstream keeps sending: the stream then ends with an "
+                   "`upstream_timeout` error event; its last writes get 1 s more.")
+              .banner("total"),
+          duration("client_header", &Timeouts::client_header, positive, "Reading a request's headers and body.")
+              .banner("client_header"),
+          duration("keep_alive", &Timeouts::keep_alive, positive, "Idle client connection.").banner("keep_alive"),
+          duration("client_first_byte", &Timeouts::client_first_byte, positive,
+                   "A new client connection's first byte; a connection that sends nothing in that time is closed "
+                   "without an answer (a shorter `keep_alive` wins).")
+              .banner("client_first_byte"),
+          duration("heartbeat", &Timeouts::heartbeat, positive, "`: keep-alive` comment while the upstream is silent.")
+              .banner("heartbeat"),
+          duration("client_write", &Timeouts::client_write, positive,
+                   "A client that takes no byte of a reply for this long is dropped (its upstream request is "
+                   "cancelled).")
+              .banner("client_write"),
+          duration("shutdown_grace", &Timeouts::shutdown_grace, Millis{0}, "Drain time at shutdown.")
+              .banner("shutdown_grace"),
+      }};
+  return t;
+}
+
+const Table<Config>& admin_table() {
+  static const Table<Config> t{
+      "admin",
+      {
+          custom<Config>("listen", "`host:port`", "none",
+                         "A listener of its own serving `/metrics`, `/infra` and the probes without a key (for "
+                         "Prometheus and operators); same syntax as `listen`.",
+                         [](Loader& l, const YAML::Node& n, const std::string& p, Config& c) {
+                           std::string s;
+                           return l.get_string(n, p, s) &&
+                                  l.report(check_host_port(trim(s), c.admin_listen_host, c.admin_listen_port), p, n);
+                         }),
+          boolean("public_status", &Config::public_status,
+                  "Serve `/metrics` and `/infra` on the main listener without an admin key."),
+      }};
+  return t;
+}
+
+// A top-level key read by another section's function.
+Key<Config> delegate(std::string_view name, std::string type, std::string dflt, std::string doc,
+                     void (*read)(Loader&, const YAML::Node&, Config&)) {
+  return custom<Config>(name, std::move(type), std::move(dflt), std::move(doc),
+                        [read](Loader& l, const YAML::Node& n, const std::string&, Config& c) {
+                          read(l, n, c);
+                          return true;
+                        });
+}
+
+const Table<Config>& root_table() {
+  static const Table<Config> t{
+      "top level",
+      {
+          text("instance", &Config::instance,
+               "Instance name (`x-sluice-instance`). Must not be empty or contain control characters. The default "
+               "uses the machine's host name and the final listen port (after environment overrides).")
+              .with_default("`<hostname>:<port>`")
+              .then([](Loader& l, const YAML::Node& n, const std::string& p, Config& c) {
+                if (c.instance.empty()) l.fail(p, n, "must not be empty (omit it for the default)");
+                else if (has_ctl(c.instance)) l.fail(p, n, "must not contain control characters");
+                return true;
+              }),
+          custom<Config>("listen", "`host:port`", "`127.0.0.1:8080`",
+                         "The host is an IP address literal (`127.0.0.1`, `0.0.0.0`, `[::1]`, `[::]`) or `localhost` "
+                         "(taken as `127.0.0.1`); a host name is an error (it is not resolved). IPv6 as "
+                         "`[addr]:port`. Port 0–65535; 0 = any free port.",
+                         [](Loader& l, const YAML::Node& n, const std::string& p, Config& c) {
+                           std::string s;
+                           return l.get_string(n, p, s) &&
+                                  l.report(check_host_port(trim(s), c.listen_host, c.listen_port), p, n);
+                         }),
+          integer("workers", &Config::workers, 0, 1024, "Event-loop threads; 0 = one per CPU core."),
+          group("limits", limits_table(), "Size limits and connection caps."),
+          section("timeouts", &Config::timeouts, timeouts_table(), "Timeouts, all durations."),
+          custom<Config>("access_log", "string", "`\"-\"`",
+                         "`\"-\"` = stdout, `\"\"` = off, anything else is a file path (used as given, not relative "
+                         "to the config file).",
+                         [](Loader& l, const YAML::Node& n, const std::string& p, Config& c) {
+                           if (n.IsNull()) {
+                             l.fail(p, n, "expected a string (\"-\" = stdout, \"\" = off, or a path), got nothing (null)");
+                             return false;
+                           }
+                           return l.get_string(n, p, c.access_log);
+                         }),
+          custom<Config>("keys", "list of maps", "none", "Client API keys, see `keys[]`.",
+                         [](Loader& l, const YAML::Node& n, const std::string& p, Config& c) {
+                           read_keys(l, n, p, c);
+                           return true;
+                         }),
+          delegate("keys_file", "string", "none",
+                   "A YAML file holding a list of key entries (relative to the config file's directory).",
+                   read_keys_file),
+          delegate("models", "list of maps", "— (required)", "Routes, see `models[]`. At least one is required.",
+                   read_models),
+          custom<Config>("params", "map of ranges", "built-in list",
+                         "Range-checked top-level request parameters, see `params.<name>`.",
+                         [](Loader& l, const YAML::Node& n, const std::string& p, Config& c) {
+                           read_ranges(l, n, p, c.params);
+                           return true;
+                         }),
+          custom<Config>("options", "map of ranges", "built-in list",
+                         "Keys allowed in an Ollama-style `options` object, see `params.<name>`.",
+                         [](Loader& l, const YAML::Node& n, const std::string& p, Config& c) {
+                           read_ranges(l, n, p, c.options);
+                           return true;
+                         }),
+          delegate("redis", "map", "see `redis`", "The Redis shared by the rate limits (`docs/limits.md`).",
+                   read_redis),
+          delegate("rate_limits", "map", "see `rate_limits`", "Request rate limits and token quotas (`docs/limits.md`).",
+                   read_rate_limits),
+          delegate("concurrency", "map", "see `concurrency`", "The concurrency gate (`docs/limits.md`).",
+                   read_concurrency),
+          text("tokenizer_dir", &Config::tokenizer_dir,
+               "Where the BPE rank files are (`cl100k_base.json`, `o200k_base.json`); relative to the config file. "
+               "`\"\"` = the places `scripts/fetch-tokenizer.sh` fills; missing files: token counts are estimated.")
+              .with_default("`\"\"`")
+              .then([](Loader& l, const YAML::Node& n, const std::string& p, Config& c) {
+                if (c.tokenizer_dir.empty()) return true;
+                fs::path d(c.tokenizer_dir);
+                if (d.is_relative()) d = l.base_dir() / d;
+                if (!l.files().is_directory(d.string())) l.fail(p, n, "not a directory: " + d.string());
+                else c.tokenizer_dir = d.string();
+                return true;
+              }),
+          text("data_dir", &Config::data_dir,
+               "Where the gateway writes its files (`history.db`, `events-fallback.jsonl`), created if missing. "
+               "The default is relative to the working directory; a value in the file is relative to the file's "
+               "directory.")
+              .then([](Loader& l, const YAML::Node& n, const std::string& p, Config& c) {
+                if (c.data_dir.empty()) l.fail(p, n, "must not be empty (omit it for the default, ./data)");
+                else c.data_dir = l.resolve_path(c.data_dir);
+                return true;
+              }),
+          delegate("history", "map", "see `history`", "The request history (`docs/history.md`).", read_history),
+          delegate("events", "map", "see `events`", "Kafka events (`docs/events.md`).", read_events),
+          delegate("routing", "map", "see `routing`",
+                   "Health probes, ejection, circuit breakers and the webhook, shared by every route.", read_routing)
+              .read_at(-1),  // before models: a route's breaker override starts from routing.breaker
+          group("admin", admin_table(), "The admin listener and who may see the status pages."),
+      }};
+  return t;
+}
+
+}  // namespace
+
+void read_root(Loader& l, const YAML::Node& root, Config& c) {
+  Fields f;
+  if (!root.IsNull()) {
+    if (!root.IsMap()) {
+      l.error("", l.line_of(root), std::string("expected a map of settings at the top level, got ") + kind_of(root));
+    } else {
+      root_table().read(l, root, "", c, &f);
+    }
+  }
+  // Absent: the built-in lists. Present, even empty: exactly what is written.
+  if (!Loader::get(f, "params")) c.params = default_params();
+  if (!Loader::get(f, "options")) c.options = default_options();
+}
+
+void server_env(Loader& l, Config& c) {
+  if (auto v = l.getenv("SLUICE_LISTEN")) {
+    std::string host;
+    std::uint16_t port = 0;
+    if (auto e = check_host_port(trim(*v), host, port); !e.empty()) l.error("env SLUICE_LISTEN", 0, e);
+    else { c.listen_host = host; c.listen_port = port; }
+  }
+  if (auto v = l.getenv("HOST")) {
+    std::string_view h = trim(*v);
+    if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+    const bool v6 = h.find(':') != std::string_view::npos;
+    // An IPv6 literal is fine here: HOST holds only the host, so there is no port to confuse.
+    auto e = v6 ? (has_space_or_ctl(h) || h.find_first_of("/?#@[]") != std::string_view::npos
+                       ? "invalid host " + q(h)
+                       : std::string())
+                : check_host(h);
+    std::string host(h);
+    if (e.empty()) e = check_listen_host(host);
+    if (!e.empty()) l.error("env HOST", 0, e);
+    else c.listen_host = std::move(host);
+  }
+  if (auto v = l.getenv("PORT")) {
+    long long port = 0;
+    if (auto e = check_int(trim(*v), 0, 65535, port); !e.empty()) l.error("env PORT", 0, e);
+    else c.listen_port = static_cast<std::uint16_t>(port);
+  }
+  if (auto v = l.getenv("SLUICE_WORKERS")) {
+    long long w = 0;
+    if (auto e = check_int(trim(*v), 0, 1024, w); !e.empty()) l.error("env SLUICE_WORKERS", 0, e);
+    else c.workers = static_cast<int>(w);
+  }
+  if (auto v = l.getenv("SLUICE_INSTANCE")) {
+    if (has_ctl(*v)) l.error("env SLUICE_INSTANCE", 0, "must not contain control characters");
+    else c.instance = *v;
+  }
+  if (auto v = l.getenv("SLUICE_TOKENIZER_DIR")) {
+    if (!l.files().is_directory(*v)) l.error("env SLUICE_TOKENIZER_DIR", 0, "not a directory: " + *v);
+    else c.tokenizer_dir = *v;
+  }
+  if (auto v = l.getenv("SLUICE_DATA_DIR")) c.data_dir = *v;
+  // Empty SLUICE_ACCESS_LOG is meaningful ("" = off), so it is read unfiltered.
+  if (auto v = l.getenv_raw("SLUICE_ACCESS_LOG")) c.access_log = *v;
+}
+
+std::string describe_server(const Config& c) {
+  std::string out;
+  out += "instance:   " + c.instance + "\n";
+  out += "listen:     " + host_for_display(c.listen_host) + ":" + std::to_string(c.listen_port) +
+         (c.listen_port == 0 ? " (any free port)" : "") + "\n";
+  out += "workers:    " + (c.workers == 0 ? std::string("auto (one per core)") : std::to_string(c.workers)) + "\n";
+  out += "status:     /metrics and /infra ";
+  out += c.public_status ? "public" : "need an admin key";
+  if (!c.admin_listen_host.empty()) {
+    out += "; admin listener " + host_for_display(c.admin_listen_host) + ":" + std::to_string(c.admin_listen_port) +
+           " (no key)";
+  }
+  out += "\n";
+  out += "access log: " + (c.access_log == "-" ? std::string("stdout") : c.access_log.empty() ? std::string("off") : c.access_log) + "\n";
+  out += "limits:     " + limits_table().banner(c) + "\n";
+  out += "timeouts:   " + timeouts_table().banner(c.timeouts) + "\n";
+  return out;
+}
+
+void server_reference(std::vector<TableDoc>& out) {
+  out.push_back(root_table().doc());
+  out.push_back(limits_table().doc());
+  out.push_back(timeouts_table().doc());
+  out.push_back(admin_table().doc());
+}
+
+}  // namespace sluice::config::detail

@@ -1,0 +1,23 @@
+#pragma once
+// The server section: timeouts (listen address, workers, size limits and the admin
+// listener are top-level fields of Config). Declared in config/sections/server.cpp.
+#include <chrono>
+
+namespace sluice::config {
+
+using Millis = std::chrono::milliseconds;
+
+struct Timeouts {
+  Millis connect{5000};
+  Millis first_token{60000};
+  Millis idle{60000};          // gap between upstream stream chunks
+  Millis total{600000};
+  Millis client_header{30000}; // reading a request's headers and body
+  Millis keep_alive{75000};    // idle client connection
+  Millis client_first_byte{10000};  // a new connection's first byte (then keep_alive applies)
+  Millis heartbeat{15000};     // ": keep-alive" comment while the upstream is silent
+  Millis client_write{30000};  // a client that takes no byte of a reply for this long is dropped
+  Millis shutdown_grace{30000};
+};
+
+}  // namespace sluice::config

@@ -1,0 +1,31 @@
+#pragma once
+// Timing model and fault injection of the simulator (both faces: `sluice sim` and the
+// in-process `simulated` provider). Declared in config/sections/models.cpp.
+#include <chrono>
+#include <cstdint>
+
+namespace sluice::config {
+
+using Millis = std::chrono::milliseconds;
+
+struct SimSettings {
+  Millis ttft{200};                 // fixed part of time to first token
+  double ttft_per_prompt_token_ms = 0.0;  // prefill cost, added per prompt token
+  Millis inter_token{20};           // inter-token latency
+  double jitter = 0.1;              // +/- fraction applied to each delay
+  int max_in_flight = 64;           // sequences decoding at once ("GPU slots")
+  int max_waiting = 1024;           // queue beyond that; past it -> 503
+  int default_output_tokens = 32;   // when the request sets no max_tokens/num_predict
+  int max_output_tokens = 4096;
+  // Fault injection, each a probability in [0,1] per request.
+  double error_rate_429 = 0, error_rate_500 = 0, error_rate_503 = 0;
+  double abort_rate = 0;            // stream aborted mid-way (connection dropped)
+  double hang_rate = 0;             // accepts, then never answers
+  double slow_first_token_rate = 0; // first token delayed by slow_first_token
+  Millis slow_first_token{5000};
+  std::uint64_t seed = 0;           // 0 = random
+
+  bool operator==(const SimSettings&) const = default;
+};
+
+}  // namespace sluice::config
