@@ -698,7 +698,8 @@ TEST_P(HistoryTest, UsageSumsWhatTheQuotasWereChargedPerKeyAndAlias) {
   auto row = [&](std::int64_t at, std::string_view alias, std::string_view key, int status, std::int64_t prompt,
                  std::int64_t completion, bool reserved = true) {
     auto r = record(at, alias, key, status, 10);
-    r.model = "real-" + std::string(alias);  // the upstream's model: not what limits count by
+    const std::string model = "real-" + std::string(alias);  // (the record holds views: kept until consumed)
+    r.model = model;  // the upstream's model: not what limits count by
     r.prompt_tokens = prompt;
     r.completion_tokens = completion;
     if (reserved) r.reserved_tokens = 500;
