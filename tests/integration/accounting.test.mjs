@@ -12,7 +12,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { contentEvents, KEY, request, sse, startGateway, startRecorder, startRedis } from './lib.mjs';
+import { contentEvents, KEY, redisLedger, request, sse, startGateway, startRecorder, startRedis } from './lib.mjs';
 
 // An upstream that reports the largest usage its request allowed: the output bound sent,
 // times n; the prompt as 10 tokens.
@@ -507,18 +507,6 @@ describe('SIGTERM settles before exit', () => {
     await redis?.stop();
   });
 
-  // The quota hash of key `name` and its reservations (a sorted set).
-  async function ledger(name) {
-    const keys = (await redis.raw('KEYS', `sluice:{t:acme}:k:${name}:q*`)).split('\n').filter(Boolean);
-    const hash = keys.find((k) => !k.endsWith(':r'));
-    assert.ok(hash, `a quota counter for ${name} in ${keys}`);
-    return {
-      used: Number((await redis.raw('HGET', hash, 'used')) || 0),
-      reserved: Number((await redis.raw('HGET', hash, 'reserved')) || 0),
-      holds: Number(await redis.raw('ZCARD', `${hash}:r`)),
-    };
-  }
-
   test('queued settlements and token leases reach Redis: no reservation is left, used is what was charged', async () => {
     const LEASED = 'sk-leased-5555666677778888';
     const gw = await startGateway({
@@ -565,7 +553,7 @@ describe('SIGTERM settles before exit', () => {
     }
     assert.ok(charged.app > 0 && charged.leased > 0);
     for (const name of ['app', 'leased']) {
-      assert.deepEqual(await ledger(name), { used: charged[name], reserved: 0, holds: 0 }, name);
+      assert.deepEqual(await redisLedger(redis, name), { requests: 0, used: charged[name], reserved: 0, holds: 0 }, name);
     }
   });
 });

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { delay, KEY, request, startGateway, startRecorder, startRedis, waitFor } from './lib.mjs';
+import { delay, KEY, redisLedger, request, startGateway, startRecorder, startRedis, waitFor } from './lib.mjs';
 
 function post(gw, body, key = KEY) {
   return request(`${gw.url}/v1/chat/completions`, { method: 'POST', key, body });
@@ -25,22 +25,6 @@ describe('Redis paused under load', () => {
     await up?.close();
     await redis?.stop();
   });
-
-  // Every counter of key `name`: the request window's count (all windows summed), and the
-  // quota's used / reserved / reservations held.
-  async function ledger(name) {
-    const keys = (await redis.raw('KEYS', `sluice:{t:acme}:k:${name}:*`)).split('\n').filter(Boolean);
-    const out = { requests: 0, used: 0, reserved: 0, holds: 0 };
-    for (const k of keys) {
-      if (/:r0\.fw\.\d+:\d+$/.test(k)) out.requests += Number(await redis.raw('GET', k));
-      else if (/:q0\.day:\d+$/.test(k)) {
-        out.used += Number((await redis.raw('HGET', k, 'used')) || 0);
-        out.reserved += Number((await redis.raw('HGET', k, 'reserved')) || 0);
-        out.holds += Number(await redis.raw('ZCARD', `${k}:r`));
-      }
-    }
-    return out;
-  }
 
   async function drill(policy, name) {
     const gw = await startGateway({
@@ -92,7 +76,7 @@ describe('Redis paused under load', () => {
       let seen;
       await waitFor(
         async () => {
-          seen = await ledger(name);
+          seen = await redisLedger(redis, name);
           return JSON.stringify(seen) === JSON.stringify(want);
         },
         { timeout: 8000, what: 'the ledger to settle' },
@@ -155,7 +139,7 @@ describe('Redis paused under load', () => {
       let seen;
       await waitFor(
         async () => {
-          seen = await ledger('lost');
+          seen = await redisLedger(redis, 'lost');
           return seen.used === charged;
         },
         { timeout: 8000, what: 'the usage to reach the new Redis' },
@@ -174,7 +158,7 @@ describe('Redis paused under load', () => {
       process.kill(redis.proc.pid, 'SIGCONT');
       await waitFor(async () => (await gw.infra()).rate_limiter.redis.up, { timeout: 5000, what: 'Redis up again' });
       await delay(1000); // every resend answered
-      assert.deepEqual(await ledger('lost'), { requests: 0, used: charged, reserved: 0, holds: 0 });
+      assert.deepEqual(await redisLedger(redis, 'lost'), { requests: 0, used: charged, reserved: 0, holds: 0 });
     } finally {
       await gw.stop();
       await slow.close();

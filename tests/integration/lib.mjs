@@ -655,6 +655,23 @@ export async function startRedis() {
   return redis.start();
 }
 
+// What Redis holds for the counters of key `name` of `tenant`: the request windows'
+// counts (every window summed) and the token quotas' used, reserved and reservations held
+// (every period summed). The admission and batch records are not counters and are skipped.
+export async function redisLedger(redis, name, tenant = 'acme') {
+  const keys = (await redis.raw('KEYS', `sluice:{t:${tenant}}:k:${name}:*`)).split('\n').filter(Boolean);
+  const out = { requests: 0, used: 0, reserved: 0, holds: 0 };
+  for (const k of keys) {
+    if (/:r\d+\.(fw|sw)\.\d+:\d+$/.test(k)) out.requests += Number(await redis.raw('GET', k));
+    else if (/:q\d+\.[a-z]+:\d+$/.test(k)) {
+      out.used += Number((await redis.raw('HGET', k, 'used')) || 0);
+      out.reserved += Number((await redis.raw('HGET', k, 'reserved')) || 0);
+      out.holds += Number(await redis.raw('ZCARD', `${k}:r`));
+    }
+  }
+  return out;
+}
+
 // ---- misc ----------------------------------------------------------------------------
 
 // A TCP port on 127.0.0.1 that nothing listens on (bound, then released).
