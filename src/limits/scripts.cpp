@@ -2,9 +2,35 @@
 
 namespace sluice::limits {
 
+namespace {
+
+// Where calendar month `idx` (months since 1970-01, UTC) starts, in Unix ms: the admission
+// script's period ends and the settlement script's counter expiries (check.cpp's
+// month_start_ms, in Lua).
+constexpr std::string_view kMonthStart = R"lua(
+local function month_start(idx)
+  local y = 1970 + math.floor(idx / 12)
+  local m = idx - (y - 1970) * 12 + 1
+  if m <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local mp = m > 2 and m - 3 or m + 9
+  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + math.floor((153 * mp + 2) / 5)
+  return (era * 146097 + doe - 719468) * 86400000
+end
+)lua";
+
+std::string with_month_start(std::string_view body) {
+  std::string s(kMonthStart);
+  s += body;
+  return s;
+}
+
+}  // namespace
+
 // The same algorithms as LocalCounters (local.cpp); a change to one is a change to both
 // (tests/integration/limits.test.mjs compares them through the gateway).
-const std::string_view kAdmitScript = R"lua(
+const std::string kAdmitScript = with_month_start(R"lua(
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id = ARGV[1]
@@ -27,17 +53,6 @@ local function month_index(ms)
   local m = mp < 10 and mp + 3 or mp - 9
   if m <= 2 then y = y + 1 end
   return (y - 1970) * 12 + (m - 1)
-end
-
-local function month_start(idx)
-  local y = 1970 + math.floor(idx / 12)
-  local m = idx - (y - 1970) * 12 + 1
-  if m <= 2 then y = y - 1 end
-  local era = math.floor(y / 400)
-  local yoe = y - era * 400
-  local mp = m > 2 and m - 3 or m + 9
-  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + math.floor((153 * mp + 2) / 5)
-  return (era * 146097 + doe - 719468) * 86400000
 end
 
 local out = {0, 0, now}
@@ -229,9 +244,9 @@ end
 -- What a void must give back if the gateway never learns of this answer.
 if #undo > 0 then redis.call('SET', mark, cjson.encode(undo), 'PX', record_ms) end
 return out
-)lua";
+)lua");
 
-const std::string_view kSettleScript = R"lua(
+const std::string kSettleScript = with_month_start(R"lua(
 local keep = tonumber(ARGV[1])
 local worker = ARGV[2]
 local seq = tonumber(ARGV[3])
@@ -257,15 +272,7 @@ local function period_end(k)
   if per == 'hour' then return (idx + 1) * 3600000 end
   if per == 'day' then return (idx + 1) * 86400000 end
   if per ~= 'month' then return nil end
-  local m = idx + 1
-  local y = 1970 + math.floor(m / 12)
-  local mo = m - (y - 1970) * 12 + 1
-  if mo <= 2 then y = y - 1 end
-  local era = math.floor(y / 400)
-  local yoe = y - era * 400
-  local mp = mo > 2 and mo - 3 or mo + 9
-  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + math.floor((153 * mp + 2) / 5)
-  return (era * 146097 + doe - 719468) * 86400000
+  return month_start(idx + 1)
 end
 
 for i = 1, #KEYS do
@@ -338,7 +345,7 @@ for i = 1, #KEYS do
   end
 end
 return 1
-)lua";
+)lua");
 
 const std::string_view kLedgerScript = R"lua(
 local out = {}

@@ -1,6 +1,7 @@
 #pragma once
 // The Lua scripts Redis runs for admission: one call decides a request against every
 // counter that applies, on Redis's clock, all or nothing.
+#include <string>
 #include <string_view>
 
 namespace sluice::limits {
@@ -17,7 +18,7 @@ namespace sluice::limits {
 // may still run when Redis resumes) is voided by a 'v' settlement, which gives that back,
 // or, when it comes first, leaves a record that makes the late call do nothing (it
 // returns {-1}). See docs/limits.md, "Redis timeouts".
-extern const std::string_view kAdmitScript;
+extern const std::string kAdmitScript;
 
 // Settles a batch. KEYS[i]: quota counter with its period suffix. ARGV[1]: how long a
 // counter recreated by a late settlement is kept (ms); ARGV[2]: the batch's id (a batch
@@ -30,7 +31,7 @@ extern const std::string_view kAdmitScript;
 //   u  usage only: a request counted in memory while Redis was unreachable;
 //   v  admission <id> given up (KEYS[i]: its first counter key, no suffix): voided.
 // Every entry but 'v' charges its usage.
-extern const std::string_view kSettleScript;
+extern const std::string kSettleScript;
 
 // Reads quota counters (changes nothing). KEYS[i]: quota counter with its period suffix.
 // Returns 2 per key: its `used` and `reserved` as Redis holds them ("" when the field is

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../store/redis_server.hpp"
+#include "limits/check.hpp"
 #include "limits/scripts.hpp"
 #include "store/redis.hpp"
 
@@ -235,6 +236,29 @@ TEST_F(ScriptsTest, AUsageThatCreatesADayCounterKeepsItUntilTheDayEnds) {
   const auto day_left = (day + 1) * 86400000 - now_ms;
   EXPECT_GT(ttl, day_left + 86400000 - 5000);  // the day's end, plus keep (a day here)
   EXPECT_LE(ttl, day_left + 86400000);
+}
+
+// Calendar months: the admission and the settlement scripts share one month_start. A
+// month quota admitted, and a month counter created by a settlement, both last until the
+// month ends (plus the reservation lifetime / keep).
+TEST_F(ScriptsTest, MonthCountersLastUntilTheMonthEnds) {
+  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  const auto month = month_index(now_ms);
+  const auto left = month_start_ms(month + 1) - now_ms;
+  auto r = run([&]() {
+    return conn_->eval(admit_, argv("{t}:mq"), argv("m1", "tq", "1000", "0", "10", "600000", "0"));
+  });
+  ASSERT_TRUE(r.ok() && !r.reply->is_error());
+  const std::string admitted = "{t}:mq:" + std::to_string(month);
+  const auto t1 = cmd(argv("PTTL", admitted)).reply->integer;
+  EXPECT_GT(t1, left + 600000 - 5000);
+  EXPECT_LE(t1, left + 600000);
+  const std::string settled = "{t}:k:app:q0.month:" + std::to_string(month);
+  ASSERT_TRUE(settle("1", argv(settled), argv("u:", "0", "5")).ok());
+  const auto t2 = cmd(argv("PTTL", settled)).reply->integer;
+  EXPECT_GT(t2, left + 86400000 - 5000);
+  EXPECT_LE(t2, left + 86400000);
 }
 
 }  // namespace
