@@ -71,7 +71,12 @@ run_one() {
     cp "$work/art/$t/"* "$artifacts/$t/" 2>/dev/null || true
     cp "$work/$t.log" "$artifacts/$t/fuzz.log"
     echo "fuzz: $t FAILED (exit $rc); log and input in $artifacts/$t/" >&2
-    grep -m3 -E 'ERROR|SUMMARY|fuzz check failed' "$work/$t.log" >&2 || true
+    # CI keeps only what is printed: the report, its first frames, and the input.
+    grep -m1 -n -E 'Assertion|runtime error|fuzz check failed|ERROR' "$work/$t.log" | cut -d: -f1 |
+      while read -r at; do sed -n "${at},$((at + 25))p" "$work/$t.log"; done >&2 || true
+    for f in "$work/art/$t/"*; do
+      [ -f "$f" ] && echo "fuzz: input $(basename "$f") (base64, first 4 KiB): $(base64 -w0 "$f" | head -c 4096)" >&2
+    done
   fi
 }
 

@@ -17,6 +17,8 @@
 //   redirect    302 to another host
 //   hang        reads the request, never answers
 //   error_text  a 500 whose body is raw text (no JSON), with secrets-like content
+//   split_end   a chunked answer with an empty body (JSON or SSE head) whose last chunk
+//               comes in three writes, "0\r\n", "\r", "\n", `delayMs` apart
 import net from 'node:net';
 
 const CRLF = '\r\n';
@@ -146,6 +148,18 @@ export async function startHostile({ mode = 'ok', intervalMs = 5, burst = 1, eve
       case 'error_text': {
         const body = 'Traceback (most recent call last): internal-host-10.0.0.7 password=hunter2 ' + 'z'.repeat(600);
         sock.write(head(500, { 'content-type': 'text/plain', 'content-length': Buffer.byteLength(body) }) + body);
+        return true;
+      }
+      case 'split_end': {
+        const type = stream ? 'text/event-stream' : 'application/json';
+        sock.setNoDelay(true);
+        const pieces = [head(200, { 'content-type': type, 'transfer-encoding': 'chunked' }) + `0${CRLF}`, '\r', '\n'];
+        const next = () => {
+          if (sock.destroyed || pieces.length === 0) return;
+          sock.write(pieces.shift());
+          setTimeout(next, state.delayMs);
+        };
+        next();
         return true;
       }
       default:

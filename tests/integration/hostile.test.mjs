@@ -117,6 +117,25 @@ describe('a misbehaving upstream ends the request cleanly', () => {
     assert.equal(r.events.find((e) => e.json?.error)?.json.error.code, 'upstream_stream_failed');
   });
 
+  for (const stream of [false, true]) {
+    // Beast 1.81 asserted on this split of an empty chunked body (src/common/boost_assert.cpp):
+    // the Debug and sanitizer builds aborted. An empty answer is a 502; the gateway lives on.
+    test(`an empty chunked answer whose last chunk comes as "0\\r\\n", "\\r", "\\n" is a clean failure (${stream ? 'streamed' : 'whole'})`, async () => {
+      up.setMode('split_end', { delayMs: 40 });
+      const r = stream
+        ? await sse(`${gw.url}/v1/chat/completions`, { model: 'h', messages: [{ role: 'user', content: 'split-s' }], stream: true })
+        : await ask('split-w');
+      if (stream) {
+        assert.ok(r.done || r.status === 502, `a clean end: ${r.status} ${JSON.stringify(r.events)}`);
+      } else {
+        assert.equal(r.status, 502, r.text);
+        assert.ok(r.json?.error, r.text);
+      }
+      up.setMode('ok');
+      assert.equal(textOf(await ask('after-split')), 'answer for after-split');
+    });
+  }
+
   test('a body shorter than its Content-Length is a 502', async () => {
     up.setMode('short_body');
     const r = await ask('short');

@@ -149,6 +149,22 @@ describe('request framing (RFC 9112 §6.3)', () => {
     assert.equal(firstResponse(raw).status, 400, raw.slice(0, 400));
   });
 
+  test('an empty chunked request whose last chunk arrives as "0\\r\\n", "\\r", "\\n" gets a 400', async () => {
+    // Beast 1.81 asserted on this split (src/common/boost_assert.cpp): the Debug and
+    // sanitizer builds aborted.
+    const s = await openSocket(gw.port);
+    s.setNoDelay(true);
+    s.write(post('/v1/chat/completions', { headers: 'Transfer-Encoding: chunked\r\nConnection: close\r\n', body: '0\r\n' }));
+    for (const piece of ['\r', '\n']) {
+      await new Promise((r) => setTimeout(r, 40));
+      s.write(piece);
+    }
+    await withTimeout(s.gone, 8000, 'the server to close the connection');
+    const r = firstResponse(s.received);
+    assert.equal(r.status, 400, s.received.slice(0, 600));
+    assert.ok(JSON.parse(r.rest).error, r.rest);
+  });
+
   test('a plain chunked request is still served', async () => {
     const chunked = `${body.length.toString(16)}\r\n${body}\r\n0\r\n\r\n`;
     const raw = await exchange(
