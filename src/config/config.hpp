@@ -38,6 +38,7 @@ struct Config {
   // Client connections open at once, over all workers; 0 = derived at start from the
   // file descriptor limit (gateway: auto_max_connections).
   std::size_t max_connections = 0;
+  int max_messages = 0;  // a chat request's messages, system messages aside; 0 = no cap
   Timeouts timeouts;
   std::string access_log = "-";  // "-" = stdout, "" = off, else a file path
   // /metrics and /infra show backends, routes and the database's place: on the main

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/priority.hpp"
@@ -22,6 +23,13 @@ struct ApiKey {
   bool admin = false;
   int max_in_flight = -1;      // -1: concurrency.per_key
   std::optional<Priority> priority;  // highest queue class; default from the tier
+
+  bool may_use(std::string_view alias) const noexcept {
+    for (const auto& m : models) {
+      if (m == "*" || m == alias) return true;
+    }
+    return false;
+  }
 };
 
 }  // namespace sluice::config

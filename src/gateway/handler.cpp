@@ -11,6 +11,7 @@
 #include "common/ids.hpp"
 #include "common/reason.hpp"
 #include "common/text.hpp"
+#include "filters/registry.hpp"
 #include "gateway/reconcile.hpp"
 #include "gateway/state.hpp"
 #include "history/history.hpp"
@@ -27,7 +28,6 @@ using Ms = std::chrono::milliseconds;
 
 namespace {
 
-constexpr std::size_t kExactCountMaxBytes = 256 * 1024;
 // A client's text kept in a record (path, error message) is cut here: records wait in the
 // access log's queue (65,536 of them at most), and a 16 KiB path twice over each would
 // let a flood of 404s hold gigabytes.
@@ -103,6 +103,11 @@ class WorkerHandler {
     if (admin_listener_) return;  // no requests to limit or count there
     if (g.limiter && g.limiter->active()) limiter_ = g.limiter->make_worker(ex);
     if (g.metrics) metrics_ = &g.metrics->add_worker();
+    chain_ = filters::make_chain({.cfg = cfg_,
+                                  .limiter = limiter_.get(),
+                                  .gate = g.gate,
+                                  .tokens = &g.tokens,
+                                  .count_prompts = g.count_prompts});
   }
 
   awaitable<void> handle(http::Exchange& ex) {
@@ -295,15 +300,6 @@ class WorkerHandler {
     }
   }
 
-  static bool key_allows(const config::ApiKey& k, std::string_view alias) {
-    for (const auto& m : k.models) {
-      if (m == "*" || m == alias) return true;
-    }
-    return false;
-  }
-
-  // GET /history and /history/stats. A key sees its own requests only; an admin key sees
-  // everyone's. The query runs on the query thread: a database read never blocks a worker.
   awaitable<void> history_query(http::Exchange& ex, Context& ctx, bool stats) {
     if (!g_.history) {
       co_await local_reply(ex, ctx, Reason::not_found, "the request history is off (history.backend: none)");
@@ -384,34 +380,27 @@ class WorkerHandler {
       co_await local_reply(ex, ctx, err->reason, err->message, err->param);
       co_return;
     }
-    const auto& creq = std::get<llm::ChatRequest>(parsed);
+    auto& creq = std::get<llm::ChatRequest>(parsed);
     ctx.rec.alias = creq.model;
-    const RouteRuntime* rr = table()->find(creq.model);
+    const std::shared_ptr<const RoutingTable> tab = table();
+    const RouteRuntime* rr = tab->find(creq.model);
     if (!rr) {
       co_await local_reply(ex, ctx, Reason::model_not_found, "model '" + creq.model + "' does not exist", "model");
       co_return;
     }
-    if (!key_allows(*ctx.key, creq.model)) {
-      co_await local_reply(ex, ctx, Reason::model_not_allowed, "this API key may not use model '" + creq.model + "'",
-                           "model");
-      co_return;
+    // Model access and the key's request rate limits (it spends no tokens, so the token
+    // quotas do not apply; counting a large prompt exactly is real work).
+    filters::Request freq = filter_request(filters::Kind::count_tokens, ex, ctx, creq, *rr);
+    filters::Pass pass(chain_, freq);
+    bool admitted = false;
+    try {
+      admitted = co_await run_filters(pass, ex, ctx);
+    } catch (...) {
+      pass.end();
+      throw;
     }
-    // Metered like any request by the key's request rate limits (it spends no tokens, so
-    // the token quotas do not apply): counting a large prompt exactly is real work.
-    if (limiter_) {
-      limits::Admission adm;
-      if (!limiter_->admit_now(*ctx.key, creq.model, 0, false, adm, /*requests_only=*/true)) {
-        adm = co_await limiter_->admit(*ctx.key, creq.model, 0, false, /*requests_only=*/true);
-      }
-      ctx.rec.limiter = adm.counted == limits::Counted::redis   ? "redis"
-                        : adm.counted == limits::Counted::local ? "local"
-                                                                : "";
-      add_ratelimit_headers(ctx.headers, adm);
-      if (!adm.allowed()) {
-        co_await refuse(ex, ctx, adm.reason, std::move(adm.message), adm.retry_after_ms);
-        co_return;
-      }
-    }
+    pass.end();
+    if (!admitted) co_return;
     const auto n = llm::count_prompt_tokens(creq, g_.tokens, tokenizer::encoding_for_model(rr->route->primary().model));
     // (The record's tokens are what was charged: nothing here. The count is the answer.)
     ctx.rec.status = 200;
@@ -424,7 +413,7 @@ class WorkerHandler {
       std::string body = R"({"data":[)";
       std::string first_id, last_id;
       for (const auto& route : table()->cfg->routes) {
-        if (!key_allows(*ctx.key, route.alias)) continue;
+        if (!ctx.key->may_use(route.alias)) continue;
         if (first_id.empty()) first_id = route.alias;
         else body += ',';
         last_id = route.alias;
@@ -448,7 +437,7 @@ class WorkerHandler {
     std::string body = R"({"object":"list","data":[)";
     bool first = true;
     for (const auto& route : table()->cfg->routes) {
-      if (!key_allows(*ctx.key, route.alias)) continue;
+      if (!ctx.key->may_use(route.alias)) continue;
       if (!first) body += ',';
       first = false;
       body += R"({"id":)";
@@ -491,127 +480,55 @@ class WorkerHandler {
       co_await local_reply(ex, ctx, Reason::model_not_found, "model '" + creq.model + "' does not exist", "model");
       co_return;
     }
-    if (!key_allows(*ctx.key, creq.model)) {
-      co_await local_reply(ex, ctx, Reason::model_not_allowed,
-                           "this API key may not use model '" + creq.model + "'", "model");
-      co_return;
-    }
-    // Fields that bill or store on the operator's upstream account: the route decides.
-    static constexpr std::string_view kBilled[] = {"service_tier", "store"};
-    for (std::string_view field : kBilled) {
-      const auto* v = creq.body.if_contains(field);
-      if (!v || v->is_null()) continue;
-      const auto& allowed = rr->route->allow_params;
-      if (std::find(allowed.begin(), allowed.end(), field) == allowed.end()) {
-        co_await local_reply(ex, ctx, Reason::option_not_allowed,
-                             "'" + std::string(field) + "' is not allowed on model '" + creq.model +
-                                 "' (it bills or stores on the operator's account; a route allows it with allow_params)",
-                             field);
-        co_return;
-      }
-    }
     ctx.metrics_model = rr->metrics_model;
     ctx.encoding = rr->encoding;
     record_options(creq, ctx.rec);
     const config::Backend& primary = rr->route->primary();
     ctx.rec.model = rr->members.front()->record_model;  // interned: the record outlives the table
     ctx.rec.provider = config::to_string(primary.provider);
-
-    // Admit: rate limits and the token reservation, then the concurrency gate.
-    limits::Admission adm;
-    if (limiter_) {
-      // Token quotas reserve an upper bound of what the upstream may charge
-      // (llm::reservation): every prompt part, and the output bound sent upstream by any
-      // wire that may serve the request (its backends, canary and fallbacks). Far from a
-      // limit the prompt's byte bound does; it is counted exactly (BPE, rank files loaded)
-      // only when that bound is refused: exact counting runs ~40 MB/s. A huge body keeps
-      // the byte bound, which is never below the exact count.
-      const bool exact = g_.count_prompts && g_.tokens.exact(rr->encoding) && ex.request().body().size() <= kExactCountMaxBytes;
-      boost::container::small_vector<config::Provider, 4> wires;
-      auto add_wires = [&wires](const RouteRuntime* r) {
-        if (!r) return;
-        for (const auto& m : r->members) {
-          if (std::find(wires.begin(), wires.end(), m->wire) == wires.end()) wires.push_back(m->wire);
-        }
-      };
-      add_wires(rr);
-      add_wires(rr->canary);
-      for (const auto* f : rr->fallbacks) add_wires(f);
-      llm::Reservation resv = llm::reservation(creq, wires, cfg_);
-      // Decided at once when it can be (leases, local counting); Redis is awaited otherwise.
-      if (!limiter_->admit_now(*ctx.key, creq.model, resv.total(), exact, adm)) {
-        adm = co_await limiter_->admit(*ctx.key, creq.model, resv.total(), exact);
-      }
-      if (exact && adm.recount) {
-        resv = llm::reservation(creq, wires, cfg_, &g_.tokens, rr->encoding);
-        creq.prompt_tokens_estimate = resv.prompt;
-        adm = {};
-        if (!limiter_->admit_now(*ctx.key, creq.model, resv.total(), false, adm)) {
-          adm = co_await limiter_->admit(*ctx.key, creq.model, resv.total());
-        }
-      }
-      ctx.rec.limiter = adm.counted == limits::Counted::redis   ? "redis"
-                        : adm.counted == limits::Counted::local ? "local"
-                                                                : "";
-      add_ratelimit_headers(ctx.headers, adm);
-      if (adm.reason == Reason::request_too_large) {
-        // It can never pass at this limit: no Retry-After (a client would retry forever).
-        co_await local_reply(ex, ctx, adm.reason, std::move(adm.message));
-        co_return;
-      }
-      if (!adm.allowed()) {
-        co_await refuse(ex, ctx, adm.reason, std::move(adm.message), adm.retry_after_ms);
-        co_return;
-      }
-      if (!adm.reserved.empty()) ctx.rec.reserved_tokens = adm.reserved_tokens;
-    }
-    std::optional<limits::GatePass> pass;
-    if (g_.gate && g_.gate->active()) {
-      auto need = g_.gate->need(*ctx.key, creq.model);
-      if (!need.empty()) {
-        const auto prio = g_.gate->priority(*ctx.key, ex.request().header("x-priority"));
-        limits::Gate::Cancel cancel;
-        // A client that leaves while queued is removed from the queue at once.
-        ex.watch_client([&cancel] { cancel(); });
-        auto res = co_await g_.gate->enter(need, prio, cancel);
-        ex.unwatch_client();
-        ctx.rec.priority = config::to_string(res.served_as);
-        if (res.queued) ctx.rec.queue_ms = res.waited_ms;
-        if (res.outcome != limits::Gate::Outcome::granted) {
-          if (limiter_) limiter_->settle(adm, 0);  // nothing was generated
-          co_await gate_refusal(ex, ctx, res);
-          co_return;
-        }
-        pass.emplace(g_.gate, need);
-      }
-    }
+    // The request's policies (src/filters, docs/phases.md): model access, billed fields,
+    // message caps, then admission (rate limits and token quotas, the concurrency gate).
+    filters::Request freq = filter_request(filters::Kind::generate, ex, ctx, creq, *rr);
+    filters::Pass pass(chain_, freq);
     try {
-      co_await dispatch(ex, ctx, creq, *rr);
+      if (co_await run_filters(pass, ex, ctx)) co_await dispatch(ex, ctx, creq, *rr);
     } catch (...) {
-      // A request ended by an exception still settles what it was charged: its
-      // reservation (maybe a worker's token lease) would stay held otherwise. (A catch, not
-      // a destructor: a frame destroyed at shutdown may outlive the limiter.)
-      settle(adm, ctx.rec);
+      // A request ended by an exception still runs the end hooks: its reservation (maybe a
+      // worker's token lease) would stay held otherwise. (A catch, not a destructor: a
+      // frame destroyed at shutdown may outlive the limiter.)
+      pass.end();
       throw;
     }
-    pass.reset();
-    settle(adm, ctx.rec);
+    pass.end();
   }
 
-  // Charges a request's token reservations (if it has any) with what it used.
-  void settle(limits::Admission& adm, const telemetry::RequestRecord& rec) {
-    if (limiter_ && !adm.reserved.empty()) limiter_->settle(adm, charged_tokens(rec));
+  filters::Request filter_request(filters::Kind kind, http::Exchange& ex, Context& ctx, llm::ChatRequest& creq,
+                                  const RouteRuntime& rr) {
+    return filters::Request{.kind = kind,
+                            .key = *ctx.key,
+                            .chat = creq,
+                            .anthropic = ctx.anthropic,
+                            .ex = ex,
+                            .route = {.config = rr.route, .wires = rr.wires, .encoding = rr.encoding},
+                            .reply_headers = ctx.headers,
+                            .rec = ctx.rec};
   }
 
-  // What a request is charged: the prompt and the completion tokens the client received
-  // (a client that left mid-stream pays for what reached it, the rest is refunded);
-  // nothing when the upstream failed before producing any output. The sum saturates (an
-  // upstream may report absurd counts) and one charge is at most kMaxCharge.
-  static std::int64_t charged_tokens(const telemetry::RequestRecord& r) {
-    const std::int64_t completion = std::max<std::int64_t>(r.completion_tokens, 0);
-    if (r.status != 200 && completion == 0) return 0;
-    return std::min(llm::saturating_add(std::max<std::int64_t>(r.prompt_tokens, 0), completion),
-                    limits::WorkerLimiter::kMaxCharge);
+  // The request and admit phases of the chain; false when a filter ended the request (its
+  // reply is made here: a local reply with the filter's reason, and Retry-After if set).
+  awaitable<bool> run_filters(filters::Pass& pass, http::Exchange& ex, Context& ctx) {
+    for (const auto phase : {filters::Phase::request, filters::Phase::admit}) {
+      filters::Next n = pass.run(phase);
+      if (n == filters::Next::wait) n = co_await pass.resume(phase);
+      if (n == filters::Next::go) continue;
+      auto& stop = pass.stop();
+      if (stop.retry_after_ms >= 0) {
+        ctx.headers.emplace_back("Retry-After", std::to_string(std::max<std::int64_t>((stop.retry_after_ms + 999) / 1000, 1)));
+      }
+      co_await local_reply(ex, ctx, stop.reason, std::move(stop.message), stop.param);
+      co_return false;
+    }
+    co_return true;
   }
 
   // Settlement's rule, on every path: the upstream's usage where it is valid (a
@@ -621,102 +538,10 @@ class WorkerHandler {
   std::int64_t settled_prompt(std::int64_t reported, const llm::ChatRequest& creq, const Context& ctx,
                               std::size_t body_bytes) const {
     if (reported >= 0) return reported;
-    if (g_.tokens.exact(ctx.encoding) && body_bytes <= kExactCountMaxBytes) {
+    if (g_.tokens.exact(ctx.encoding) && body_bytes <= llm::kExactCountMaxBytes) {
       return llm::count_prompt_tokens(creq, g_.tokens, ctx.encoding);
     }
     return llm::prompt_token_bound(creq);
-  }
-
-  // The x-ratelimit-* headers, formatted into one block: one allocation, written in
-  // place (they are on every limited request). The generic three repeat the figures of
-  // the OpenAI-named ones they stand for: those digits are copied, not formatted again.
-  static void add_ratelimit_headers(http::HeaderList& h, const limits::Admission& a) {
-    const limits::HeaderLimit& main = a.requests.set ? a.requests : a.tokens;
-    if (!main.set) return;
-    char block[512];  // at most 451 bytes: the 9 names, 20-digit numbers, 32-byte resets
-    char* p = block;
-    auto name = [&p](std::string_view n) {
-      std::memcpy(p, n.data(), n.size());
-      p += n.size();
-    };
-    auto number = [&](std::string_view n, std::int64_t v) {
-      name(n);
-      const char* from = p;
-      p = std::to_chars(p, p + 20, v).ptr;
-      return std::string_view(from, static_cast<std::size_t>(p - from));
-    };
-    // A limit is a configured figure: its digits are kept (per thread) once formatted.
-    struct Digits {
-      std::int64_t v = -1;
-      std::uint8_t n = 0;
-      char d[20];
-    };
-    thread_local Digits limits_seen[2];
-    thread_local unsigned next_seen = 0;
-    auto limit_number = [&](std::string_view n, std::int64_t v) {
-      name(n);
-      Digits* hit = limits_seen[0].v == v ? &limits_seen[0] : limits_seen[1].v == v ? &limits_seen[1] : nullptr;
-      if (!hit) {
-        hit = &limits_seen[next_seen++ & 1];
-        hit->v = v;
-        hit->n = static_cast<std::uint8_t>(std::to_chars(hit->d, hit->d + sizeof hit->d, v).ptr - hit->d);
-      }
-      const char* from = p;
-      name(std::string_view(hit->d, hit->n));
-      return std::string_view(from, hit->n);
-    };
-    std::string_view main_limit, main_remaining;
-    auto openai = [&](const limits::HeaderLimit& l, std::string_view limit, std::string_view remaining,
-                      std::string_view reset) {
-      const auto lim = limit_number(limit, l.limit);
-      const auto rem = number(remaining, std::max<std::int64_t>(l.remaining, 0));
-      name(reset);
-      p = limits::write_reset(p, l.reset_ms);
-      name("\r\n");
-      if (&l == &main) main_limit = lim, main_remaining = rem;
-    };
-    if (a.requests.set) {
-      openai(a.requests, "x-ratelimit-limit-requests: ", "\r\nx-ratelimit-remaining-requests: ",
-             "\r\nx-ratelimit-reset-requests: ");
-    }
-    if (a.tokens.set) {
-      openai(a.tokens, "x-ratelimit-limit-tokens: ", "\r\nx-ratelimit-remaining-tokens: ",
-             "\r\nx-ratelimit-reset-tokens: ");
-    }
-    name("x-ratelimit-limit: ");
-    name(main_limit);
-    name("\r\nx-ratelimit-remaining: ");
-    name(main_remaining);
-    number("\r\nx-ratelimit-reset: ", (main.reset_ms + 999) / 1000);
-    h.emplace_back(std::string(), std::string(block, static_cast<std::size_t>(p - block)));
-  }
-
-  // A 429/503 of admission, with Retry-After in whole seconds (at least 1).
-  awaitable<void> refuse(http::Exchange& ex, Context& ctx, Reason reason, std::string message, std::int64_t retry_ms) {
-    ctx.headers.emplace_back("Retry-After", std::to_string(std::max<std::int64_t>((retry_ms + 999) / 1000, 1)));
-    co_await local_reply(ex, ctx, reason, std::move(message));
-  }
-
-  awaitable<void> gate_refusal(http::Exchange& ex, Context& ctx, const limits::Gate::Result& res) {
-    const auto& cc = cfg_.concurrency;
-    switch (res.outcome) {
-      case limits::Gate::Outcome::queue_full: {
-        std::string message = "too many requests waiting: the queue holds " + std::to_string(cc.queue_size);
-        co_await refuse(ex, ctx, Reason::queue_full, std::move(message), 1000);
-        break;
-      }
-      case limits::Gate::Outcome::timed_out: {
-        std::string message = "waited " + std::to_string(static_cast<std::int64_t>(res.waited_ms)) +
-                              " ms in the queue without a free slot";
-        co_await refuse(ex, ctx, Reason::queue_timeout, std::move(message),
-                        cc.max_wait[static_cast<int>(config::Priority::standard)].count());
-        break;
-      }
-      default:
-        ctx.rec.client_cancelled = true;
-        co_await local_reply(ex, ctx, Reason::client_closed, "client left while queued");
-        break;
-    }
   }
 
   // The request options worth grouping by in the history (set by the client only).
@@ -1508,6 +1333,7 @@ class WorkerHandler {
   std::uint64_t rng_ = std::random_device{}() | 1;  // canary split
   std::unique_ptr<http::Client> client_;
   std::unique_ptr<limits::WorkerLimiter> limiter_;  // null when no limit is configured
+  filters::Chain chain_;                            // the request policies, in order
   telemetry::Metrics::Worker* metrics_ = nullptr;
   std::vector<LiveStream*> live_;
   net::steady_timer cut_timer_;

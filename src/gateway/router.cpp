@@ -322,6 +322,15 @@ void Router::install(std::shared_ptr<const config::Config> cfg) {
     for (const auto& f : route.fallbacks) {
       if (const auto* fr = t->find(f)) rr.fallbacks.push_back(fr);
     }
+    auto add_wires = [&rr](const RouteRuntime* r) {
+      if (!r) return;
+      for (const auto& m : r->members) {
+        if (std::find(rr.wires.begin(), rr.wires.end(), m->wire) == rr.wires.end()) rr.wires.push_back(m->wire);
+      }
+    };
+    add_wires(&rr);
+    add_wires(rr.canary);
+    for (const auto* f : rr.fallbacks) add_wires(f);
   }
   backends_ = std::move(fresh);
   stats_ = std::move(stats);

@@ -92,6 +92,9 @@ struct RouteRuntime {
   std::shared_ptr<upstream::CanaryJudge> judge;     // with a canary
   std::vector<const RouteRuntime*> fallbacks;
   std::shared_ptr<RouteStats> stats;
+  // Every wire that may serve a request for it: its backends', canary's and fallbacks'
+  // (token quotas reserve the largest output bound among them).
+  std::vector<config::Provider> wires;
 };
 
 struct RoutingTable {

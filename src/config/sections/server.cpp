@@ -31,6 +31,10 @@ const Table<Config>& limits_table() {
               .with_default("0 (auto)")
               .shown([](const Config& c) { return c.max_connections ? std::to_string(c.max_connections) : "auto"; })
               .banner("connections"),
+          integer("max_messages", &Config::max_messages, 0, 100000,
+                  "A chat request with more messages than this (system and developer messages aside; through "
+                  "`/v1/messages`, each `tool_result` block is one) is refused with 400 `too_many_messages`; 0 = "
+                  "no cap."),
       }};
   return t;
 }

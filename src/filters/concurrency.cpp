@@ -1,0 +1,88 @@
+// The concurrency gate (docs/limits.md, "Concurrency"): slots per key, model and backend,
+// and the priority queue. A request that needs no slot passes at once; one that waits is
+// taken out of the queue the moment its client leaves. The slots are held until the
+// request's state is dropped (after its record), released however it ends.
+#include <optional>
+#include <string>
+
+#include "config/config.hpp"
+#include "filters/filter.hpp"
+#include "filters/registry.hpp"
+#include "limits/gate.hpp"
+#include "llm/chat.hpp"
+#include "telemetry/record.hpp"
+
+namespace sluice::filters {
+
+namespace {
+
+struct State {
+  limits::Gate::Need need;
+  std::optional<limits::GatePass> pass;
+};
+
+class Concurrency final : public FilterWith<State> {
+ public:
+  Concurrency(const Deps& d) : cfg_(d.cfg), gate_(*d.gate) {}
+  std::string_view name() const override { return "concurrency"; }
+  unsigned phases() const override { return bit(Phase::admit) | bit(Phase::end); }
+
+ protected:
+  Next on(Phase, Request& r, State& s, Stop&) override {
+    if (r.kind != Kind::generate) return Next::go;  // counting tokens holds no slot
+    s.need = gate_.need(r.key, r.chat.model);
+    return s.need.empty() ? Next::go : Next::wait;
+  }
+
+  boost::asio::awaitable<Next> wait(Phase, Request& r, State& s, Stop& stop) override {
+    const auto prio = gate_.priority(r.key, r.ex.request().header("x-priority"));
+    limits::Gate::Cancel cancel;
+    // A client that leaves while queued is removed from the queue at once.
+    r.ex.watch_client([&cancel] { cancel(); });
+    const auto res = co_await gate_.enter(s.need, prio, cancel);
+    r.ex.unwatch_client();
+    r.rec.priority = config::to_string(res.served_as);
+    if (res.queued) r.rec.queue_ms = res.waited_ms;
+    if (res.outcome == limits::Gate::Outcome::granted) {
+      s.pass.emplace(&gate_, s.need);
+      co_return Next::go;
+    }
+    const auto& cc = cfg_.concurrency;
+    switch (res.outcome) {
+      case limits::Gate::Outcome::queue_full:
+        stop.reason = Reason::queue_full;
+        stop.message = "too many requests waiting: the queue holds " + std::to_string(cc.queue_size);
+        stop.retry_after_ms = 1000;
+        break;
+      case limits::Gate::Outcome::timed_out:
+        stop.reason = Reason::queue_timeout;
+        stop.message = "waited " + std::to_string(static_cast<std::int64_t>(res.waited_ms)) +
+                       " ms in the queue without a free slot";
+        stop.retry_after_ms = cc.max_wait[static_cast<int>(config::Priority::standard)].count();
+        break;
+      default:
+        r.rec.client_cancelled = true;
+        stop.reason = Reason::client_closed;
+        stop.message = "client left while queued";
+        break;
+    }
+    co_return Next::stop;
+  }
+
+  // The slots go back as soon as the answer is done (before the record and the other
+  // filters' end hooks): a queued request need not wait for them.
+  void end(Request&, State& s) override { s.pass.reset(); }
+
+ private:
+  const config::Config& cfg_;
+  limits::Gate& gate_;
+};
+
+}  // namespace
+
+std::unique_ptr<Filter> make_concurrency(const Deps& d) {
+  if (!d.gate || !d.gate->active()) return nullptr;
+  return std::make_unique<Concurrency>(d);
+}
+
+}  // namespace sluice::filters

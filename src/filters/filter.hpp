@@ -1,0 +1,190 @@
+#pragma once
+// Request policies as filters (docs/phases.md, "Filters"): each policy that acts on a
+// request (model access, billed fields, message caps, rate limits and token quotas, the
+// concurrency gate; later the cache, coalescing, guardrails) is one Filter with
+//   - its configuration (read from its section of the Config when the chain is built;
+//     a policy that is off is not in the chain at all),
+//   - its per-request state (a struct; the chain keeps every filter's state of one request
+//     in one buffer, without an allocation per filter),
+//   - hooks at named phases, called in the chain's order:
+//       request  after parse and route, on the request in chat-completions form;
+//       admit    admission: may wait (Redis, the queue) and may refuse;
+//       end      after the answer (or a refusal by a later filter, or an exception),
+//                before the record: settle, release. Called, in reverse order, for every
+//                filter whose admit hook ran.
+// A hook answers go, stop (the request ends with the filter's Stop: a local reply with
+// its reason, message, param and Retry-After), or wait (the chain then awaits the
+// filter's wait(), which answers go or stop): the common case stays a plain call, and a
+// coroutine frame is made only for a filter that really waits.
+//
+// The handler orchestrates (authenticate, parse, route, chain, dispatch, record); it knows
+// no filter's insides. A new policy is a new file in src/filters/ and one line in
+// registry.cpp. Modelled on Envoy's HTTP filters (per-request filter state, StopIteration)
+// and Pingora's ProxyHttp phases.
+#include <boost/asio/awaitable.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/reason.hpp"
+#include "http/server.hpp"
+
+namespace sluice::config {
+struct ApiKey;
+struct Route;
+enum class Provider;
+}  // namespace sluice::config
+namespace sluice::llm {
+struct ChatRequest;
+}
+namespace sluice::telemetry {
+struct RequestRecord;
+}
+namespace sluice::tokenizer {
+enum class Encoding;
+}
+
+namespace sluice::filters {
+
+enum class Phase : std::uint8_t { request, admit, end };
+inline constexpr unsigned bit(Phase p) { return 1u << static_cast<unsigned>(p); }
+
+// What the request asks of the upstream.
+enum class Kind : std::uint8_t {
+  generate,      // /v1/chat/completions, /v1/messages
+  count_tokens,  // /v1/messages/count_tokens: nothing is generated
+};
+
+// The route a request resolved to (its alias's), as the filters need it.
+struct RouteView {
+  const config::Route* config = nullptr;
+  // Every wire that may serve it: its backends', its canary's and its fallbacks'.
+  std::span<const config::Provider> wires;
+  tokenizer::Encoding encoding{};
+};
+
+// What a filter sees of one request. `chat` is the request in chat-completions form, as
+// it goes upstream: for /v1/messages, Anthropic's `system` is a system message and each
+// `tool_result` block a tool message (docs/translation.md). `http` is the client's
+// request as it was sent (headers, body bytes).
+struct Request {
+  Kind kind = Kind::generate;
+  const config::ApiKey& key;
+  llm::ChatRequest& chat;
+  bool anthropic = false;  // the client speaks the Messages API
+  http::Exchange& ex;      // the client's request and connection (a waiting filter watches it)
+  RouteView route;
+  http::HeaderList& reply_headers;  // sent on the request's reply, whatever it is
+  telemetry::RequestRecord& rec;    // the record: filters fill their columns
+};
+
+// Why a filter ended the request: the local reply. retry_after_ms < 0: no Retry-After.
+struct Stop {
+  Reason reason = Reason::ok;
+  std::string message;
+  std::string param;
+  std::int64_t retry_after_ms = -1;
+};
+
+enum class Next : std::uint8_t { go, stop, wait };
+
+class Filter {
+ public:
+  virtual ~Filter() = default;
+  virtual std::string_view name() const = 0;
+  virtual unsigned phases() const = 0;  // bit(Phase::...) of each hook it has
+
+  // Per-request state, made before the request's first hook and dropped with the request.
+  virtual std::size_t state_size() const { return 0; }
+  virtual std::size_t state_align() const { return 1; }
+  virtual void make_state(void*) const {}
+  virtual void drop_state(void*) const {}
+
+  virtual Next on(Phase, Request&, void* state, Stop&) { return Next::go; }
+  // Called after on() answered wait; answers go or stop.
+  virtual boost::asio::awaitable<Next> wait(Phase, Request&, void* state, Stop&);
+  virtual void end(Request&, void* state) {}
+};
+
+// A filter with a typed per-request state S (default-constructed per request).
+template <class S>
+class FilterWith : public Filter {
+ public:
+  std::size_t state_size() const final { return sizeof(S); }
+  std::size_t state_align() const final { return alignof(S); }
+  void make_state(void* p) const final { ::new (p) S(); }
+  void drop_state(void* p) const final { static_cast<S*>(p)->~S(); }
+
+  Next on(Phase ph, Request& r, void* s, Stop& stop) final { return on(ph, r, *static_cast<S*>(s), stop); }
+  boost::asio::awaitable<Next> wait(Phase ph, Request& r, void* s, Stop& stop) final {
+    return wait(ph, r, *static_cast<S*>(s), stop);
+  }
+  void end(Request& r, void* s) final { end(r, *static_cast<S*>(s)); }
+
+ protected:
+  virtual Next on(Phase, Request&, S&, Stop&) { return Next::go; }
+  virtual boost::asio::awaitable<Next> wait(Phase, Request&, S&, Stop&);
+  virtual void end(Request&, S&) {}
+};
+
+// The filters of one worker, in order; built once per worker (registry.hpp).
+class Chain {
+ public:
+  void add(std::unique_ptr<Filter> f);  // null (a policy that is off) is skipped
+  std::size_t size() const { return filters_.size(); }
+  const Filter& at(std::size_t i) const { return *filters_[i].filter; }
+
+ private:
+  friend class Pass;
+  struct Entry {
+    std::unique_ptr<Filter> filter;
+    std::size_t offset = 0;  // of its state in a pass's buffer
+  };
+  std::vector<Entry> filters_;
+  unsigned phases_ = 0;  // every filter's hooks
+  std::size_t state_bytes_ = 0;
+  std::size_t state_align_ = 1;  // the strictest of the states'
+};
+
+// One request's way through a chain: the filters' states and how far it got.
+class Pass {
+ public:
+  Pass(Chain& chain, Request& req);
+  ~Pass();
+  Pass(const Pass&) = delete;
+  Pass& operator=(const Pass&) = delete;
+
+  // Runs phase `p` (request or admit) over the filters: go, stop (see stop()), or wait,
+  // after which the caller awaits resume(p) for the answer.
+  Next run(Phase p);
+  boost::asio::awaitable<Next> resume(Phase p);
+  // The end hooks of every filter whose admit hook ran, last first. Idempotent.
+  void end();
+  Stop& stop() { return stop_; }
+
+ private:
+  Chain& chain_;
+  Request& req_;
+  Stop stop_;
+  std::size_t at_ = 0;        // the filter run() stopped at (wait), for resume()
+  std::size_t admitted_ = 0;  // filters whose admit hook ran
+  bool ended_ = false;
+  static constexpr std::size_t kInline = 512;
+  alignas(std::max_align_t) std::byte inline_[kInline];
+  std::byte* heap_ = nullptr;  // when the states do not fit inline_ (or need more alignment)
+  std::byte* states_ = nullptr;
+  void* state(std::size_t i) { return states_ + chain_.filters_[i].offset; }
+};
+
+template <class S>
+boost::asio::awaitable<Next> FilterWith<S>::wait(Phase, Request&, S&, Stop&) {
+  co_return Next::go;
+}
+
+}  // namespace sluice::filters

@@ -1,0 +1,24 @@
+// The request filters, in the order they run. A new policy: a new file in this folder
+// defining its factory, declared and listed here (docs/phases.md, "Filters").
+#include "filters/registry.hpp"
+
+namespace sluice::filters {
+
+// Each returns null when its policy is not configured.
+std::unique_ptr<Filter> make_model_access(const Deps&);
+std::unique_ptr<Filter> make_billed_fields(const Deps&);
+std::unique_ptr<Filter> make_max_messages(const Deps&);
+std::unique_ptr<Filter> make_rate_limits(const Deps&);
+std::unique_ptr<Filter> make_concurrency(const Deps&);
+
+Chain make_chain(const Deps& d) {
+  Chain c;
+  c.add(make_model_access(d));  // model_not_allowed
+  c.add(make_billed_fields(d));  // option_not_allowed: service_tier, store
+  c.add(make_max_messages(d));   // too_many_messages
+  c.add(make_rate_limits(d));    // rate limits and token quotas
+  c.add(make_concurrency(d));    // slots and the priority queue
+  return c;
+}
+
+}  // namespace sluice::filters

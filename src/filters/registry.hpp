@@ -1,0 +1,30 @@
+#pragma once
+// The one list of request filters, in the order they run (registry.cpp), and what they
+// may use of the worker they serve.
+#include "filters/filter.hpp"
+
+namespace sluice::config {
+struct Config;
+}
+namespace sluice::limits {
+class WorkerLimiter;
+class Gate;
+}  // namespace sluice::limits
+namespace sluice::tokenizer {
+class Counter;
+}
+
+namespace sluice::filters {
+
+struct Deps {
+  const config::Config& cfg;
+  limits::WorkerLimiter* limiter = nullptr;  // this worker's; null when no limit applies
+  limits::Gate* gate = nullptr;              // shared by the workers; null when off
+  const tokenizer::Counter* tokens = nullptr;
+  bool count_prompts = false;  // token quotas apply: count prompts exactly when a bound is refused
+};
+
+// A worker's chain: every filter whose policy is configured, in the order of the list.
+Chain make_chain(const Deps& deps);
+
+}  // namespace sluice::filters
