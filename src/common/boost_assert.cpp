@@ -7,8 +7,9 @@
 // after the assertion handles it (it waits for the blank line), so only the assertion is
 // wrong; Beast fixed it in 1.86 (boostorg/beast pull request 2861). Without this exception a
 // client or an upstream splitting its last chunk that way aborts a debug or sanitizer build.
-// Replayed by the fuzz seed tests/fuzz/corpus/http_response/final-chunk-split and by
-// tests/unit/http/chunk_split_test.cpp.
+// Replayed by the fuzz seed tests/fuzz/corpus/http_response/final-chunk-split, and from both
+// sides of the gateway by tests/integration/hostile.test.mjs and http_hardening.test.mjs
+// (run on the ASan build too).
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>

@@ -1,5 +1,7 @@
 #include <algorithm>
+#include <exception>
 #include <new>
+#include <stdexcept>
 
 #include "filters/filter.hpp"
 
@@ -9,6 +11,7 @@ boost::asio::awaitable<Next> Filter::wait(Phase, Request&, void*, Stop&) { co_re
 
 void Chain::add(std::unique_ptr<Filter> f) {
   if (!f) return;
+  if (filters_.size() == kMaxFilters) throw std::length_error("a filter chain holds at most 64 filters");
   const std::size_t align = std::max<std::size_t>(f->state_align(), 1);
   const std::size_t offset = (state_bytes_ + align - 1) / align * align;
   state_bytes_ = offset + f->state_size();
@@ -17,34 +20,33 @@ void Chain::add(std::unique_ptr<Filter> f) {
   filters_.push_back({std::move(f), offset});
 }
 
-Pass::Pass(Chain& chain, Request& req) : chain_(chain), req_(req) {
-  if (chain_.state_bytes_ <= kInline && chain_.state_align_ <= alignof(std::max_align_t)) {
+Pass::Pass(std::shared_ptr<const Chain> chain, Request& req) : chain_(std::move(chain)), req_(req) {
+  if (chain_->state_bytes_ <= kInline && chain_->state_align_ <= alignof(std::max_align_t)) {
     states_ = inline_;
   } else {
-    heap_ = static_cast<std::byte*>(::operator new(chain_.state_bytes_, std::align_val_t(chain_.state_align_)));
+    heap_ = static_cast<std::byte*>(::operator new(chain_->state_bytes_, std::align_val_t(chain_->state_align_)));
     states_ = heap_;
   }
   std::size_t made = 0;
   try {
-    for (; made < chain_.filters_.size(); ++made) chain_.filters_[made].filter->make_state(state(made));
+    for (; made < chain_->filters_.size(); ++made) filter(made).make_state(state(made));
   } catch (...) {
-    while (made > 0) --made, chain_.filters_[made].filter->drop_state(state(made));
-    if (heap_) ::operator delete(heap_, std::align_val_t(chain_.state_align_));
+    while (made > 0) --made, filter(made).drop_state(state(made));
+    if (heap_) ::operator delete(heap_, std::align_val_t(chain_->state_align_));
     throw;
   }
 }
 
 Pass::~Pass() {
-  for (std::size_t i = chain_.filters_.size(); i > 0; --i) chain_.filters_[i - 1].filter->drop_state(state(i - 1));
-  if (heap_) ::operator delete(heap_, std::align_val_t(chain_.state_align_));
+  for (std::size_t i = chain_->filters_.size(); i > 0; --i) filter(i - 1).drop_state(state(i - 1));
+  if (heap_) ::operator delete(heap_, std::align_val_t(chain_->state_align_));
 }
 
-Next Pass::run(Phase p) {
-  if (!(chain_.phases_ & bit(p))) return Next::go;
-  for (std::size_t i = 0; i < chain_.filters_.size(); ++i) {
-    Filter& f = *chain_.filters_[i].filter;
+Next Pass::step(Phase p, std::size_t from) {
+  for (std::size_t i = from; i < chain_->filters_.size(); ++i) {
+    Filter& f = filter(i);
     if (!(f.phases() & bit(p))) continue;
-    if (p == Phase::admit) admitted_ = i + 1;
+    entered_ |= std::uint64_t{1} << i;
     const Next n = f.on(p, req_, state(i), stop_);
     if (n != Next::go) {
       at_ = i;
@@ -54,31 +56,35 @@ Next Pass::run(Phase p) {
   return Next::go;
 }
 
+Next Pass::run(Phase p) {
+  if (!(chain_->phases_ & bit(p))) return Next::go;
+  return step(p, 0);
+}
+
 boost::asio::awaitable<Next> Pass::resume(Phase p) {
-  for (std::size_t i = at_;;) {
-    Filter& f = *chain_.filters_[i].filter;
-    const Next waited = co_await f.wait(p, req_, state(i), stop_);
+  for (;;) {
+    const Next waited = co_await filter(at_).wait(p, req_, state(at_), stop_);
     if (waited != Next::go) co_return Next::stop;  // wait() answers go or stop
-    // The filters after it, as run() would; one that waits is awaited here.
-    Next n = Next::go;
-    for (++i; i < chain_.filters_.size(); ++i) {
-      Filter& g = *chain_.filters_[i].filter;
-      if (!(g.phases() & bit(p))) continue;
-      if (p == Phase::admit) admitted_ = i + 1;
-      n = g.on(p, req_, state(i), stop_);
-      if (n != Next::go) break;
-    }
+    const Next n = step(p, at_ + 1);                // the filters after it; one that waits is awaited here
     if (n != Next::wait) co_return n;
   }
 }
 
 void Pass::end() {
-  if (ended_) return;
-  ended_ = true;
-  for (std::size_t i = admitted_; i > 0; --i) {
-    Filter& f = *chain_.filters_[i - 1].filter;
-    if (f.phases() & bit(Phase::end)) f.end(req_, state(i - 1));
+  std::exception_ptr first;
+  for (std::size_t i = chain_->filters_.size(); i > 0; --i) {
+    const std::uint64_t b = std::uint64_t{1} << (i - 1);
+    if (!(entered_ & b)) continue;
+    entered_ &= ~b;  // once, even if it throws
+    Filter& f = filter(i - 1);
+    if (!(f.phases() & bit(Phase::end))) continue;
+    try {
+      f.end(req_, state(i - 1));
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
   }
+  if (first) std::rethrow_exception(first);
 }
 
 }  // namespace sluice::filters

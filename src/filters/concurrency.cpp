@@ -1,7 +1,8 @@
 // The concurrency gate (docs/limits.md, "Concurrency"): slots per key, model and backend,
-// and the priority queue. A request that needs no slot passes at once; one that waits is
-// taken out of the queue the moment its client leaves. The slots are held until the
-// request's state is dropped (after its record), released however it ends.
+// and the priority queue. A request whose slots are free takes them at once (no
+// coroutine); one that waits is taken out of the queue the moment its client leaves. The
+// slots go back at the end hook (before the record), or with the request's state however
+// it ends.
 #include <optional>
 #include <string>
 
@@ -18,6 +19,7 @@ namespace {
 
 struct State {
   limits::Gate::Need need;
+  config::Priority prio = config::Priority::standard;
   std::optional<limits::GatePass> pass;
 };
 
@@ -31,16 +33,24 @@ class Concurrency final : public FilterWith<State> {
   Next on(Phase, Request& r, State& s, Stop&) override {
     if (r.kind != Kind::generate) return Next::go;  // counting tokens holds no slot
     s.need = gate_.need(r.key, r.chat.model);
-    return s.need.empty() ? Next::go : Next::wait;
+    if (s.need.empty()) return Next::go;
+    s.prio = gate_.priority(r.key, r.ex.request().header("x-priority"));
+    if (!gate_.try_enter(s.need)) return Next::wait;
+    r.rec.priority = config::to_string(s.prio);
+    s.pass.emplace(&gate_, s.need);
+    return Next::go;
   }
 
   boost::asio::awaitable<Next> wait(Phase, Request& r, State& s, Stop& stop) override {
-    const auto prio = gate_.priority(r.key, r.ex.request().header("x-priority"));
     limits::Gate::Cancel cancel;
-    // A client that leaves while queued is removed from the queue at once.
+    // A client that leaves while queued is removed from the queue at once; the watch ends
+    // with this frame however it ends (it refers to `cancel`).
     r.ex.watch_client([&cancel] { cancel(); });
-    const auto res = co_await gate_.enter(s.need, prio, cancel);
-    r.ex.unwatch_client();
+    struct Unwatch {
+      http::Exchange& ex;
+      ~Unwatch() { ex.unwatch_client(); }
+    } unwatch{r.ex};
+    const auto res = co_await gate_.enter(s.need, s.prio, cancel);
     r.rec.priority = config::to_string(res.served_as);
     if (res.queued) r.rec.queue_ms = res.waited_ms;
     if (res.outcome == limits::Gate::Outcome::granted) {

@@ -9,9 +9,9 @@
 //   - hooks at named phases, called in the chain's order:
 //       request  after parse and route, on the request in chat-completions form;
 //       admit    admission: may wait (Redis, the queue) and may refuse;
-//       end      after the answer (or a refusal by a later filter, or an exception),
-//                before the record: settle, release. Called, in reverse order, for every
-//                filter whose admit hook ran.
+//       end      after the answer (or a refusal, or an exception), before the record:
+//                settle, release. Called, last filter first, for every filter that saw
+//                the request (one of its request or admit hooks ran).
 // A hook answers go, stop (the request ends with the filter's Stop: a local reply with
 // its reason, message, param and Retry-After), or wait (the chain then awaits the
 // filter's wait(), which answers go or stop): the common case stays a plain call, and a
@@ -133,10 +133,12 @@ class FilterWith : public Filter {
   virtual void end(Request&, S&) {}
 };
 
-// The filters of one worker, in order; built once per worker (registry.hpp).
+// The filters of one worker, in order; built once per worker (registry.hpp) and shared
+// with every pass, so a request frame destroyed late (a forced stop) still finds it.
 class Chain {
  public:
-  void add(std::unique_ptr<Filter> f);  // null (a policy that is off) is skipped
+  static constexpr std::size_t kMaxFilters = 64;
+  void add(std::unique_ptr<Filter> f);  // null (a policy that is off) is skipped; throws beyond kMaxFilters
   std::size_t size() const { return filters_.size(); }
   const Filter& at(std::size_t i) const { return *filters_[i].filter; }
 
@@ -155,7 +157,7 @@ class Chain {
 // One request's way through a chain: the filters' states and how far it got.
 class Pass {
  public:
-  Pass(Chain& chain, Request& req);
+  Pass(std::shared_ptr<const Chain> chain, Request& req);
   ~Pass();
   Pass(const Pass&) = delete;
   Pass& operator=(const Pass&) = delete;
@@ -164,22 +166,25 @@ class Pass {
   // after which the caller awaits resume(p) for the answer.
   Next run(Phase p);
   boost::asio::awaitable<Next> resume(Phase p);
-  // The end hooks of every filter whose admit hook ran, last first. Idempotent.
+  // The end hooks of every filter that saw the request, last first; each runs once (a
+  // second call runs none again). A hook that throws does not keep the others from
+  // running; the first exception is rethrown after them.
   void end();
   Stop& stop() { return stop_; }
 
  private:
-  Chain& chain_;
+  Next step(Phase p, std::size_t from);  // the hooks of phase p from filter `from` on
+  std::shared_ptr<const Chain> chain_;
   Request& req_;
   Stop stop_;
-  std::size_t at_ = 0;        // the filter run() stopped at (wait), for resume()
-  std::size_t admitted_ = 0;  // filters whose admit hook ran
-  bool ended_ = false;
+  std::size_t at_ = 0;         // the filter run() stopped at (wait), for resume()
+  std::uint64_t entered_ = 0;  // bit i: filter i saw the request and its end hook is due
   static constexpr std::size_t kInline = 512;
   alignas(std::max_align_t) std::byte inline_[kInline];
   std::byte* heap_ = nullptr;  // when the states do not fit inline_ (or need more alignment)
   std::byte* states_ = nullptr;
-  void* state(std::size_t i) { return states_ + chain_.filters_[i].offset; }
+  void* state(std::size_t i) { return states_ + chain_->filters_[i].offset; }
+  Filter& filter(std::size_t i) { return *chain_->filters_[i].filter; }
 };
 
 template <class S>

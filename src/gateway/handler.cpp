@@ -103,11 +103,8 @@ class WorkerHandler {
     if (admin_listener_) return;  // no requests to limit or count there
     if (g.limiter && g.limiter->active()) limiter_ = g.limiter->make_worker(ex);
     if (g.metrics) metrics_ = &g.metrics->add_worker();
-    chain_ = filters::make_chain({.cfg = cfg_,
-                                  .limiter = limiter_.get(),
-                                  .gate = g.gate,
-                                  .tokens = &g.tokens,
-                                  .count_prompts = g.count_prompts});
+    chain_ = std::make_shared<const filters::Chain>(filters::make_chain(
+        {.cfg = cfg_, .limiter = limiter_.get(), .gate = g.gate, .tokens = &g.tokens, .count_prompts = g.count_prompts}));
   }
 
   awaitable<void> handle(http::Exchange& ex) {
@@ -300,6 +297,8 @@ class WorkerHandler {
     }
   }
 
+  // GET /history and /history/stats. A key sees its own requests only; an admin key sees
+  // everyone's. The query runs on the query thread: a database read never blocks a worker.
   awaitable<void> history_query(http::Exchange& ex, Context& ctx, bool stats) {
     if (!g_.history) {
       co_await local_reply(ex, ctx, Reason::not_found, "the request history is off (history.backend: none)");
@@ -394,7 +393,8 @@ class WorkerHandler {
     filters::Pass pass(chain_, freq);
     bool admitted = false;
     try {
-      admitted = co_await run_filters(pass, ex, ctx);
+      admitted = co_await run_phase(pass, filters::Phase::request, ex, ctx) &&
+                 co_await run_phase(pass, filters::Phase::admit, ex, ctx);
     } catch (...) {
       pass.end();
       throw;
@@ -480,18 +480,20 @@ class WorkerHandler {
       co_await local_reply(ex, ctx, Reason::model_not_found, "model '" + creq.model + "' does not exist", "model");
       co_return;
     }
-    ctx.metrics_model = rr->metrics_model;
-    ctx.encoding = rr->encoding;
-    record_options(creq, ctx.rec);
-    const config::Backend& primary = rr->route->primary();
-    ctx.rec.model = rr->members.front()->record_model;  // interned: the record outlives the table
-    ctx.rec.provider = config::to_string(primary.provider);
-    // The request's policies (src/filters, docs/phases.md): model access, billed fields,
-    // message caps, then admission (rate limits and token quotas, the concurrency gate).
+    // The request's policies (src/filters, docs/phases.md): model access, billed fields and
+    // message caps on the request; then admission (rate limits and token quotas, the
+    // concurrency gate), of a request whose record names its model.
     filters::Request freq = filter_request(filters::Kind::generate, ex, ctx, creq, *rr);
     filters::Pass pass(chain_, freq);
     try {
-      if (co_await run_filters(pass, ex, ctx)) co_await dispatch(ex, ctx, creq, *rr);
+      if (!co_await run_phase(pass, filters::Phase::request, ex, ctx)) co_return;
+      ctx.metrics_model = rr->metrics_model;
+      ctx.encoding = rr->encoding;
+      record_options(creq, ctx.rec);
+      const config::Backend& primary = rr->route->primary();
+      ctx.rec.model = rr->members.front()->record_model;  // interned: the record outlives the table
+      ctx.rec.provider = config::to_string(primary.provider);
+      if (co_await run_phase(pass, filters::Phase::admit, ex, ctx)) co_await dispatch(ex, ctx, creq, *rr);
     } catch (...) {
       // A request ended by an exception still runs the end hooks: its reservation (maybe a
       // worker's token lease) would stay held otherwise. (A catch, not a destructor: a
@@ -514,21 +516,24 @@ class WorkerHandler {
                             .rec = ctx.rec};
   }
 
-  // The request and admit phases of the chain; false when a filter ended the request (its
-  // reply is made here: a local reply with the filter's reason, and Retry-After if set).
-  awaitable<bool> run_filters(filters::Pass& pass, http::Exchange& ex, Context& ctx) {
-    for (const auto phase : {filters::Phase::request, filters::Phase::admit}) {
-      filters::Next n = pass.run(phase);
-      if (n == filters::Next::wait) n = co_await pass.resume(phase);
-      if (n == filters::Next::go) continue;
-      auto& stop = pass.stop();
-      if (stop.retry_after_ms >= 0) {
-        ctx.headers.emplace_back("Retry-After", std::to_string(std::max<std::int64_t>((stop.retry_after_ms + 999) / 1000, 1)));
-      }
-      co_await local_reply(ex, ctx, stop.reason, std::move(stop.message), stop.param);
-      co_return false;
+  // One phase of the chain; false when a filter ended the request. Its end hooks then run
+  // at once (a reservation or a slot is not held while the refusal is written), and the
+  // reply is made here: a local reply with the filter's reason, and Retry-After if set.
+  awaitable<bool> run_phase(filters::Pass& pass, filters::Phase phase, http::Exchange& ex, Context& ctx) {
+    filters::Next n = pass.run(phase);
+    if (n == filters::Next::wait) n = co_await pass.resume(phase);
+    if (n == filters::Next::go) co_return true;
+    pass.end();
+    auto& stop = pass.stop();
+    if (stop.reason == Reason::ok) {  // a filter stopped without saying why
+      stop.reason = Reason::internal;
+      stop.message = "a request filter stopped the request without a reason";
     }
-    co_return true;
+    if (stop.retry_after_ms >= 0) {
+      ctx.headers.emplace_back("Retry-After", std::to_string(std::max<std::int64_t>((stop.retry_after_ms + 999) / 1000, 1)));
+    }
+    co_await local_reply(ex, ctx, stop.reason, std::move(stop.message), stop.param);
+    co_return false;
   }
 
   // Settlement's rule, on every path: the upstream's usage where it is valid (a
@@ -1312,7 +1317,7 @@ class WorkerHandler {
 
   void record(Context& ctx) {
     ctx.rec.wall_ms = ms_since(ctx.start);
-    // The record's tokens are what the request was charged (charged_tokens): one that
+    // The record's tokens are what the request was charged (filters/rate_limits.cpp, charged_tokens): one that
     // failed, or was refused, before any output is charged nothing, and its record says so
     // (the log, the history and the limiter's ledger agree).
     if (ctx.rec.status != 200 && ctx.rec.completion_tokens <= 0 && ctx.rec.prompt_tokens > 0) ctx.rec.prompt_tokens = 0;
@@ -1333,7 +1338,9 @@ class WorkerHandler {
   std::uint64_t rng_ = std::random_device{}() | 1;  // canary split
   std::unique_ptr<http::Client> client_;
   std::unique_ptr<limits::WorkerLimiter> limiter_;  // null when no limit is configured
-  filters::Chain chain_;                            // the request policies, in order
+  // The request policies, in order; each pass holds it too (a frame destroyed after the
+  // handler, at a forced stop, drops its filters' states through it).
+  std::shared_ptr<const filters::Chain> chain_ = std::make_shared<const filters::Chain>();
   telemetry::Metrics::Worker* metrics_ = nullptr;
   std::vector<LiveStream*> live_;
   net::steady_timer cut_timer_;

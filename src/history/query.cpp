@@ -154,7 +154,7 @@ std::optional<std::vector<QueryParam>> parse_query_params(std::string_view query
 bool parse_time_param(const QueryParam& p, std::int64_t& ms, std::string& error) { return parse_time(p, ms, error); }
 
 std::string usage_sql(Dialect d) {
-  // Settlement's rule (src/gateway/handler.cpp, charged_tokens): a request that answered
+  // Settlement's rule (src/filters/rate_limits.cpp, charged_tokens): a request that answered
   // 200 or relayed output is charged its prompt and completion tokens, anything else
   // nothing; one charge is at most 99,999,999,999,999 (WorkerLimiter::kMaxCharge). The
   // stored counts are what was charged (NULL: unknown, i.e. 0).

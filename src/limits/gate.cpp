@@ -173,6 +173,15 @@ void Gate::observe_wait(Priority cls, double ms) {
   stats_.wait_sum[c] += s;
 }
 
+bool Gate::try_enter(const Need& need) {
+  if (need.empty()) return true;
+  std::lock_guard lock(mu_);
+  if (!fits(need)) return false;
+  take(need);
+  ++stats_.granted_now;
+  return true;
+}
+
 net::awaitable<Gate::Result> Gate::enter(Need need, Priority p, Cancel& cancel) {
   Result res;
   res.served_as = p;

@@ -72,6 +72,9 @@ class Gate {
   Priority priority(const config::ApiKey& key, std::string_view header) const;
 
   boost::asio::awaitable<Result> enter(Need need, Priority p, Cancel& cancel);
+  // The slots at once when they are free (enter()'s first step, without a coroutine):
+  // true = taken (leave() gives them back); false = enter() decides (queue or refuse).
+  bool try_enter(const Need& need);
   void leave(const Need& need);
 
   struct Snapshot {

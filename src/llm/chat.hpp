@@ -96,14 +96,14 @@ struct Reservation {
 // configured range's maximum of options.num_ctx, else rate_limits.reserve_output_tokens.
 std::int64_t output_token_bound(const ChatRequest& req, config::Provider provider, const config::Config& cfg,
                                 bool* unbounded = nullptr);
-// The reservation of `req` when any of `providers` may serve it (a route's backends, its
-// canary and fallbacks): the prompt by count_prompt_tokens with `exact`, or when `exact`
-// is null by prompt_token_bound (bytes: never below the exact count, whatever the text);
-// the output by output_token_bound, the largest over `providers`.
 // Prompts of bodies up to this size are counted exactly (BPE, where the rank file is
 // loaded) when the byte bound is refused, and for settlement without the upstream's usage;
 // larger ones keep the bound, which is never below the exact count (counting runs ~40 MB/s).
 inline constexpr std::size_t kExactCountMaxBytes = 256 * 1024;
+// The reservation of `req` when any of `providers` may serve it (a route's backends, its
+// canary and fallbacks): the prompt by count_prompt_tokens with `exact`, or when `exact`
+// is null by prompt_token_bound (bytes: never below the exact count, whatever the text);
+// the output by output_token_bound, the largest over `providers`.
 Reservation reservation(const ChatRequest& req, std::span<const config::Provider> providers,
                         const config::Config& cfg, const tokenizer::Counter* exact = nullptr,
                         tokenizer::Encoding encoding = tokenizer::Encoding::cl100k_base);

@@ -7,6 +7,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_future.hpp>
 #include <boost/asio/this_coro.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -117,7 +118,7 @@ struct Fixture {
   Request req{.key = key, .chat = chat, .ex = ex, .reply_headers = headers, .rec = rec};
 
   // Runs both phases as the handler does, then the end hooks; the outcome.
-  Next run(Chain& chain, Stop* out = nullptr) {
+  Next run(std::shared_ptr<Chain> chain, Stop* out = nullptr) {
     auto fut = net::co_spawn(
         io,
         [&]() -> net::awaitable<Next> {
@@ -143,38 +144,38 @@ struct Fixture {
 TEST(FilterChain, RunsInOrderAndEndsInReverse) {
   Fixture f;
   Log log;
-  Chain c;
-  c.add(std::make_unique<Probe>("a", log, kAll));
-  c.add(nullptr);  // a policy that is off
-  c.add(std::make_unique<Probe>("b", log, bit(Phase::admit) | bit(Phase::end)));
-  ASSERT_EQ(c.size(), 2u);
+  auto c = std::make_shared<Chain>();
+  c->add(std::make_unique<Probe>("a", log, kAll));
+  c->add(nullptr);  // a policy that is off
+  c->add(std::make_unique<Probe>("b", log, bit(Phase::admit) | bit(Phase::end)));
+  ASSERT_EQ(c->size(), 2u);
   EXPECT_EQ(f.run(c), Next::go);
   EXPECT_EQ(log.calls, (std::vector<std::string>{"a.request", "a.admit", "b.admit", "b.end(1)", "a.end(2)"}));
   EXPECT_EQ(log.states_alive, 0) << "every state is dropped with its pass";
 }
 
-TEST(FilterChain, AStopEndsThePhaseAndOnlyAdmittedFiltersEnd) {
+TEST(FilterChain, AStopEndsThePhaseAndOnlyTheFiltersThatSawTheRequestEnd) {
   Fixture f;
   Log log;
-  Chain c;
-  c.add(std::make_unique<Probe>("a", log, kAll));
-  c.add(std::make_unique<Probe>("b", log, kAll, Next::stop));
-  c.add(std::make_unique<Probe>("c", log, kAll));
+  auto c = std::make_shared<Chain>();
+  c->add(std::make_unique<Probe>("a", log, kAll));
+  c->add(std::make_unique<Probe>("b", log, kAll, Next::stop));
+  c->add(std::make_unique<Probe>("c", log, kAll));
   Stop stop;
   EXPECT_EQ(f.run(c, &stop), Next::stop);
   EXPECT_EQ(stop.reason, Reason::forbidden);
   EXPECT_EQ(stop.message, "b");
-  // Stopped at the request phase: no admit hook ran, so no end hook runs.
-  EXPECT_EQ(log.calls, (std::vector<std::string>{"a.request", "b.request"}));
+  // Stopped at the request phase: c never saw the request, so only a and b end.
+  EXPECT_EQ(log.calls, (std::vector<std::string>{"a.request", "b.request", "b.end(1)", "a.end(1)"}));
 }
 
 TEST(FilterChain, AFilterThatWaitsIsAwaitedAndTheRestRunAfterIt) {
   Fixture f;
   Log log;
-  Chain c;
-  c.add(std::make_unique<Probe>("a", log, kAll, Next::go, Next::wait));
-  c.add(std::make_unique<Probe>("b", log, kAll, Next::go, Next::wait));
-  c.add(std::make_unique<Probe>("c", log, kAll));
+  auto c = std::make_shared<Chain>();
+  c->add(std::make_unique<Probe>("a", log, kAll, Next::go, Next::wait));
+  c->add(std::make_unique<Probe>("b", log, kAll, Next::go, Next::wait));
+  c->add(std::make_unique<Probe>("c", log, kAll));
   EXPECT_EQ(f.run(c), Next::go);
   EXPECT_EQ(log.calls, (std::vector<std::string>{"a.request", "b.request", "c.request", "a.admit", "a.wait", "b.admit",
                                                  "b.wait", "c.admit", "c.end(2)", "b.end(2)", "a.end(2)"}));
@@ -186,15 +187,50 @@ TEST(FilterChain, ARefusalAfterAWaitEndsTheFiltersAdmittedBeforeIt) {
   // still runs (it settles nothing was used); the filters after it never run.
   Fixture f;
   Log log;
-  Chain c;
-  c.add(std::make_unique<Probe>("limits", log, kAll));
-  c.add(std::make_unique<Probe>("gate", log, kAll, Next::go, Next::wait, Next::stop));
-  c.add(std::make_unique<Probe>("later", log, kAll));
+  auto c = std::make_shared<Chain>();
+  c->add(std::make_unique<Probe>("limits", log, kAll));
+  c->add(std::make_unique<Probe>("gate", log, kAll, Next::go, Next::wait, Next::stop));
+  c->add(std::make_unique<Probe>("later", log, kAll));
   Stop stop;
   EXPECT_EQ(f.run(c, &stop), Next::stop);
   EXPECT_EQ(stop.reason, Reason::queue_full);
   EXPECT_EQ(log.calls, (std::vector<std::string>{"limits.request", "gate.request", "later.request", "limits.admit",
-                                                 "gate.admit", "gate.wait", "gate.end(2)", "limits.end(2)"}));
+                                                 "gate.admit", "gate.wait", "later.end(1)", "gate.end(2)",
+                                                 "limits.end(2)"}));
+}
+
+TEST(FilterChain, AFilterWithoutAnAdmitHookStillEnds) {
+  // As a cache: it looks at the request and records at the end; nothing admits.
+  Fixture f;
+  Log log;
+  auto c = std::make_shared<Chain>();
+  c->add(std::make_unique<Probe>("cache", log, bit(Phase::request) | bit(Phase::end)));
+  EXPECT_EQ(f.run(c), Next::go);
+  EXPECT_EQ(log.calls, (std::vector<std::string>{"cache.request", "cache.end(1)"}));
+}
+
+class Thrower final : public Filter {
+ public:
+  std::string_view name() const override { return "thrower"; }
+  unsigned phases() const override { return bit(Phase::request) | bit(Phase::end); }
+  void end(Request&, void*) override { throw std::runtime_error("end failed"); }
+};
+
+TEST(FilterChain, AnEndHookThatThrowsDoesNotSkipTheOthers) {
+  Fixture f;
+  Log log;
+  auto c = std::make_shared<Chain>();
+  c->add(std::make_unique<Probe>("limits", log, kAll));
+  c->add(std::make_unique<Thrower>());
+  {
+    Pass pass(c, f.req);
+    ASSERT_EQ(pass.run(Phase::request), Next::go);
+    ASSERT_EQ(pass.run(Phase::admit), Next::go);
+    EXPECT_THROW(pass.end(), std::runtime_error);
+    pass.end();  // nothing runs twice
+  }
+  EXPECT_EQ(log.calls, (std::vector<std::string>{"limits.request", "limits.admit", "limits.end(2)"}));
+  EXPECT_EQ(log.states_alive, 0);
 }
 
 // ---- max_messages, through the registry ----------------------------------------------
@@ -218,7 +254,7 @@ TEST(MaxMessages, OffByDefaultAndCountsMessagesButSystemOnes) {
     for (std::size_t i = 0; i < c.size(); ++i) EXPECT_NE(c.at(i).name(), "max_messages");
   }
   f.cfg.max_messages = 3;
-  Chain c = make_chain({.cfg = f.cfg});
+  auto c = std::make_shared<Chain>(make_chain({.cfg = f.cfg}));
   f.key.models = {"*"};
   config::Route route;
   f.req.route.config = &route;
