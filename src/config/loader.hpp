@@ -80,6 +80,7 @@ class Loader {
     error(path, line_of(n), msg + std::string(suffix_));
   }
   std::vector<ConfigError> take_errors() { return std::move(errors_); }
+  std::size_t error_count() const { return errors_.size(); }
 
   // Reads a map's keys: unknown and repeated keys are errors; known ones land in `out`.
   bool fields(const YAML::Node& n, const std::string& path, std::initializer_list<std::string_view> known,
@@ -122,6 +123,14 @@ class Loader {
   std::optional<std::string> getenv_raw(const std::string& name) const {
     return env_ ? env_(name.c_str()) : std::nullopt;
   }
+  // While an environment override is read: a relative path in it stays relative to the
+  // working directory (base_dir() is empty).
+  struct EnvScope {
+    Loader& l;
+    fs::path saved;
+    explicit EnvScope(Loader& loader) : l(loader), saved(std::exchange(loader.base_dir_, fs::path())) {}
+    ~EnvScope() { l.base_dir_ = std::move(saved); }
+  };
   // A path in the file, relative to the file's directory.
   std::string resolve_path(const std::string& p) const;
   const fs::path& base_dir() const { return base_dir_; }

@@ -43,12 +43,27 @@ const std::vector<TableDoc>& reference_tables() {
     detail::params_reference(t);
     detail::admission_reference(t);
     detail::records_reference(t);
+    // The environment overrides (applied after the file), by section.
+    TableDoc env{"environment", {}, true};
+    std::vector<detail::EnvDoc> vars;
+    detail::server_env_reference(vars);
+    detail::keys_env_reference(vars);
+    detail::models_env_reference(vars);
+    detail::admission_env_reference(vars);
+    detail::records_env_reference(vars);
+    for (auto& v : vars) env.keys.push_back({std::move(v.var), {}, {}, {}, std::move(v.overrides)});
+    t.push_back(std::move(env));
     return t;
   }();
   return tables;
 }
 
 std::string reference_markdown(const TableDoc& t) {
+  if (t.variables) {
+    std::string out = "| Variable | Overrides |\n|---|---|\n";
+    for (const auto& k : t.keys) out += "| `" + cell(k.key) + "` | " + cell(k.doc) + " |\n";
+    return out;
+  }
   std::string out = "| Key | Type | Default | Allowed | Meaning |\n|---|---|---|---|---|\n";
   for (const auto& k : t.keys) {
     out += "| `" + cell(k.key) + "` | " + cell(k.type) + " | " + cell(k.default_value) + " | " + cell(k.allowed) +

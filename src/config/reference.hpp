@@ -21,6 +21,9 @@ struct KeyDoc {
 struct TableDoc {
   std::string name;  // where the map is: "timeouts", "models[].sim", "keys[]"
   std::vector<KeyDoc> keys;
+  // The environment overrides ("environment"): each key is a variable, its doc what it
+  // overrides; shown as | Variable | Overrides |.
+  bool variables = false;
 };
 
 // Every table, top level first, in the order the sections are read.

@@ -5,7 +5,9 @@
 //   - the allow-list (an unknown key is refused, listing the table's keys),
 //   - the reading of every key, with the range errors and their lines,
 //   - the startup banner of simple sections (Table::banner),
-//   - the reference tables of docs/configuration.md (reference.hpp).
+//   - the reference tables of docs/configuration.md (reference.hpp),
+//   - its environment override, if it has one (from_env): the same reader, the same
+//     checks, errors at "env VAR"; the table of overrides in docs/configuration.md.
 // A key whose reading depends on others (a secret given literally or by variable, a
 // route's backend keys) is declared with custom(...) and no reader: the section's code
 // reads it. tests/unit/config/reference_test.cpp checks that a wrong value of every
@@ -43,6 +45,10 @@ struct Key {
   bool required = false;
   bool in_short_form = false;  // a backend key also accepted at a route's top level
   std::string required_hint;  // appended to "missing required key 'name'"
+  std::string env;            // the environment variable that overrides it ("" = none)
+  std::string env_note;       // after the key's name in the overrides' table
+  bool env_empty = false;     // the variable set to "" counts (otherwise as unset)
+  Reader<S> env_after;        // what else the override sets, once its value was read
 
   // Builders, each returning the changed row.
   Key with_default(std::string d) && { dflt = std::move(d); return std::move(*this); }
@@ -64,6 +70,21 @@ struct Key {
     return std::move(*this);
   }
   Key shown(std::function<std::string(const S&)> f) && { show = std::move(f); return std::move(*this); }
+  // Overridden by environment variable `var` after the file, through the same reader;
+  // `note` follows the key in the overrides' table.
+  Key from_env(std::string var, std::string note = {}) && {
+    env = std::move(var);
+    env_note = std::move(note);
+    return std::move(*this);
+  }
+  Key env_empty_counts() && { env_empty = true; return std::move(*this); }  // "" is a value, not unset
+  Key env_then(Reader<S> after) && { env_after = std::move(after); return std::move(*this); }
+};
+
+// A row of the environment overrides' table in docs/configuration.md.
+struct EnvDoc {
+  std::string var;
+  std::string overrides;  // Markdown
 };
 
 // A table of keys for one YAML map read into S.
@@ -112,6 +133,28 @@ struct Table {
       } else if (key->required) {
         l.fail(path, n, "missing required key '" + std::string(key->name) + "'" + key->required_hint);
       }
+    }
+  }
+
+  // The environment overrides of the keys that have one (read after the file). `path`:
+  // where the map is in the file ("", "redis", "history").
+  void apply_env(Loader& l, S& s) const {
+    Loader::EnvScope scope(l);
+    for (const auto& key : keys) {
+      if (key.env.empty() || !key.read) continue;
+      auto v = key.env_empty ? l.getenv_raw(key.env) : l.getenv(key.env);
+      if (!v) continue;
+      // Spaces around a value are dropped (as a YAML scalar's are), unless "" counts.
+      const YAML::Node n(key.env_empty ? *v : std::string(trim(*v)));
+      const std::string where = "env " + key.env;
+      const std::size_t errors = l.error_count();
+      if (key.read(l, n, where, s) && l.error_count() == errors && key.env_after) key.env_after(l, n, where, s);
+    }
+  }
+  void env_doc(std::vector<EnvDoc>& out, const std::string& path) const {
+    for (const auto& key : keys) {
+      if (key.env.empty()) continue;
+      out.push_back({key.env, "`" + join(path, key.name) + "`" + (key.env_note.empty() ? "" : " " + key.env_note)});
     }
   }
 
@@ -299,5 +342,12 @@ void params_reference(std::vector<TableDoc>& out);
 void routing_reference(std::vector<TableDoc>& out);
 void admission_reference(std::vector<TableDoc>& out);
 void records_reference(std::vector<TableDoc>& out);
+// The environment overrides of each section: the declared ones (Key::from_env) and those
+// its code reads.
+void server_env_reference(std::vector<EnvDoc>& out);
+void keys_env_reference(std::vector<EnvDoc>& out);
+void models_env_reference(std::vector<EnvDoc>& out);
+void admission_env_reference(std::vector<EnvDoc>& out);
+void records_env_reference(std::vector<EnvDoc>& out);
 
 }  // namespace sluice::config::detail

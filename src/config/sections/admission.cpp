@@ -19,7 +19,8 @@ const Table<RedisSettings>& redis_table() {
                 std::string err;
                 if (!parse_redis_url(r.url, &err)) l.fail(p, n, err);
                 return true;
-              }),
+              })
+              .from_env("SLUICE_REDIS_URL"),
           duration("timeout", &RedisSettings::timeout, positive, "Per command; slower counts as down."),
           duration("connect_timeout", &RedisSettings::connect_timeout, positive, "Connecting to Redis."),
           duration("retry_interval", &RedisSettings::retry_interval, positive, "Reconnect attempts while down."),
@@ -220,7 +221,8 @@ const Table<RateLimits>& rate_limits_table() {
       "rate_limits",
       {
           choice("backend", &RateLimits::backend, backend_enum(),
-                 "Where the counters are: this instance, Redis, or Redis with a per-instance count while it is down."),
+                 "Where the counters are: this instance, Redis, or Redis with a per-instance count while it is down.")
+              .from_env("SLUICE_RATE_LIMIT_BACKEND", "(`memory`, `redis` or `auto`); the default of `on_redis_down` follows it"),
           choice("on_redis_down", &RateLimits::on_redis_down, down_enum(),
                  "While Redis is unreachable: count per instance (`open`) or refuse (`closed`); the default of every "
                  "limit.")
@@ -333,20 +335,13 @@ bool Loader::get_lease(const YAML::Node& n, const std::string& path, long long m
   return get_int(n, path, 0, max, out);
 }
 
-void redis_env(Loader& l, Config& c) {
-  if (auto v = l.getenv("SLUICE_REDIS_URL")) {
-    std::string err;
-    if (!parse_redis_url(*v, &err)) l.error("env SLUICE_REDIS_URL", 0, err);
-    else c.redis.url = *v;
-  }
-}
+void redis_env(Loader& l, Config& c) { redis_table().apply_env(l, c.redis); }
 
-void rate_limits_env(Loader& l, Config& c) {
-  if (auto v = l.getenv("SLUICE_RATE_LIMIT_BACKEND")) {
-    const std::string_view b = trim(*v);
-    if (auto be = backend_enum().parse(b)) c.rate_limits.backend = *be;
-    else l.error("env SLUICE_RATE_LIMIT_BACKEND", 0, backend_enum().error(b));
-  }
+void rate_limits_env(Loader& l, Config& c) { rate_limits_table().apply_env(l, c.rate_limits); }
+
+void admission_env_reference(std::vector<EnvDoc>& out) {
+  redis_table().env_doc(out, "redis");
+  rate_limits_table().env_doc(out, "rate_limits");
 }
 
 void check_admission(Loader& l, Config& c, const std::unordered_map<std::string_view, size_t>& aliases,

@@ -153,6 +153,12 @@ void read_keys_file(Loader& l, const YAML::Node& n, Config& c) {
   l.suffix_ = {};
 }
 
+void keys_env_reference(std::vector<EnvDoc>& out) {
+  out.push_back({"SLUICE_API_KEYS",
+                 "adds keys: comma-separated `name:secret` pairs (split at the first `:`, spaces around items trimmed, "
+                 "empty items skipped). Each gets tenant `default`, tier `standard`, models `[\"*\"]`, admin `false`."});
+}
+
 void keys_env(Loader& l, Config& c) {
   auto v = l.getenv("SLUICE_API_KEYS");
   if (!v) return;

@@ -689,6 +689,13 @@ void models_reference(std::vector<TableDoc>& out) {
   out.push_back(sim_table().doc());
 }
 
+void models_env_reference(std::vector<EnvDoc>& out) {
+  out.push_back({"SLUICE_MODEL_<ALIAS>_API_KEY",
+                 "the provider credential of short-form route `<ALIAS>` (see [Provider credential](#provider-credential))"});
+  out.push_back({"OPENAI_API_KEY", "the provider credential of `openai` backends that set none"});
+  out.push_back({"ANTHROPIC_API_KEY", "the provider credential of `anthropic` backends that set none"});
+}
+
 }  // namespace sluice::config::detail
 
 namespace sluice::config {

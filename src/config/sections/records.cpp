@@ -35,12 +35,18 @@ const Table<HistorySettings>& history_table() {
       "history",
       {
           choice("backend", &HistorySettings::backend, history_backend_enum(),
-                 "Where the history goes; `none` turns it off. Setting `url` selects `postgres`."),
+                 "Where the history goes; `none` turns it off. Setting `url` selects `postgres`.")
+              .from_env("SLUICE_HISTORY_BACKEND", "(`sqlite`, `postgres` or `none`)"),
           path_key("path", &HistorySettings::sqlite_path, "`<data_dir>/history.db`", "The SQLite file."),
           text("url", &HistorySettings::url, "A `postgres://` or `postgresql://` URL (libpq); never logged unmasked.")
               .with_default("none")
               .then([](Loader& l, const YAML::Node& n, const std::string& p, HistorySettings& h) {
                 if (!h.url.empty() && !is_postgres_url(h.url)) l.fail(p, n, "expected a postgres:// or postgresql:// URL");
+                return true;
+              })
+              .from_env("SLUICE_DATABASE_URL", "(a `postgres://` or `postgresql://` URL), and `history.backend: postgres`")
+              .env_then([](Loader& l, const YAML::Node&, const std::string&, HistorySettings& h) {
+                if (!l.getenv("SLUICE_HISTORY_BACKEND")) h.backend = HistoryBackend::postgres;  // that one wins
                 return true;
               }),
           integer("batch_rows", &HistorySettings::batch_rows, 1, 100'000, "Flush when this many rows are queued..."),
@@ -66,7 +72,8 @@ const Table<EventSettings>& events_table() {
               .then([](Loader&, const YAML::Node&, const std::string&, EventSettings& e) {
                 e.enabled = !e.brokers.empty();
                 return true;
-              }),
+              })
+              .from_env("SLUICE_KAFKA_BROKERS", "(turns events on)"),
           text("topic", &EventSettings::topic, "1–249 characters of `[a-zA-Z0-9._-]`.")
               .then([](Loader& l, const YAML::Node& n, const std::string& p, EventSettings& e) {
                 const bool ok = !e.topic.empty() && e.topic.size() <= 249 &&
@@ -75,7 +82,8 @@ const Table<EventSettings>& events_table() {
                                     std::string::npos;
                 if (!ok) l.fail(p, n, "a Kafka topic is 1-249 characters of [a-zA-Z0-9._-]");
                 return true;
-              }),
+              })
+              .from_env("SLUICE_KAFKA_TOPIC"),
           path_key("fallback_file", &EventSettings::fallback_file, "`<data_dir>/events-fallback.jsonl`",
                    "Where events that cannot go to Kafka are written."),
           integer("fallback_max_bytes", &EventSettings::fallback_max_bytes, 0, std::int64_t{1} << 50,
@@ -120,17 +128,13 @@ void read_events(Loader& l, const YAML::Node& n, Config& c) {
 }
 
 void records_env(Loader& l, Config& c) {
-  if (auto v = l.getenv("SLUICE_DATABASE_URL")) {
-    if (!is_postgres_url(*v)) l.error("env SLUICE_DATABASE_URL", 0, "expected a postgres:// or postgresql:// URL");
-    else { c.history.url = *v; c.history.backend = HistoryBackend::postgres; }
-  }
-  if (auto v = l.getenv("SLUICE_HISTORY_BACKEND")) {
-    const std::string_view b = trim(*v);
-    if (auto hb = history_backend_enum().parse(b)) c.history.backend = *hb;
-    else l.error("env SLUICE_HISTORY_BACKEND", 0, history_backend_enum().error(b));
-  }
-  if (auto v = l.getenv("SLUICE_KAFKA_BROKERS")) { c.events.brokers = *v; c.events.enabled = true; }
-  if (auto v = l.getenv("SLUICE_KAFKA_TOPIC")) c.events.topic = *v;
+  history_table().apply_env(l, c.history);
+  events_table().apply_env(l, c.events);
+}
+
+void records_env_reference(std::vector<EnvDoc>& out) {
+  history_table().env_doc(out, "history");
+  events_table().env_doc(out, "events");
 }
 
 void check_records(Loader& l, Config& c) {

@@ -111,7 +111,8 @@ const Table<Config>& root_table() {
                 if (c.instance.empty()) l.fail(p, n, "must not be empty (omit it for the default)");
                 else if (has_ctl(c.instance)) l.fail(p, n, "must not contain control characters");
                 return true;
-              }),
+              })
+              .from_env("SLUICE_INSTANCE"),
           custom<Config>("listen", "`host:port`", "`127.0.0.1:8080`",
                          "The host is an IP address literal (`127.0.0.1`, `0.0.0.0`, `[::1]`, `[::]`) or `localhost` "
                          "(taken as `127.0.0.1`); a host name is an error (it is not resolved). IPv6 as "
@@ -120,8 +121,10 @@ const Table<Config>& root_table() {
                            std::string s;
                            return l.get_string(n, p, s) &&
                                   l.report(check_host_port(trim(s), c.listen_host, c.listen_port), p, n);
-                         }),
-          integer("workers", &Config::workers, 0, 1024, "Event-loop threads; 0 = one per CPU core."),
+                         })
+              .from_env("SLUICE_LISTEN", "(`host:port`, IPv6 as `[addr]:port`)"),
+          integer("workers", &Config::workers, 0, 1024, "Event-loop threads; 0 = one per CPU core.")
+              .from_env("SLUICE_WORKERS", "(0–1024)"),
           group("limits", limits_table(), "Size limits and connection caps."),
           section("timeouts", &Config::timeouts, timeouts_table(), "Timeouts, all durations."),
           custom<Config>("access_log", "string", "`\"-\"`",
@@ -133,7 +136,9 @@ const Table<Config>& root_table() {
                              return false;
                            }
                            return l.get_string(n, p, c.access_log);
-                         }),
+                         })
+              .from_env("SLUICE_ACCESS_LOG", "(empty = off)")
+              .env_empty_counts(),
           custom<Config>("keys", "list of maps", "none", "Client API keys, see `keys[]`.",
                          [](Loader& l, const YAML::Node& n, const std::string& p, Config& c) {
                            read_keys(l, n, p, c);
@@ -173,7 +178,8 @@ const Table<Config>& root_table() {
                 if (!l.files().is_directory(d.string())) l.fail(p, n, "not a directory: " + d.string());
                 else c.tokenizer_dir = d.string();
                 return true;
-              }),
+              })
+              .from_env("SLUICE_TOKENIZER_DIR", "(relative to the working directory)"),
           text("data_dir", &Config::data_dir,
                "Where the gateway writes its files (`history.db`, `events-fallback.jsonl`), created if missing. "
                "The default is relative to the working directory; a value in the file is relative to the file's "
@@ -182,7 +188,8 @@ const Table<Config>& root_table() {
                 if (c.data_dir.empty()) l.fail(p, n, "must not be empty (omit it for the default, ./data)");
                 else c.data_dir = l.resolve_path(c.data_dir);
                 return true;
-              }),
+              })
+              .from_env("SLUICE_DATA_DIR", "(relative to the working directory)"),
           delegate("history", "map", "see `history`", "The request history (`docs/history.md`).", read_history),
           delegate("events", "map", "see `events`", "Kafka events (`docs/events.md`).", read_events),
           delegate("routing", "map", "see `routing`",
@@ -210,12 +217,8 @@ void read_root(Loader& l, const YAML::Node& root, Config& c) {
 }
 
 void server_env(Loader& l, Config& c) {
-  if (auto v = l.getenv("SLUICE_LISTEN")) {
-    std::string host;
-    std::uint16_t port = 0;
-    if (auto e = check_host_port(trim(*v), host, port); !e.empty()) l.error("env SLUICE_LISTEN", 0, e);
-    else { c.listen_host = host; c.listen_port = port; }
-  }
+  root_table().apply_env(l, c);
+  // HOST and PORT, for platforms that set them (after SLUICE_LISTEN).
   if (auto v = l.getenv("HOST")) {
     std::string_view h = trim(*v);
     if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
@@ -235,22 +238,6 @@ void server_env(Loader& l, Config& c) {
     if (auto e = check_int(trim(*v), 0, 65535, port); !e.empty()) l.error("env PORT", 0, e);
     else c.listen_port = static_cast<std::uint16_t>(port);
   }
-  if (auto v = l.getenv("SLUICE_WORKERS")) {
-    long long w = 0;
-    if (auto e = check_int(trim(*v), 0, 1024, w); !e.empty()) l.error("env SLUICE_WORKERS", 0, e);
-    else c.workers = static_cast<int>(w);
-  }
-  if (auto v = l.getenv("SLUICE_INSTANCE")) {
-    if (has_ctl(*v)) l.error("env SLUICE_INSTANCE", 0, "must not contain control characters");
-    else c.instance = *v;
-  }
-  if (auto v = l.getenv("SLUICE_TOKENIZER_DIR")) {
-    if (!l.files().is_directory(*v)) l.error("env SLUICE_TOKENIZER_DIR", 0, "not a directory: " + *v);
-    else c.tokenizer_dir = *v;
-  }
-  if (auto v = l.getenv("SLUICE_DATA_DIR")) c.data_dir = *v;
-  // Empty SLUICE_ACCESS_LOG is meaningful ("" = off), so it is read unfiltered.
-  if (auto v = l.getenv_raw("SLUICE_ACCESS_LOG")) c.access_log = *v;
 }
 
 std::string describe_server(const Config& c) {
@@ -270,6 +257,19 @@ std::string describe_server(const Config& c) {
   out += "limits:     " + limits_table().banner(c) + "\n";
   out += "timeouts:   " + timeouts_table().banner(c.timeouts) + "\n";
   return out;
+}
+
+void server_env_reference(std::vector<EnvDoc>& out) {
+  std::vector<EnvDoc> declared;
+  root_table().env_doc(declared, "");
+  for (auto& d : declared) {
+    out.push_back(std::move(d));
+    if (out.back().var != "SLUICE_LISTEN") continue;
+    out.push_back({"HOST",
+                   "the listen host only (applied after `SLUICE_LISTEN`; an IP address or `localhost`, like `listen`; "
+                   "an IPv6 address may be given with or without brackets)"});
+    out.push_back({"PORT", "the listen port only, 0–65535 (applied after `SLUICE_LISTEN`)"});
+  }
 }
 
 void server_reference(std::vector<TableDoc>& out) {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,7 @@ TEST(ConfigReference, EveryTableHasRowsWithDocumentation) {
   ASSERT_FALSE(reference_tables().empty());
   for (const auto& t : reference_tables()) {
     EXPECT_FALSE(t.keys.empty()) << t.name;
+    if (t.variables) continue;  // variable and meaning only
     for (const auto& k : t.keys) {
       EXPECT_FALSE(k.type.empty()) << t.name << "." << k.key;
       EXPECT_FALSE(k.default_value.empty()) << t.name << "." << k.key;
@@ -121,6 +123,7 @@ class EveryKey : public ConfigFixture {};
 TEST_F(EveryKey, HostsAreValidAndEveryDeclaredKeyIsRead) {
   const auto all = hosts();
   for (const auto& t : reference_tables()) {
+    if (t.variables) continue;  // EveryVariable below
     auto h = all.find(t.name);
     ASSERT_NE(h, all.end()) << "no host for table '" << t.name << "': add one to hosts()";
     auto render = [&](const std::string& key, const std::string& value) {
@@ -152,6 +155,43 @@ TEST_F(EveryKey, HostsAreValidAndEveryDeclaredKeyIsRead) {
                          << yaml << "\n" << all_errors(r);
     }
   }
+}
+
+// Every environment override of the generated table is applied: a wrong value is refused
+// at "env VAR", or, where any string is a valid value, the value lands in the config. A
+// variable declared on a row but never applied (apply_env not called for its table) fails.
+TEST_F(EveryKey, EveryVariableIsApplied) {
+  const std::string yaml = "models:\n  - alias: m\n    provider: simulated\n";
+  ASSERT_TRUE(load(yaml).ok());
+  // Read by code and tested with it (config_test.cpp, hardening_test.cpp, models' tests).
+  const std::set<std::string> by_code{"HOST", "PORT", "SLUICE_API_KEYS", "SLUICE_MODEL_<ALIAS>_API_KEY",
+                                      "OPENAI_API_KEY", "ANTHROPIC_API_KEY"};
+  const TableDoc* env = nullptr;
+  for (const auto& t : reference_tables()) {
+    if (t.variables) env = &t;
+  }
+  ASSERT_NE(env, nullptr);
+  std::size_t checked = 0;
+  for (const auto& k : env->keys) {
+    if (by_code.count(k.key)) continue;
+    testing::fake_env_vars().clear();
+    const std::string any = "/tmp/sluice-env-check \x01";
+    testing::fake_env_vars()[k.key] = any;
+    auto r = load(yaml);
+    bool refused = false;
+    for (const auto& e : r.errors) refused = refused || e.key == "env " + k.key;
+    if (!refused) {
+      ASSERT_TRUE(r.ok()) << k.key << ": " << all_errors(r);
+      const auto& c = *r.config;
+      const std::string landed = k.key == "SLUICE_ACCESS_LOG"      ? c.access_log
+                                 : k.key == "SLUICE_DATA_DIR"      ? c.data_dir
+                                 : k.key == "SLUICE_KAFKA_BROKERS" ? c.events.brokers
+                                                                   : std::string("(no check for this variable)");
+      EXPECT_EQ(landed, any) << k.key << " is neither refused nor applied";
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 11u);
 }
 
 }  // namespace
