@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include "common/text.hpp"
+
 namespace sluice {
 
 namespace {
@@ -12,24 +14,6 @@ std::optional<int> to_int(std::string_view s, long long max) {
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || p != s.data() + s.size() || v < 0 || v > max) return std::nullopt;
   return static_cast<int>(v);
-}
-
-std::optional<std::string> percent_decode(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '%') {
-      out += s[i];
-      continue;
-    }
-    unsigned v = 0;
-    if (i + 2 >= s.size()) return std::nullopt;
-    auto [p, ec] = std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16);
-    if (ec != std::errc() || p != s.data() + i + 3) return std::nullopt;
-    out += static_cast<char>(v);
-    i += 2;
-  }
-  return out;
 }
 
 }  // namespace
@@ -61,11 +45,10 @@ std::optional<RedisEndpoint> parse_redis_url(std::string_view url, std::string* 
     if (colon == std::string_view::npos) {
       return fail("user without a password; for a password alone write redis://:password@host");
     }
-    auto user = percent_decode(info.substr(0, colon));
-    auto pass = percent_decode(info.substr(colon + 1));
-    if (!user || !pass) return fail("bad percent-encoding in the user or password");
-    ep.username = std::move(*user);
-    ep.password = std::move(*pass);
+    if (!percent_decode(info.substr(0, colon), ep.username, false) ||
+        !percent_decode(info.substr(colon + 1), ep.password, false)) {
+      return fail("bad percent-encoding in the user or password");
+    }
   }
 
   std::string_view port;

@@ -184,4 +184,23 @@ void append_iso8601(std::string& out, std::int64_t unix_ms) {
 }
 
 
+bool percent_decode(std::string_view s, std::string& out, bool plus_is_space) {
+  auto hex = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  };
+  out.clear();
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%') {
+      if (i + 2 >= s.size() || hex(s[i + 1]) < 0 || hex(s[i + 2]) < 0) return false;
+      out.push_back(static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2])));
+      i += 2;
+    } else {
+      out.push_back(plus_is_space && s[i] == '+' ? ' ' : s[i]);
+    }
+  }
+  return true;
+}
+
 }  // namespace sluice

@@ -34,5 +34,8 @@ void append_iso8601(std::string& out, std::int64_t unix_ms);
 
 // Parses a base-10 unsigned integer; false on anything else.
 bool parse_u64(std::string_view s, std::uint64_t& out) noexcept;
+// %XX escapes decoded ('+' as a space too with plus_is_space, as in query strings); false
+// on a broken escape.
+bool percent_decode(std::string_view s, std::string& out, bool plus_is_space);
 
 }  // namespace sluice

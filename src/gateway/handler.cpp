@@ -229,14 +229,14 @@ class WorkerHandler {
         ctx.rec.to_sinks = false;
         co_await history_query(ex, ctx, path == "/history/stats");
       }
-    } else if (path == "/v1/models") {
+    } else if (path == "/v1/models" || path.starts_with("/v1/models/")) {
       ctx.anthropic = !req.header("anthropic-version").empty();  // an Anthropic SDK
       if (method != "GET" && method != "HEAD") {
-        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for /v1/models");
+        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for " + std::string(path));
       } else if (auto denied = authenticate(ex, ctx)) {
         co_await auth_failure(ex, ctx, *denied);
       } else {
-        co_await models(ex, ctx);
+        co_await models(ex, ctx, path.substr(std::min(path.size(), std::string_view("/v1/models/").size())));
       }
     } else {
       co_await local_reply(ex, ctx, Reason::not_found, "no route for " + std::string(method) + " " + std::string(path));
@@ -407,21 +407,45 @@ class WorkerHandler {
     co_await ex.reply(json_reply(200, R"({"input_tokens":)" + std::to_string(n) + "}", ctx));
   }
 
-  awaitable<void> models(http::Exchange& ex, Context& ctx) {
-    // Anthropic clients (they send anthropic-version) get the Models API's shape.
-    if (ctx.anthropic) {
-      std::string body = R"({"data":[)";
-      std::string first_id, last_id;
-      for (const auto& route : table()->cfg->routes) {
-        if (!ctx.key->may_use(route.alias)) continue;
-        if (first_id.empty()) first_id = route.alias;
-        else body += ',';
-        last_id = route.alias;
+  // GET /v1/models (`one` empty) and GET /v1/models/{model}: the aliases the key may use.
+  // Anthropic clients (they send anthropic-version) get the Models API's shapes. A model
+  // the key may not use is as absent as one that does not exist (404 model_not_found).
+  awaitable<void> models(http::Exchange& ex, Context& ctx, std::string_view one) {
+    auto write = [&ctx](std::string& body, const config::Route& route) {
+      if (ctx.anthropic) {
         body += R"({"type":"model","id":)";
         append_json_string(body, route.alias);
         body += R"(,"display_name":)";
         append_json_string(body, route.alias);
         body += R"(,"created_at":"1970-01-01T00:00:00Z"})";
+      } else {
+        body += R"({"id":)";
+        append_json_string(body, route.alias);
+        body += R"(,"object":"model","created":0,"owned_by":)";
+        append_json_string(body, config::to_string(route.primary().provider));
+        body += '}';
+      }
+    };
+    const auto tab = table();
+    std::string body;
+    if (!one.empty() || ex.request().path() == "/v1/models/") {
+      std::string alias;  // SDKs percent-encode the id (an alias may hold '/')
+      if (!percent_decode(one, alias, false)) alias = std::string(one);
+      const config::Route* route = tab->cfg->find_route(alias);
+      if (!route || !ctx.key->may_use(alias)) {
+        co_await local_reply(ex, ctx, Reason::model_not_found, "model '" + alias + "' does not exist", "model");
+        co_return;
+      }
+      write(body, *route);
+    } else if (ctx.anthropic) {
+      body = R"({"data":[)";
+      std::string first_id, last_id;
+      for (const auto& route : tab->cfg->routes) {
+        if (!ctx.key->may_use(route.alias)) continue;
+        if (first_id.empty()) first_id = route.alias;
+        else body += ',';
+        last_id = route.alias;
+        write(body, route);
       }
       body += R"(],"has_more":false,"first_id":)";
       if (first_id.empty()) body += "null";
@@ -430,26 +454,21 @@ class WorkerHandler {
       if (last_id.empty()) body += "null";
       else append_json_string(body, last_id);
       body += '}';
-      ctx.rec.status = 200;
-      co_await ex.reply(json_reply(200, std::move(body), ctx));
-      co_return;
+    } else {
+      body = R"({"object":"list","data":[)";
+      bool first = true;
+      for (const auto& route : tab->cfg->routes) {
+        if (!ctx.key->may_use(route.alias)) continue;
+        if (!first) body += ',';
+        first = false;
+        write(body, route);
+      }
+      body += "]}";
     }
-    std::string body = R"({"object":"list","data":[)";
-    bool first = true;
-    for (const auto& route : table()->cfg->routes) {
-      if (!ctx.key->may_use(route.alias)) continue;
-      if (!first) body += ',';
-      first = false;
-      body += R"({"id":)";
-      append_json_string(body, route.alias);
-      body += R"(,"object":"model","created":0,"owned_by":)";
-      append_json_string(body, config::to_string(route.primary().provider));
-      body += '}';
-    }
-    body += "]}";
     ctx.rec.status = 200;
     co_await ex.reply(json_reply(200, std::move(body), ctx));
   }
+
 
   // Phases 4..13 for /v1/chat/completions.
   awaitable<void> chat(http::Exchange& ex, Context& ctx) {

@@ -103,8 +103,6 @@ std::unique_ptr<Connection> open_sqlite(const std::string& path, bool read_only,
 // (a server that stops answering cannot stall the caller forever).
 std::unique_ptr<Connection> open_postgres(const std::string& url, std::chrono::milliseconds connect_timeout,
                                           std::chrono::milliseconds statement_timeout, std::string& error);
-// %XX escapes decoded ('+' as a space too in query strings); false on a broken escape.
-bool percent_decode(std::string_view s, std::string& out, bool plus_is_space);
 // The URL with the password (userinfo or ?password=) replaced by ***; "" if unparsable.
 std::string mask_postgres_url(std::string_view url);
 // Replaces every occurrence of the URL's password in `text` (libpq errors can echo

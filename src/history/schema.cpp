@@ -4,6 +4,7 @@
 #include <cctype>
 #include <chrono>
 
+#include "common/text.hpp"
 #include "history/db.hpp"
 
 namespace sluice::history {
@@ -168,8 +169,6 @@ std::string migrate(Connection& c, int& version, int up_to) {
   return e;
 }
 
-bool percent_decode(std::string_view s, std::string& out, bool plus_is_space);
-
 namespace {
 
 // Whether a URL query parameter's name is one libpq reads a secret from. libpq decodes the
@@ -207,25 +206,6 @@ std::vector<std::pair<std::size_t, std::size_t>> password_ranges(std::string_vie
 }
 
 }  // namespace
-
-bool percent_decode(std::string_view s, std::string& out, bool plus_is_space) {
-  auto hex = [](char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-  };
-  out.clear();
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%') {
-      if (i + 2 >= s.size() || hex(s[i + 1]) < 0 || hex(s[i + 2]) < 0) return false;
-      out.push_back(static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2])));
-      i += 2;
-    } else {
-      out.push_back(plus_is_space && s[i] == '+' ? ' ' : s[i]);
-    }
-  }
-  return true;
-}
 
 std::string mask_postgres_url(std::string_view url) {
   if (url.find("://") == std::string_view::npos) return "";

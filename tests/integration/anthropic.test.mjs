@@ -210,6 +210,13 @@ describe('anthropic SDK: models and count_tokens (what tools such as Claude Code
     assert.deepEqual(limited, ['demo']);
   });
 
+  test('models.retrieve gives one alias in the Models API shape; a model the key may not use is a 404', async () => {
+    const m = await client().models.retrieve('claude');
+    assert.deepEqual(m, { type: 'model', id: 'claude', display_name: 'claude', created_at: '1970-01-01T00:00:00Z' });
+    await assert.rejects(client('sk-demo-only-000011112222').models.retrieve('claude'), (e) => e instanceof Anthropic.NotFoundError);
+    await assert.rejects(client().models.retrieve('nope'), (e) => e instanceof Anthropic.NotFoundError);
+  });
+
   test('messages.countTokens counts the prompt (no max_tokens needed), more text more tokens', async () => {
     const short = await client().messages.countTokens({ model: 'demo', messages: [{ role: 'user', content: 'Hello.' }] });
     const long = await client().messages.countTokens({

@@ -40,6 +40,7 @@ before(async () => {
       { alias: 'demo', provider: 'simulated', sim: { ttft: '20ms', inter_token: '5ms', jitter: 0 } },
       { alias: 'busy', provider: 'openai', base_url: `${sim429.url}/v1` },
       { alias: 'dropper', provider: 'openai', base_url: `${dropper.url}/v1` },
+      { alias: 'team/demo', provider: 'simulated', sim: { ttft: '1ms', inter_token: '1ms', jitter: 0 } },
     ],
   });
 });
@@ -54,7 +55,27 @@ describe('openai SDK: success', () => {
   test('models.list returns the aliases', async () => {
     const ids = [];
     for await (const m of client().models.list()) ids.push(m.id);
-    assert.deepEqual(ids.sort(), ['busy', 'demo', 'dropper']);
+    assert.deepEqual(ids.sort(), ['busy', 'demo', 'dropper', 'team/demo']);
+  });
+
+  test('models.retrieve returns one alias, also one holding a slash (the SDK encodes it)', async () => {
+    const m = await client().models.retrieve('demo');
+    assert.deepEqual(m, { id: 'demo', object: 'model', created: 0, owned_by: 'simulated' });
+    const slash = await client().models.retrieve('team/demo');
+    assert.equal(slash.id, 'team/demo');
+  });
+
+  test('models.retrieve of an unknown model, or of one the key may not use, is a 404', async () => {
+    for (const [key, model] of [
+      [KEY, 'nope'],
+      [KEY_LIMITED, 'busy'],
+    ]) {
+      await assert.rejects(client(key).models.retrieve(model), (e) => {
+        assert.ok(e instanceof OpenAI.NotFoundError, String(e));
+        assert.equal(e.code, 'model_not_found');
+        return true;
+      });
+    }
   });
 
   test('chat.completions.create: plain completion', async () => {
