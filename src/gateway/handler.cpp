@@ -469,7 +469,6 @@ class WorkerHandler {
     co_await ex.reply(json_reply(200, std::move(body), ctx));
   }
 
-
   // Phases 4..13 for /v1/chat/completions.
   awaitable<void> chat(http::Exchange& ex, Context& ctx) {
     // Parse and validate.
