@@ -18,7 +18,7 @@
 // coroutine frame is made only for a filter that really waits.
 //
 // The handler orchestrates (authenticate, parse, route, chain, dispatch, record); it knows
-// no filter's insides. A new policy is a new file in src/filters/ and one line in
+// no filter's insides. A new policy is a new file in src/filters/, declared and listed in
 // registry.cpp. Modelled on Envoy's HTTP filters (per-request filter state, StopIteration)
 // and Pingora's ProxyHttp phases.
 #include <boost/asio/awaitable.hpp>
