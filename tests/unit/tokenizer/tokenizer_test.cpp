@@ -381,7 +381,8 @@ TEST(Names, EncodingsAndModels) {
 TEST(Names, ModelsAsInTiktokensTable) {
   const std::string path = kSourceDir + "/data/tokenizer/node_modules/tiktoken/model_to_encoding.json";
   const std::string text = read(path);
-  ASSERT_FALSE(text.empty()) << path << " missing: run scripts/fetch-tokenizer.sh";
+  // Fetched with the rank files (the same npm package): skipped without them, as they are.
+  if (text.empty()) GTEST_SKIP() << path << " not fetched: run scripts/fetch-tokenizer.sh (npm ci in data/tokenizer)";
   std::size_t checked = 0;
   const json::value table = json::parse(text);
   for (const auto& [model, enc] : table.as_object()) {
