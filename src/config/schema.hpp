@@ -136,8 +136,7 @@ struct Table {
     }
   }
 
-  // The environment overrides of the keys that have one (read after the file). `path`:
-  // where the map is in the file ("", "redis", "history").
+  // The environment overrides of the keys that have one (read after the file).
   void apply_env(Loader& l, S& s) const {
     Loader::EnvScope scope(l);
     for (const auto& key : keys) {
@@ -151,6 +150,7 @@ struct Table {
       if (key.read(l, n, where, s) && l.error_count() == errors && key.env_after) key.env_after(l, n, where, s);
     }
   }
+  // Their rows of the overrides' table; `path`: where the map is in the file ("", "redis").
   void env_doc(std::vector<EnvDoc>& out, const std::string& path) const {
     for (const auto& key : keys) {
       if (key.env.empty()) continue;
