@@ -1,7 +1,10 @@
 #pragma once
-// The server section: timeouts (listen address, workers, size limits and the admin
-// listener are top-level fields of Config). Declared in config/sections/server.cpp.
+// The server section: timeouts and CORS (listen address, workers, size limits and the
+// admin listener are top-level fields of Config). Declared in config/sections/server.cpp.
 #include <chrono>
+#include <string>
+#include <string_view>
+#include <vector>
 
 namespace sluice::config {
 
@@ -18,6 +21,20 @@ struct Timeouts {
   Millis heartbeat{15000};     // ": keep-alive" comment while the upstream is silent
   Millis client_write{30000};  // a client that takes no byte of a reply for this long is dropped
   Millis shutdown_grace{30000};
+};
+
+// Browser clients on other origins (off while allowed_origins is empty).
+struct Cors {
+  std::vector<std::string> allowed_origins;  // "https://app.example.com", or "*" for any
+  Millis max_age{600000};                    // how long a browser keeps a preflight's answer
+
+  bool enabled() const noexcept { return !allowed_origins.empty(); }
+  bool allows(std::string_view origin) const noexcept {
+    for (const auto& o : allowed_origins) {
+      if (o == "*" || o == origin) return true;
+    }
+    return false;
+  }
 };
 
 }  // namespace sluice::config

@@ -80,6 +80,12 @@ struct Relay {
   bool error_frame_sent = false;  // the translator already wrote it
 };
 
+// The response headers a browser script may read on a CORS reply.
+constexpr const char* kCorsExposed =
+    "x-request-id, retry-after, x-ratelimit-limit-requests, x-ratelimit-remaining-requests, "
+    "x-ratelimit-reset-requests, x-ratelimit-limit-tokens, x-ratelimit-remaining-tokens, x-ratelimit-reset-tokens, "
+    "x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset, x-sluice-instance";
+
 // A stream's last writes after its total deadline (the error event, the end) get this
 // long: every request ends within timeouts.total and this grace.
 constexpr Ms kEndGrace{1000};
@@ -121,6 +127,27 @@ class WorkerHandler {
 
     const auto path = req.path();
     const auto method = req.method();
+    // Browser clients on other origins (cors.allowed_origins): a preflight is answered
+    // here; any other request from an allowed origin gets the CORS headers on its reply.
+    if (!admin_listener_ && cfg_.cors.enabled()) {
+      if (const auto origin = req.header("origin"); !origin.empty()) {
+        const bool preflight = method == "OPTIONS" && !req.header("access-control-request-method").empty();
+        if (cfg_.cors.allows(origin)) {
+          ctx.headers.emplace_back("Access-Control-Allow-Origin", std::string(origin));
+          ctx.headers.emplace_back("Vary", "Origin");
+          if (preflight) {
+            co_await cors_preflight(ex, ctx);
+            co_return;
+          }
+          ctx.headers.emplace_back("Access-Control-Expose-Headers", kCorsExposed);
+        } else if (preflight) {
+          ctx.rec.to_sinks = false;  // the access log keeps the line
+          co_await local_reply(ex, ctx, Reason::forbidden, "origin '" + recorded_text(origin) + "' is not allowed");
+          record(ctx);
+          co_return;
+        }
+      }
+    }
     if (path == "/health") {
       co_await ex.reply(json_reply(200, R"({"status":"ok"})", ctx));
       co_return;  // probes are not logged
@@ -241,6 +268,27 @@ class WorkerHandler {
     } else {
       co_await local_reply(ex, ctx, Reason::not_found, "no route for " + std::string(method) + " " + std::string(path));
     }
+  }
+
+  // A CORS preflight from an allowed origin (its Allow-Origin header is set): the methods,
+  // the headers it asked for (when they are plain header names) and how long to keep it.
+  awaitable<void> cors_preflight(http::Exchange& ex, Context& ctx) {
+    static constexpr std::string_view kDefaultHeaders =
+        "authorization, content-type, x-api-key, anthropic-version, x-request-id, x-priority";
+    std::string_view asked = ex.request().header("access-control-request-headers");
+    const bool plain = !asked.empty() && asked.size() <= 1024 &&
+                       asked.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_, ") ==
+                           std::string_view::npos;
+    ctx.headers.emplace_back("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    ctx.headers.emplace_back("Access-Control-Allow-Headers", std::string(plain ? asked : kDefaultHeaders));
+    ctx.headers.emplace_back("Access-Control-Max-Age",
+                             std::to_string(std::chrono::duration_cast<std::chrono::seconds>(cfg_.cors.max_age).count()));
+    ctx.rec.status = 200;
+    ctx.rec.to_sinks = false;  // the access log keeps the line
+    http::Response r = json_reply(200, std::string(), ctx);
+    r.content_type = {};
+    co_await ex.reply(std::move(r));
+    record(ctx);
   }
 
   // The request's reply: takes the headers collected for it (a request has one reply).

@@ -71,6 +71,37 @@ const Table<Timeouts>& timeouts_table() {
   return t;
 }
 
+const Table<Cors>& cors_table() {
+  static const Table<Cors> t{
+      "cors",
+      {
+          custom<Cors>("allowed_origins", "list of strings", "none (CORS off)",
+                       "Origins whose browser clients may call the API: `scheme://host[:port]` exactly as the "
+                       "browser sends it in `Origin`, or `\"*\"` for any. Preflights (`OPTIONS`) are then "
+                       "answered, and replies to an allowed origin carry `Access-Control-Allow-Origin`.",
+                       [](Loader& l, const YAML::Node& n, const std::string& p, Cors& c) {
+                         if (!n.IsSequence()) {
+                           l.fail(p, n, std::string("expected a list of origins, got ") + kind_of(n));
+                           return false;
+                         }
+                         for (std::size_t i = 0; i < n.size(); ++i) {
+                           std::string o;
+                           if (!l.get_string(n[i], index(p, i), o)) continue;
+                           const auto scheme = o.find("://");
+                           const bool ok = o == "*" || ((o.starts_with("http://") || o.starts_with("https://")) &&
+                                                        scheme + 3 < o.size() &&
+                                                        o.find_first_of("/?#", scheme + 3) == std::string::npos &&
+                                                        !has_space_or_ctl(o));
+                           if (!ok) l.fail(index(p, i), n[i], "expected `scheme://host[:port]` without a path, or \"*\"");
+                           else c.allowed_origins.push_back(std::move(o));
+                         }
+                         return true;
+                       }),
+          duration("max_age", &Cors::max_age, Millis{0}, "How long a browser may keep a preflight's answer."),
+      }};
+  return t;
+}
+
 const Table<Config>& admin_table() {
   static const Table<Config> t{
       "admin",
@@ -127,6 +158,7 @@ const Table<Config>& root_table() {
               .from_env("SLUICE_WORKERS", "(0–1024)"),
           group("limits", limits_table(), "Size limits and connection caps."),
           section("timeouts", &Config::timeouts, timeouts_table(), "Timeouts, all durations."),
+          section("cors", &Config::cors, cors_table(), "Browser clients on other origins; off by default."),
           custom<Config>("access_log", "string", "`\"-\"`",
                          "`\"-\"` = stdout, `\"\"` = off, anything else is a file path (used as given, not relative "
                          "to the config file).",
@@ -276,6 +308,7 @@ void server_reference(std::vector<TableDoc>& out) {
   out.push_back(root_table().doc());
   out.push_back(limits_table().doc());
   out.push_back(timeouts_table().doc());
+  out.push_back(cors_table().doc());
   out.push_back(admin_table().doc());
 }
 

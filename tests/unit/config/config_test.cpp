@@ -51,6 +51,26 @@ class TempDir {
   std::string path_;
 };
 
+TEST_F(ConfigTest, CorsOriginsAreCheckedAndOffByDefault) {
+  const std::string route = "models:\n  - alias: m\n    provider: simulated\n";
+  auto off = load(route);
+  ASSERT_TRUE(off.ok()) << all_errors(off);
+  EXPECT_FALSE(off.config->cors.enabled());
+  auto on = load(route + "cors:\n  allowed_origins: [\"https://app.example.com\", \"http://localhost:5173\"]\n  max_age: 1m\n");
+  ASSERT_TRUE(on.ok()) << all_errors(on);
+  EXPECT_TRUE(on.config->cors.allows("http://localhost:5173"));
+  EXPECT_FALSE(on.config->cors.allows("http://localhost:5174"));
+  EXPECT_EQ(on.config->cors.max_age, std::chrono::minutes(1));
+  auto any = load(route + "cors: {allowed_origins: [\"*\"]}\n");
+  ASSERT_TRUE(any.ok()) << all_errors(any);
+  EXPECT_TRUE(any.config->cors.allows("https://whoever.example"));
+  auto bad = load(route + "cors:\n  allowed_origins: [\"https://app.example.com/\", \"ftp://x\", \"https://\", {a: 1}]\n");
+  ASSERT_FALSE(bad.ok());
+  for (int i = 0; i < 4; ++i) error_at(bad, "cors.allowed_origins[" + std::to_string(i) + "]");
+  EXPECT_THAT(error_at(load(route + "cors: {allowed_origins: https://a.example}\n"), "cors.allowed_origins").message,
+              HasSubstr("a list of origins"));
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
