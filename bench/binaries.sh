@@ -49,11 +49,7 @@ done
 check_targets "${TARGETS[@]}"
 
 log "$ROUNDS rounds x ${#TARGETS[@]} targets, wrk -t$WRK_THREADS -c$WRK_CONNS -d${WRK_DURATION}s, then -c1 -d${LIGHT_DURATION}s"
-for ((r = 1; r <= ROUNDS; r++)); do
-  for ((k = 0; k < ${#TARGETS[@]}; k++)); do
-    measure_nonstream "$r" "${TARGETS[$(((k + r - 1) % ${#TARGETS[@]}))]}"
-  done
-done
+measure_rounds
 stop_all
 for t in base new; do access_log_json "$TMP/$t.access.log" ",\"target\":\"$t\"" >>"$RAW"; done
 rm -f "$TMP"/*.access.log

@@ -6,7 +6,7 @@
 #   - defines log/die, pid tracking and stopping (PIDS, stop_pid, stop_all), the cleanup
 #     trap, free_port, wait_line, port_open, start_sim, start_nginx, sluice_config,
 #     start_sluice, check_targets, cpu_ticks, thread_ticks, thread_ticks_json, busy_ticks, children_cpu_ms, run_wrk, kv,
-#     wrk_errors, measure_nonstream, access_log_json, json_object, bench_meta, write_report.
+#     wrk_errors, measure_nonstream, measure_rounds, access_log_json, json_object, bench_meta, write_report.
 # bench_setup then checks the tools, creates the temp dir TMP and the raw results file RAW,
 # installs the traps, copies the binary (BIN) and raises `ulimit -n` (NOFILE, NGINX_NOFILE).
 #
@@ -349,6 +349,18 @@ measure_nonstream() {
     "$(kv "$line" max_us)" "$errs" $((p1 - p0)) $((s1 - s0)) "$light_req" "$light_p50" "$light_p99" \
     "$wrk_ms" $((b1 - b0)) "$(thread_ticks_json "$TMP/threads0" "$TMP/threads1")" "$extra" >>"$RAW"
   log "round $r $t: $req requests in $((dur / 1000)) ms, p50 $(kv "$line" p50_us) us, p99 $(kv "$line" p99_us) us, errors $errs; cpu ticks: proxy $((p1 - p0)), sim $((s1 - s0)), ${xname:+$xname $((x1 - x0)), }wrk $((wrk_ms * CLK_TCK / 1000)), machine $((b1 - b0))"
+}
+
+# measure_rounds [EXTRA_NAME EXTRA_PIDS]: ROUNDS rounds of measure_nonstream over the
+# targets of the array TARGETS, the order rotated from round to round (so no target is
+# always first after a quiet moment); the extra arguments go to every measure_nonstream.
+measure_rounds() {
+  local r k
+  for ((r = 1; r <= ROUNDS; r++)); do
+    for ((k = 0; k < ${#TARGETS[@]}; k++)); do
+      measure_nonstream "$r" "${TARGETS[$(((k + r - 1) % ${#TARGETS[@]}))]}" "$@"
+    done
+  done
 }
 
 # For scripts comparing nginx with sluice variants: each variant's pid and port in the

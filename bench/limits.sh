@@ -95,12 +95,7 @@ rcli config resetstat >/dev/null
 
 # ---- measure ------------------------------------------------------------------------------
 log "$ROUNDS rounds x ${#TARGETS[@]} targets, wrk -t$WRK_THREADS -c$WRK_CONNS -d${WRK_DURATION}s, then -c1 -d${LIGHT_DURATION}s"
-for ((r = 1; r <= ROUNDS; r++)); do
-  for ((k = 0; k < ${#TARGETS[@]}; k++)); do
-    # rotate the order from round to round; redis-server's CPU is recorded for every target
-    measure_nonstream "$r" "${TARGETS[$(((k + r - 1) % ${#TARGETS[@]}))]}" redis "$REDIS_PID"
-  done
-done
+measure_rounds redis "$REDIS_PID"  # redis-server's CPU is recorded for every target
 
 # ---- check that the redis variant counted in Redis -------------------------------------
 counted_redis=$(metric redis 'sluice_ratelimit_counted_total{backend="redis"}')

@@ -101,11 +101,7 @@ PIDS+=("$SCRAPER")
 
 # ---- measure ------------------------------------------------------------------------------
 log "$ROUNDS rounds x ${#TARGETS[@]} targets, wrk -t$WRK_THREADS -c$WRK_CONNS -d${WRK_DURATION}s, then -c1 -d${LIGHT_DURATION}s"
-for ((r = 1; r <= ROUNDS; r++)); do
-  for ((k = 0; k < ${#TARGETS[@]}; k++)); do
-    measure_nonstream "$r" "${TARGETS[$(((k + r - 1) % ${#TARGETS[@]}))]}" deps "$KAFKA_PID $(pg_pids)"
-  done
-done
+measure_rounds deps "$KAFKA_PID $(pg_pids)"
 stop_pid "$SCRAPER"
 
 # ---- check that the recording variants recorded everything -----------------------------

@@ -69,12 +69,7 @@ check_targets "${TARGETS[@]}"
 
 # ---- measure ------------------------------------------------------------------------------
 log "$ROUNDS rounds x ${#TARGETS[@]} targets, wrk -t$WRK_THREADS -c$WRK_CONNS -d${WRK_DURATION}s, then -c1 -d${LIGHT_DURATION}s"
-for ((r = 1; r <= ROUNDS; r++)); do
-  for ((k = 0; k < ${#TARGETS[@]}; k++)); do
-    # rotate the order from round to round
-    measure_nonstream "$r" "${TARGETS[$(((k + r - 1) % ${#TARGETS[@]}))]}"
-  done
-done
+measure_rounds
 
 # ---- check that the set spread the requests and the canary took its share -----------------
 canary_active=$(metric canary "sluice_canary_active{model=\"sluice-sim\"}")
