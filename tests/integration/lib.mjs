@@ -683,6 +683,30 @@ export async function closedPort() {
   return port;
 }
 
+// An OpenAI answer to the chat request `json`: an SSE stream (content, the finish, then a
+// usage chunk) when it asked for one, else a chat.completion; `usage` as given.
+export function writeOpenAiAnswer(res, json, { id = 'chatcmpl-x', content = 'hello', usage }) {
+  const base = { id, created: 1, model: json?.model ?? 'x' };
+  if (json?.stream) {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    const chunk = (delta, finish) => ({ ...base, object: 'chat.completion.chunk', choices: [{ index: 0, delta, finish_reason: finish }] });
+    res.write(`data: ${JSON.stringify(chunk({ role: 'assistant', content }, null))}\n\n`);
+    res.write(`data: ${JSON.stringify(chunk({}, 'stop'))}\n\n`);
+    res.write(`data: ${JSON.stringify({ ...base, object: 'chat.completion.chunk', choices: [], usage })}\n\n`);
+    res.end('data: [DONE]\n\n');
+  } else {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(
+      JSON.stringify({
+        ...base,
+        object: 'chat.completion',
+        choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }],
+        usage,
+      }),
+    );
+  }
+}
+
 // A recording upstream (plain Node HTTP server on 127.0.0.1:0): stores every request
 // (method, url, headers, raw body, parsed JSON) and answers like a tiny OpenAI or Ollama
 // server (fixed content "hello"). Used where the simulator cannot show what it received
@@ -724,31 +748,7 @@ export async function startRecorder(custom) {
         }
         return;
       }
-      const base = { id: 'chatcmpl-rec', created: 1, model };
-      if (json?.stream) {
-        res.writeHead(200, { 'content-type': 'text/event-stream' });
-        const chunk = (delta, finish) => ({
-          ...base,
-          object: 'chat.completion.chunk',
-          choices: [{ index: 0, delta, finish_reason: finish }],
-        });
-        res.write(`data: ${JSON.stringify(chunk({ role: 'assistant', content: 'hello' }, null))}\n\n`);
-        res.write(`data: ${JSON.stringify(chunk({}, 'stop'))}\n\n`);
-        res.write(
-          `data: ${JSON.stringify({ ...base, object: 'chat.completion.chunk', choices: [], usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 } })}\n\n`,
-        );
-        res.end('data: [DONE]\n\n');
-      } else {
-        res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(
-          JSON.stringify({
-            ...base,
-            object: 'chat.completion',
-            choices: [{ index: 0, message: { role: 'assistant', content: 'hello' }, finish_reason: 'stop' }],
-            usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 },
-          }),
-        );
-      }
+      writeOpenAiAnswer(res, json, { id: 'chatcmpl-rec', content: 'hello', usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 } });
     });
   });
   await new Promise((r) => server.listen(0, '127.0.0.1', r));

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { rawRequest, request, sse, startGateway, startPostgres, startRecorder, startRedis, waitFor } from './lib.mjs';
+import { rawRequest, request, sse, startGateway, startPostgres, startRecorder, startRedis, waitFor, writeOpenAiAnswer } from './lib.mjs';
 
 const ADMIN = 'sk-admin-1111222233334444';
 const APP = 'sk-app-5555666677778888';
@@ -21,25 +21,7 @@ function chargeAsAsked(req, res, json) {
   const m = /p=(\d+) c=(\d+)/.exec(json?.messages?.[0]?.content ?? '');
   const usage = { prompt_tokens: Number(m[1]), completion_tokens: Number(m[2]) };
   usage.total_tokens = usage.prompt_tokens + usage.completion_tokens;
-  const base = { id: 'chatcmpl-r', created: 1, model: json.model };
-  if (json.stream) {
-    res.writeHead(200, { 'content-type': 'text/event-stream' });
-    const chunk = (delta, finish) => ({ ...base, object: 'chat.completion.chunk', choices: [{ index: 0, delta, finish_reason: finish }] });
-    res.write(`data: ${JSON.stringify(chunk({ role: 'assistant', content: 'hi' }, null))}\n\n`);
-    res.write(`data: ${JSON.stringify(chunk({}, 'stop'))}\n\n`);
-    res.write(`data: ${JSON.stringify({ ...base, object: 'chat.completion.chunk', choices: [], usage })}\n\n`);
-    res.end('data: [DONE]\n\n');
-  } else {
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(
-      JSON.stringify({
-        ...base,
-        object: 'chat.completion',
-        choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }],
-        usage,
-      }),
-    );
-  }
+  writeOpenAiAnswer(res, json, { id: 'chatcmpl-r', content: 'hi', usage });
   return true;
 }
 
