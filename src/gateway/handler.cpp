@@ -3,8 +3,6 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/json/parse.hpp>
-#include <charconv>
-#include <cstring>
 #include <chrono>
 #include <random>
 
