@@ -63,8 +63,10 @@ class HistoryTest : public ::testing::TestWithParam<Db> {
     sqlite3* db = nullptr;
     sqlite3_stmt* stmt = nullptr;
     std::int64_t n = -1;
+    // A reader can meet the writer's lock (a WAL checkpoint, the retention's batches): wait
+    // for it as the gateway's own connections do, instead of reading "database is locked".
     if (sqlite3_open_v2(settings_.sqlite_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK &&
-        sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW) {
+        sqlite3_busy_timeout(db, 5000) == SQLITE_OK && sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW) {
       n = sqlite3_column_int64(stmt, 0);
     }
     EXPECT_GE(n, 0) << sql << ": " << sqlite3_errmsg(db);
