@@ -77,7 +77,7 @@ struct Request {
   Kind kind = Kind::generate;
   const config::ApiKey& key;
   llm::ChatRequest& chat;
-  bool anthropic = false;  // the client speaks the Messages API
+  std::string_view api;    // the client API (api::Codec::name): "chat.completions", "messages"
   http::Exchange& ex;      // the client's request and connection (a waiting filter watches it)
   RouteView route;
   http::HeaderList& reply_headers;  // sent on the request's reply, whatever it is

@@ -34,7 +34,7 @@ class MaxMessages final : public Filter {
     stop.reason = Reason::too_many_messages;
     stop.message = "the request has " + std::to_string(n) + " messages; this gateway takes at most " +
                    std::to_string(max_) +
-                   (r.anthropic ? " (the system prompt aside; each tool_result block counts as one message)"
+                   (r.api == "messages" ? " (the system prompt aside; each tool_result block counts as one message)"
                                 : " (system and developer messages aside)");
     stop.param = "messages";
     return Next::stop;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <random>
 
+#include "api/codec.hpp"
 #include "common/ids.hpp"
 #include "common/reason.hpp"
 #include "common/text.hpp"
@@ -63,7 +64,9 @@ struct Context {
   http::HeaderList headers;  // sent on every reply of this request
   int metrics_model = -1;    // label indexes (telemetry::Metrics)
   int metrics_tier = -1;
-  bool anthropic = false;    // POST /v1/messages: Anthropic's request, answer and error shapes
+  // The client API (api/codec.hpp): its request, answer and error shapes. OpenAI's for
+  // every path that is not a client API's.
+  const api::Codec* codec = &api::openai_chat();
   tokenizer::Encoding encoding = tokenizer::Encoding::cl100k_base;  // the route's, for counting tokens
 };
 
@@ -216,31 +219,16 @@ class WorkerHandler {
   // The request by its path and method (all but the probes and the status pages).
   awaitable<void> route(http::Exchange& ex, Context& ctx, std::string_view path, std::string_view method) {
     const auto& req = ex.request();
-    if (path == "/v1/chat/completions") {
+    if (const api::Endpoint* api = api::endpoint(path)) {
+      ctx.codec = api->codec;
       if (method != "POST") {
-        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use POST for /v1/chat/completions");
+        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use POST for " + std::string(path));
       } else if (auto denied = authenticate(ex, ctx)) {
         co_await auth_failure(ex, ctx, *denied);
-      } else {
-        co_await chat(ex, ctx);
-      }
-    } else if (path == "/v1/messages") {
-      ctx.anthropic = true;
-      if (method != "POST") {
-        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use POST for /v1/messages");
-      } else if (auto denied = authenticate(ex, ctx)) {
-        co_await auth_failure(ex, ctx, *denied);
-      } else {
-        co_await chat(ex, ctx);
-      }
-    } else if (path == "/v1/messages/count_tokens") {
-      ctx.anthropic = true;
-      if (method != "POST") {
-        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use POST for /v1/messages/count_tokens");
-      } else if (auto denied = authenticate(ex, ctx)) {
-        co_await auth_failure(ex, ctx, *denied);
-      } else {
+      } else if (api->op == api::Op::count_tokens) {
         co_await count_tokens(ex, ctx);
+      } else {
+        co_await generate(ex, ctx);
       }
     } else if (path == "/history" || path == "/history/stats") {
       // A query of the records is not itself a record (the access log keeps its line);
@@ -255,7 +243,7 @@ class WorkerHandler {
         co_await history_query(ex, ctx, path == "/history/stats");
       }
     } else if (path == "/v1/models" || path.starts_with("/v1/models/")) {
-      ctx.anthropic = !req.header("anthropic-version").empty();  // an Anthropic SDK
+      if (!req.header("anthropic-version").empty()) ctx.codec = &api::anthropic_messages();  // an Anthropic SDK
       if (method != "GET" && method != "HEAD") {
         co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for " + std::string(path));
       } else if (auto denied = authenticate(ex, ctx)) {
@@ -304,7 +292,7 @@ class WorkerHandler {
     ctx.rec.reason = reason;
     ctx.rec.error = recorded_text(message);
     if (reason == Reason::client_closed) co_return;  // nobody to answer
-    std::string body = ctx.anthropic ? llm::anthropic_error_body(reason, message) : error_body(reason, message, param);
+    std::string body = ctx.codec->error_body(reason, message, param);
     co_await ex.reply(json_reply(http_status(reason), std::move(body), ctx));
   }
 
@@ -415,12 +403,7 @@ class WorkerHandler {
   // with the BPE where its rank files are loaded (with token quotas), else estimated.
   // Anthropic's tokenizer is not public: for Claude models this is an approximation.
   awaitable<void> count_tokens(http::Exchange& ex, Context& ctx) {
-    auto conv = llm::anthropic_to_chat(ex.request().body(), /*for_count=*/true);
-    if (auto* err = std::get_if<llm::RequestError>(&conv)) {
-      co_await local_reply(ex, ctx, err->reason, err->message, err->param);
-      co_return;
-    }
-    auto parsed = llm::parse_chat_request(std::get<std::string>(conv), cfg_);
+    auto parsed = ctx.codec->decode(ex.request().body(), api::Op::count_tokens, cfg_);
     if (auto* err = std::get_if<llm::RequestError>(&parsed)) {
       co_await local_reply(ex, ctx, err->reason, err->message, err->param);
       co_return;
@@ -450,29 +433,17 @@ class WorkerHandler {
     const auto n = llm::count_prompt_tokens(creq, g_.tokens, tokenizer::encoding_for_model(rr->route->primary().model));
     // (The record's tokens are what was charged: nothing here. The count is the answer.)
     ctx.rec.status = 200;
-    co_await ex.reply(json_reply(200, R"({"input_tokens":)" + std::to_string(n) + "}", ctx));
+    co_await ex.reply(json_reply(200, ctx.codec->token_count(n), ctx));
   }
 
   // GET /v1/models (`one` empty) and GET /v1/models/{model}: the aliases the key may use.
   // Anthropic clients (they send anthropic-version) get the Models API's shapes. A model
   // the key may not use is as absent as one that does not exist (404 model_not_found).
   awaitable<void> models(http::Exchange& ex, Context& ctx, std::string_view one) {
-    auto write = [&ctx](std::string& body, const config::Route& route) {
-      if (ctx.anthropic) {
-        body += R"({"type":"model","id":)";
-        append_json_string(body, route.alias);
-        body += R"(,"display_name":)";
-        append_json_string(body, route.alias);
-        body += R"(,"created_at":"1970-01-01T00:00:00Z"})";
-      } else {
-        body += R"({"id":)";
-        append_json_string(body, route.alias);
-        body += R"(,"object":"model","created":0,"owned_by":)";
-        append_json_string(body, config::to_string(route.primary().provider));
-        body += '}';
-      }
-    };
     const auto tab = table();
+    auto entry = [](const config::Route& route) {
+      return api::ModelEntry{route.alias, config::to_string(route.primary().provider)};
+    };
     std::string body;
     if (!one.empty() || ex.request().path() == "/v1/models/") {
       std::string alias;  // SDKs percent-encode the id (an alias may hold '/')
@@ -482,53 +453,22 @@ class WorkerHandler {
         co_await local_reply(ex, ctx, Reason::model_not_found, "model '" + alias + "' does not exist", "model");
         co_return;
       }
-      write(body, *route);
-    } else if (ctx.anthropic) {
-      body = R"({"data":[)";
-      std::string first_id, last_id;
-      for (const auto& route : tab->cfg->routes) {
-        if (!ctx.key->may_use(route.alias)) continue;
-        if (first_id.empty()) first_id = route.alias;
-        else body += ',';
-        last_id = route.alias;
-        write(body, route);
-      }
-      body += R"(],"has_more":false,"first_id":)";
-      if (first_id.empty()) body += "null";
-      else append_json_string(body, first_id);
-      body += R"(,"last_id":)";
-      if (last_id.empty()) body += "null";
-      else append_json_string(body, last_id);
-      body += '}';
+      ctx.codec->model(body, entry(*route));
     } else {
-      body = R"({"object":"list","data":[)";
-      bool first = true;
+      std::vector<api::ModelEntry> list;
       for (const auto& route : tab->cfg->routes) {
-        if (!ctx.key->may_use(route.alias)) continue;
-        if (!first) body += ',';
-        first = false;
-        write(body, route);
+        if (ctx.key->may_use(route.alias)) list.push_back(entry(route));
       }
-      body += "]}";
+      ctx.codec->model_list(body, list);
     }
     ctx.rec.status = 200;
     co_await ex.reply(json_reply(200, std::move(body), ctx));
   }
 
-  // Phases 4..13 for /v1/chat/completions.
-  awaitable<void> chat(http::Exchange& ex, Context& ctx) {
-    // Parse and validate.
-    // An Anthropic Messages request becomes the equivalent chat request first.
-    std::string converted;
-    if (ctx.anthropic) {
-      auto conv = llm::anthropic_to_chat(ex.request().body());
-      if (auto* err = std::get_if<llm::RequestError>(&conv)) {
-        co_await local_reply(ex, ctx, err->reason, err->message, err->param);
-        co_return;
-      }
-      converted = std::move(std::get<std::string>(conv));
-    }
-    auto parsed = llm::parse_chat_request(ctx.anthropic ? std::string_view(converted) : ex.request().body(), cfg_);
+  // Phases 4..13 for a generation (any client API: its codec decodes the request).
+  awaitable<void> generate(http::Exchange& ex, Context& ctx) {
+    // Parse and validate, into the internal (chat-completions) form.
+    auto parsed = ctx.codec->decode(ex.request().body(), api::Op::generate, cfg_);
     if (auto* err = std::get_if<llm::RequestError>(&parsed)) {
       co_await local_reply(ex, ctx, err->reason, err->message, err->param);
       co_return;
@@ -573,7 +513,7 @@ class WorkerHandler {
     return filters::Request{.kind = kind,
                             .key = *ctx.key,
                             .chat = creq,
-                            .anthropic = ctx.anthropic,
+                            .api = ctx.codec->name(),
                             .ex = ex,
                             .route = {.config = rr.route, .wires = rr.wires, .encoding = rr.encoding},
                             .reply_headers = ctx.headers,
@@ -851,7 +791,7 @@ class WorkerHandler {
     std::string upstream = llm::canned_openai_answer(creq, ctx.request_id, text);
     if (creq.stream) {
       auto tr = llm::make_openai_stream(creq);
-      if (ctx.anthropic) tr = llm::make_anthropic_output(std::move(tr), creq.model, ctx.request_id, 0);
+      tr = ctx.codec->stream(std::move(tr), creq, ctx.request_id);
       std::string frames;
       tr->feed(upstream, frames);
       tr->finish(frames);
@@ -864,7 +804,7 @@ class WorkerHandler {
       co_return;
     }
     auto done = llm::read_openai_completion(std::move(upstream));
-    std::string out = ctx.anthropic ? llm::chat_to_anthropic(*done, creq.model, ctx.request_id) : std::move(done->body);
+    std::string out = ctx.codec->answer(*done, creq, ctx.request_id);
     if (!co_await ex.reply(json_reply(200, std::move(out), ctx))) ctx.rec.client_cancelled = true;
   }
 
@@ -1061,8 +1001,8 @@ class WorkerHandler {
       ctx.rec.reason = Reason::upstream_error;
       ctx.rec.error = "upstream answered " + std::to_string(st);
       // In the client's dialect, keeping the provider's message.
-      std::string body = wire == config::Provider::anthropic ? llm::chat_error_from_anthropic(a.body) : std::move(a.body);
-      if (ctx.anthropic) body = llm::anthropic_error_from_chat(st, body);
+      std::string body = ctx.codec->upstream_error(
+          st, wire == config::Provider::anthropic ? llm::chat_error_from_anthropic(a.body) : std::move(a.body));
       http::Response r = json_reply(st, std::move(body), ctx);
       if (!a.retry_after.empty()) r.headers.emplace_back("Retry-After", a.retry_after);
       co_await ex.reply(std::move(r));
@@ -1112,7 +1052,7 @@ class WorkerHandler {
       ctx.rec.tokens_per_s = ctx.rec.completion_tokens * 1000.0 / gen_ms;
     }
     ctx.rec.status = 200;
-    std::string body = ctx.anthropic ? llm::chat_to_anthropic(*done, creq.model, ctx.request_id) : std::move(done->body);
+    std::string body = ctx.codec->answer(*done, creq, ctx.request_id);
     http::Response r = json_reply(200, std::move(body), ctx);
     if (!co_await ex.reply(std::move(r))) ctx.rec.client_cancelled = true;
     co_return std::nullopt;
@@ -1133,10 +1073,7 @@ class WorkerHandler {
     auto translator = be.wire == config::Provider::ollama      ? llm::make_ollama_stream(creq, ctx.request_id)
                       : be.wire == config::Provider::anthropic ? llm::make_anthropic_stream(creq, ctx.request_id)
                                                                : llm::make_openai_stream(creq);
-    if (ctx.anthropic) {
-      translator = llm::make_anthropic_output(std::move(translator), creq.model, ctx.request_id,
-                                              creq.prompt_tokens_estimate);
-    }
+    translator = ctx.codec->stream(std::move(translator), creq, ctx.request_id);
     // With token quotas, the relayed output is counted with the tokenizer (what a client
     // that leaves before the usage chunk pays); otherwise content chunks approximate it.
     if (ctx.rec.reserved_tokens >= 0) translator->count_output(&g_.tokens, ctx.encoding);
@@ -1263,8 +1200,7 @@ class WorkerHandler {
     ctx.rec.reason = relay.reason;
     ctx.rec.error = relay.error;
     if (!relay.error_frame_sent) {
-      std::string frame = ctx.anthropic ? llm::anthropic_error_event(relay.reason, relay.error)
-                                        : llm::error_frame(relay.reason, relay.error);
+      std::string frame = ctx.codec->error_event(relay.reason, relay.error);
       co_await ex.write_chunk(frame);
     }
     co_await ex.end_stream();

@@ -1,5 +1,5 @@
 #pragma once
-// Internal to src/llm: how Boost.JSON documents from outside (client bodies, upstream
+// Internal to src/llm and the client APIs (src/api): how Boost.JSON documents from outside (client bodies, upstream
 // answers, tool arguments) are parsed. Boost.JSON reads a number beyond double's range
 // (1e400) as infinity and writes it back as `Infinity`, which is not JSON: relayed, it
 // breaks the client or upstream that reads it. Such a document is refused like a
@@ -37,6 +37,17 @@ inline boost::json::value parse_json(std::string_view text, boost::system::error
     return boost::json::value(nullptr, std::move(sp));
   }
   return v;
+}
+
+// A tool call's arguments (a JSON string) as the object a tool_use block's input is. Not
+// valid JSON, or not an object: {} (the call still reaches the client, named).
+inline boost::json::value arguments_object(const boost::json::value* args) {
+  if (args && args->is_string()) {
+    boost::system::error_code ec;
+    boost::json::value v = parse_json(args->get_string(), ec);
+    if (!ec && v.is_object()) return v;
+  }
+  return boost::json::object{};
 }
 
 }  // namespace sluice::llm::detail

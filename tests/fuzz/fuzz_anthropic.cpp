@@ -1,9 +1,10 @@
 // The Anthropic Messages API both ways: a client's Messages request -> a chat-completions
-// body (llm::anthropic_to_chat, then parsed like any chat request), and an upstream
-// chat.completion -> a Messages answer (llm::chat_to_anthropic).
+// body (api::anthropic_to_chat, then parsed like any chat request), and an upstream
+// chat.completion -> a Messages answer (api::chat_to_anthropic).
 #include <cstdint>
 #include <string>
 
+#include "api/messages.hpp"
 #include "fuzz_util.hpp"
 #include "gateway_config.hpp"
 #include "llm/anthropic.hpp"
@@ -18,10 +19,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (mode & 1) {
     auto c = llm::read_openai_completion(std::string(body));
     if (!c) return 0;
-    fuzz::expect_json(llm::chat_to_anthropic(*c, "claude-alias", "req-1"), "Messages answer is not JSON");
+    fuzz::expect_json(api::chat_to_anthropic(*c, "claude-alias", "req-1"), "Messages answer is not JSON");
     return 0;
   }
-  auto conv = llm::anthropic_to_chat(body, mode & 2);
+  auto conv = api::anthropic_to_chat(body, mode & 2);
   auto* chat = std::get_if<std::string>(&conv);
   if (!chat) return 0;
   fuzz::expect_json(*chat, "converted chat body is not JSON");

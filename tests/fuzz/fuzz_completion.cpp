@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "api/messages.hpp"
 #include "fuzz_util.hpp"
 #include "llm/anthropic.hpp"
 #include "llm/chat.hpp"
@@ -37,7 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       fuzz::expect_json(llm::chat_error_from_anthropic(body), "translated Anthropic error is not JSON");
       break;
     default:
-      fuzz::expect_json(llm::anthropic_error_from_chat(400 + mode % 100, body), "translated chat error is not JSON");
+      fuzz::expect_json(api::anthropic_error_from_chat(400 + mode % 100, body), "translated chat error is not JSON");
       break;
   }
   return 0;

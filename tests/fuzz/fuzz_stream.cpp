@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "api/messages.hpp"
 #include "fuzz_util.hpp"
 #include "llm/anthropic.hpp"
 #include "llm/chat.hpp"
@@ -34,7 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     default: t = llm::make_anthropic_stream(req, "req-1"); break;
   }
   const bool anthropic_out = kind >= 3;
-  if (anthropic_out) t = llm::make_anthropic_output(std::move(t), "m", "req-1", 7);
+  if (anthropic_out) t = api::make_anthropic_output(std::move(t), "m", "req-1", 7);
   // The OpenAI stream passes upstream bytes through; everything else is written by sluice.
   const bool written_by_us = kind != 0;
 
@@ -43,7 +44,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   bool ok = t->feed(bytes.substr(0, cut), out);
   if (ok && !t->done()) ok = t->feed(bytes.substr(cut), out);
   if (ok) {
-    if (!t->finish(out)) out += anthropic_out ? llm::anthropic_error_event(Reason::upstream_error, "truncated")
+    if (!t->finish(out)) out += anthropic_out ? api::anthropic_error_event(Reason::upstream_error, "truncated")
                                               : llm::error_frame(Reason::upstream_error, "truncated");
   }
   if (written_by_us) fuzz::expect_sse_json(out, "translator wrote a data line that is not JSON");

@@ -115,7 +115,7 @@ struct Fixture {
   llm::ChatRequest chat;
   http::HeaderList headers;
   telemetry::RequestRecord rec;
-  Request req{.key = key, .chat = chat, .ex = ex, .route = {}, .reply_headers = headers, .rec = rec};
+  Request req{.key = key, .chat = chat, .api = "chat.completions", .ex = ex, .route = {}, .reply_headers = headers, .rec = rec};
 
   // Runs both phases as the handler does, then the end hooks; the outcome.
   Next run(std::shared_ptr<Chain> chain, Stop* out = nullptr) {

@@ -149,23 +149,6 @@ TEST(Reservation, CountsImagesAtTheirPublishedMaximum) {
   EXPECT_GE(kImageTokenBound, 1'150'000 / 750);
 }
 
-TEST(Reservation, AnthropicToolUseInputAndToolResultsAreCounted) {
-  SLUICE_REQUIRE_RANK_FILES();
-  ASSERT_TRUE(counter().exact(Encoding::cl100k_base)) << "run scripts/fetch-tokenizer.sh";
-  const std::string input = std::string(R"({"q":")") + std::string(6000, 'z') + R"("})";
-  const std::string messages_body = R"({"model":"m","max_tokens":10,"tools":[{"name":"t","description":")" +
-                                    std::string(8000, 'd') + R"(","input_schema":{"type":"object"}}],
-      "messages":[{"role":"user","content":"go"},
-        {"role":"assistant","content":[{"type":"tool_use","id":"tu_1","name":"t","input":)" + input + R"(}]},
-        {"role":"user","content":[{"type":"tool_result","tool_use_id":"tu_1","content":")" +
-                                    std::string(7000, 'o') + R"("}]}]})";
-  auto conv = anthropic_to_chat(messages_body);
-  ASSERT_TRUE(std::holds_alternative<std::string>(conv)) << std::get<RequestError>(conv).message;
-  const auto r = ok(std::get<std::string>(conv));
-  const auto got = reservation(r, kAnthropic, cfg(), &counter(), Encoding::cl100k_base).prompt;
-  EXPECT_GE(got, bpe(std::string(8000, 'd')) + bpe(std::string(6000, 'z')) + bpe(std::string(7000, 'o')));
-}
-
 // ---- 2. the bound for bodies too large to count: never below the exact count ---------
 
 TEST(Reservation, ByteBoundCoversAdversarialTextsTheEstimatorUndercounts) {

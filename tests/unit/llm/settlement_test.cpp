@@ -211,17 +211,6 @@ TEST(RelayedTokens, ToolCallsAndEveryWire) {
   }
 }
 
-TEST(RelayedTokens, AnthropicOutputForwardsToItsInnerTranslator) {
-  SLUICE_REQUIRE_RANK_FILES();
-  const auto& counter = exact_counter();
-  auto tr = make_anthropic_output(make_openai_stream(request(true)), "alias", "rid", 5);
-  tr->count_output(&counter, tokenizer::Encoding::cl100k_base);
-  std::string out;
-  ASSERT_TRUE(tr->feed(content_chunk(" hello hello hello"), out));
-  EXPECT_EQ(tr->relayed_tokens(),
-            static_cast<std::int64_t>(counter.count(" hello hello hello", tokenizer::Encoding::cl100k_base)));
-}
-
 TEST(CompletionOutputText, ContentRefusalReasoningAndToolCalls) {
   const std::string body =
       R"({"choices":[{"index":0,"message":{"role":"assistant","content":"A","refusal":"B","reasoning_content":"C",)"

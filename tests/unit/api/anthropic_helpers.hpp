@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "llm/anthropic.hpp"
+#include "api/messages.hpp"
 
-namespace sluice::llm::testing {
+namespace sluice::api::testing {
 
 namespace json = boost::json;
 
@@ -48,4 +48,4 @@ inline std::vector<std::pair<std::string, json::object>> events(std::string_view
   return v;
 }
 
-}  // namespace sluice::llm::testing
+}  // namespace sluice::api::testing

@@ -8,13 +8,15 @@
 #include <string>
 #include <vector>
 
+#include "api/messages.hpp"
 #include "llm/anthropic.hpp"
 #include "anthropic_helpers.hpp"
 
 using namespace sluice;
 using namespace sluice::llm;
+using namespace sluice::api;
 namespace json = boost::json;
-using namespace sluice::llm::testing;
+using namespace sluice::api::testing;
 
 namespace {
 

@@ -1,0 +1,26 @@
+// The client APIs' endpoints: one line per endpoint, each served by its API's codec.
+#include "api/codec.hpp"
+
+namespace sluice::api {
+
+std::string Codec::token_count(std::int64_t tokens) const {
+  return R"({"input_tokens":)" + std::to_string(tokens) + "}";
+}
+
+std::span<const Endpoint> endpoints() noexcept {
+  static const Endpoint table[] = {
+      {"/v1/chat/completions", &openai_chat(), Op::generate},
+      {"/v1/messages", &anthropic_messages(), Op::generate},
+      {"/v1/messages/count_tokens", &anthropic_messages(), Op::count_tokens},
+  };
+  return table;
+}
+
+const Endpoint* endpoint(std::string_view path) noexcept {
+  for (const auto& e : endpoints()) {
+    if (e.path == path) return &e;
+  }
+  return nullptr;
+}
+
+}  // namespace sluice::api
