@@ -10,6 +10,7 @@ std::string Codec::token_count(std::int64_t tokens) const {
 std::span<const Endpoint> endpoints() noexcept {
   static const Endpoint table[] = {
       {"/v1/chat/completions", &openai_chat(), Op::generate},
+      {"/v1/embeddings", &openai_embeddings(), Op::generate},
       {"/v1/messages", &anthropic_messages(), Op::generate},
       {"/v1/messages/count_tokens", &anthropic_messages(), Op::count_tokens},
   };

@@ -18,7 +18,7 @@ namespace sluice::api {
 
 // What a request asks of the gateway at its endpoint.
 enum class Op : std::uint8_t {
-  generate,      // an answer from a model (streamed or whole)
+  generate,      // a model's answer: a completion (streamed or whole), embeddings
   count_tokens,  // the prompt's token count; nothing is generated
 };
 
@@ -78,6 +78,7 @@ std::span<const Endpoint> endpoints() noexcept;
 // The codecs by name: OpenAI's (the default: errors of any other path, the model
 // listings) and Anthropic's (clients that send anthropic-version get its shapes).
 const Codec& openai_chat() noexcept;
+const Codec& openai_embeddings() noexcept;
 const Codec& anthropic_messages() noexcept;
 
 }  // namespace sluice::api

@@ -32,6 +32,9 @@ std::string mask_key(std::string_view key);
 // 0000..9999 (no request has such a time) are written as the number of ms instead.
 void append_iso8601(std::string& out, std::int64_t unix_ms);
 
+// Appends the standard base64 (RFC 4648, padded) of `bytes`.
+void append_base64(std::string& out, std::string_view bytes);
+
 // Parses a base-10 unsigned integer; false on anything else.
 bool parse_u64(std::string_view s, std::uint64_t& out) noexcept;
 // %XX escapes decoded ('+' as a space too with plus_is_space, as in query strings); false

@@ -15,8 +15,8 @@
 #include "gateway/state.hpp"
 #include "history/history.hpp"
 #include "http/beast.hpp"
-#include "llm/anthropic.hpp"
 #include "llm/chat.hpp"
+#include "llm/wire.hpp"
 
 namespace sluice::gateway {
 
@@ -484,6 +484,15 @@ class WorkerHandler {
       co_await local_reply(ex, ctx, Reason::model_not_found, "model '" + creq.model + "' does not exist", "model");
       co_return;
     }
+    // A request that a wire of the route cannot serve at all (embeddings from Anthropic,
+    // token ids to Ollama) is the client's to change: refused before anything is counted.
+    for (const config::Provider wire : rr->wires) {
+      if (auto no = llm::unsupported(creq, wire)) {
+        co_await local_reply(ex, ctx, no->reason,
+                             "model '" + creq.model + "' cannot serve this request: " + no->message, no->param);
+        co_return;
+      }
+    }
     // The request's policies (src/filters, docs/phases.md): model access, billed fields and
     // message caps on the request; then admission (rate limits and token quotas, the
     // concurrency gate), of a request whose record names its model.
@@ -739,7 +748,7 @@ class WorkerHandler {
       co_return;
     }
     rr.stats->exhausted.fetch_add(1, std::memory_order_relaxed);
-    if (rr.route->canned_reply) {
+    if (rr.route->canned_reply && creq.task == llm::Task::chat) {
       rr.stats->canned.fetch_add(1, std::memory_order_relaxed);
       co_await canned_reply(ex, ctx, creq, *rr.route->canned_reply, tried);
       co_return;
@@ -896,9 +905,7 @@ class WorkerHandler {
   awaitable<std::optional<Failure>> relay(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
                                           const BackendRuntime& be) {
     // Upstream request: the adapter rewrites the body; credentials and trace go in headers.
-    auto call = be.wire == config::Provider::ollama      ? llm::build_ollama_call(creq, be.cfg)
-                : be.wire == config::Provider::anthropic ? llm::build_anthropic_call(creq, be.cfg)
-                                                         : llm::build_openai_call(creq, be.cfg);
+    auto call = llm::build_call(be.wire, creq, be.cfg);
     http::ClientRequest ureq;
     ureq.target = std::move(call.target);
     ureq.body = std::move(call.body);
@@ -1001,8 +1008,7 @@ class WorkerHandler {
       ctx.rec.reason = Reason::upstream_error;
       ctx.rec.error = "upstream answered " + std::to_string(st);
       // In the client's dialect, keeping the provider's message.
-      std::string body = ctx.codec->upstream_error(
-          st, wire == config::Provider::anthropic ? llm::chat_error_from_anthropic(a.body) : std::move(a.body));
+      std::string body = ctx.codec->upstream_error(st, llm::read_error(wire, std::move(a.body)));
       http::Response r = json_reply(st, std::move(body), ctx);
       if (!a.retry_after.empty()) r.headers.emplace_back("Retry-After", a.retry_after);
       co_await ex.reply(std::move(r));
@@ -1036,9 +1042,7 @@ class WorkerHandler {
 
   awaitable<std::optional<Failure>> reply_whole(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
                                                  config::Provider wire, std::string& text) {
-    auto done = wire == config::Provider::ollama      ? llm::translate_ollama_completion(text, creq, ctx.request_id)
-                : wire == config::Provider::anthropic ? llm::translate_anthropic_completion(text, creq, ctx.request_id)
-                                                      : llm::read_openai_completion(std::move(text));
+    auto done = llm::read_answer(wire, std::move(text), creq, ctx.request_id);
     if (!done) co_return Failure{Reason::upstream_bad_response, "upstream sent a body that is not a completion", {}};
     const double gen_ms = ms_since(ctx.start);
     // Settlement's rule (settled_prompt): an invalid completion count falls back to the
@@ -1070,9 +1074,7 @@ class WorkerHandler {
                                                      const BackendRuntime& be, const http::ClientRequest& ureq,
                                                      Clock::time_point deadline) {
     const auto& to = cfg_.timeouts;
-    auto translator = be.wire == config::Provider::ollama      ? llm::make_ollama_stream(creq, ctx.request_id)
-                      : be.wire == config::Provider::anthropic ? llm::make_anthropic_stream(creq, ctx.request_id)
-                                                               : llm::make_openai_stream(creq);
+    auto translator = llm::make_stream(be.wire, creq, ctx.request_id);
     translator = ctx.codec->stream(std::move(translator), creq, ctx.request_id);
     // With token quotas, the relayed output is counted with the tokenizer (what a client
     // that leaves before the usage chunk pays); otherwise content chunks approximate it.

@@ -15,8 +15,8 @@
 
 #include "common/text.hpp"
 #include "common/thread_name.hpp"
-#include "llm/anthropic.hpp"
 #include "llm/chat.hpp"
+#include "llm/wire.hpp"
 #include "sim/sim.hpp"
 #include "telemetry/metrics.hpp"
 
@@ -389,9 +389,7 @@ net::awaitable<std::string> probe_exchange(http::Client& client, const BackendRu
   auto parsed = llm::parse_chat_request(body, cfg);
   auto* req = std::get_if<llm::ChatRequest>(&parsed);
   if (!req) co_return "cannot build the probe request";
-  auto call = be.wire == config::Provider::ollama      ? llm::build_ollama_call(*req, be.cfg)
-              : be.wire == config::Provider::anthropic ? llm::build_anthropic_call(*req, be.cfg)
-                                                       : llm::build_openai_call(*req, be.cfg);
+  auto call = llm::build_call(be.wire, *req, be.cfg);
   http::ClientRequest ureq;
   ureq.target = std::move(call.target);
   ureq.body = std::move(call.body);
@@ -412,9 +410,7 @@ net::awaitable<std::string> probe_exchange(http::Client& client, const BackendRu
   }
   if (resp.status() < 200 || resp.status() > 299) co_return "HTTP " + std::to_string(resp.status());
   auto& text = std::get<std::string>(all);
-  auto completion = be.wire == config::Provider::ollama      ? llm::translate_ollama_completion(text, *req, "probe")
-                    : be.wire == config::Provider::anthropic ? llm::translate_anthropic_completion(text, *req, "probe")
-                                                             : llm::read_openai_completion(std::move(text));
+  auto completion = llm::read_answer(be.wire, std::move(text), *req, "probe");
   if (!completion) co_return "the answer is not a completion";
   co_return std::string();
 }

@@ -18,6 +18,7 @@
 #include "common/text.hpp"
 #include "config/config.hpp"
 #include "llm/anthropic.hpp"
+#include "llm/embeddings.hpp"
 #include "llm/json_parse.hpp"
 
 namespace sluice::llm {
@@ -509,12 +510,14 @@ std::string completion_output_text(std::string_view body) {
 
 std::int64_t count_prompt_tokens(const ChatRequest& req, const tokenizer::Counter& counter,
                                  tokenizer::Encoding encoding) {
+  if (req.task == Task::embed) return count_embedding_tokens(req, counter, encoding);
   return prompt_tokens(req.body, [&](std::string_view t) { return counter.count(t, encoding); });
 }
 
 std::int64_t output_token_bound(const ChatRequest& req, config::Provider provider, const config::Config& cfg,
                                 bool* unbounded) {
   if (unbounded) *unbounded = false;
+  if (req.task == Task::embed) return 0;  // embeddings generate nothing
   const std::int64_t fallback = std::max<std::int64_t>(cfg.rate_limits.reserve_output_tokens, 0);
   // A JSON number as a whole count of tokens (rounded up), saturating.
   auto whole = [](const json::value& v) -> std::optional<std::int64_t> {
@@ -580,7 +583,7 @@ Reservation reservation(const ChatRequest& req, std::span<const config::Provider
       r.output = out;
     }
   }
-  if (providers.empty()) r.output = saturating_mul(req.max_tokens.value_or(cfg.rate_limits.reserve_output_tokens), 1);
+  if (providers.empty() && req.task != Task::embed) r.output = saturating_mul(req.max_tokens.value_or(cfg.rate_limits.reserve_output_tokens), 1);
   return r;
 }
 

@@ -22,7 +22,14 @@ struct Config;  // config/config.hpp: only chat.cpp reads its fields
 
 namespace sluice::llm {
 
+// What the internal request asks of a model.
+enum class Task : std::uint8_t {
+  chat,   // a chat completion (every generating client API)
+  embed,  // embeddings of the input (llm/embeddings.hpp): the body is an embeddings request
+};
+
 struct ChatRequest {
+  Task task = Task::chat;
   boost::json::object body;        // the client's body, validated
   std::string model;               // as the client asked (an alias)
   bool stream = false;

@@ -212,3 +212,18 @@ TEST(RequestId, AppendedAndNewAreThirtyTwoHexDigits) {
   EXPECT_EQ(s.find_first_not_of("0123456789abcdef", 3), std::string::npos);
   EXPECT_NE(s.substr(3), new_request_id());
 }
+
+TEST(Base64, Rfc4648Vectors) {
+  // RFC 4648 section 10.
+  const std::pair<const char*, const char*> cases[] = {{"", ""},         {"f", "Zg=="},         {"fo", "Zm8="},
+                                                       {"foo", "Zm9v"},  {"foob", "Zm9vYg=="},  {"fooba", "Zm9vYmE="},
+                                                       {"foobar", "Zm9vYmFy"}};
+  for (const auto& [in, want] : cases) {
+    std::string out = "x";
+    append_base64(out, in);
+    EXPECT_EQ(out, std::string("x") + want) << in;
+  }
+  std::string bin;
+  append_base64(bin, std::string_view("\xff\x00\xfe", 3));
+  EXPECT_EQ(bin, "/wD+");
+}

@@ -1,0 +1,44 @@
+#pragma once
+// Embeddings as an internal request (llm::ChatRequest with task embed): parsed and checked
+// against OpenAI's CreateEmbeddingRequest, counted for quotas, sent to an OpenAI-compatible
+// upstream as is or to Ollama's /api/embed, and answered in OpenAI's shape. No I/O here.
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "llm/chat.hpp"
+
+namespace sluice::llm {
+
+// Inputs per request (OpenAI's limit for one request).
+inline constexpr std::size_t kMaxEmbeddingInputs = 2048;
+
+// A CreateEmbeddingRequest: model (a non-empty string); input (a non-empty string, an array
+// of 1..2048 non-empty strings, an array of token ids, or an array of such arrays);
+// encoding_format "float" or "base64"; dimensions an integer >= 1; user a string. Other
+// fields are refused as unknown (option_not_allowed). The prompt estimate and bound count
+// the strings (estimator, bytes) and the token ids (one each).
+ParseResult parse_embeddings_request(std::string_view body, const config::Config& cfg);
+
+// The input's tokens: each string counted with `counter`, each token id one.
+std::int64_t count_embedding_tokens(const ChatRequest& req, const tokenizer::Counter& counter,
+                                    tokenizer::Encoding encoding);
+
+// Why `provider` cannot serve the embeddings request `req` (the field at fault in `param`),
+// or nullopt when it can. Anthropic has no embeddings API; Ollama takes text only.
+std::optional<RequestError> embeddings_unsupported(const ChatRequest& req, config::Provider provider);
+
+// OpenAI-compatible: POST <prefix>/v1/embeddings with the real model; the rest as sent.
+UpstreamCall build_openai_embeddings_call(const ChatRequest& req, const config::Backend& backend);
+// Ollama: POST <prefix>/api/embed {model, input, dimensions?, options?, keep_alive?, truncate}.
+UpstreamCall build_ollama_embeddings_call(const ChatRequest& req, const config::Backend& backend);
+
+// An OpenAI embeddings answer (a list with a data array): passed through; usage read from
+// it (no completion tokens). nullopt for anything else.
+std::optional<Completion> read_openai_embeddings(std::string upstream_body);
+// Ollama's {"embeddings":[[...]...],"prompt_eval_count":N} -> OpenAI's list, model = the
+// client's alias; each vector as floats, or with encoding_format base64 as the base64 of
+// its float32 little-endian bytes. nullopt for anything else.
+std::optional<Completion> translate_ollama_embeddings(std::string_view upstream_body, const ChatRequest& req);
+
+}  // namespace sluice::llm
