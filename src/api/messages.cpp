@@ -553,8 +553,16 @@ class AnthropicOutput final : public StreamTranslator {
     stop_block(out);
     std::string d = R"({"type":"message_delta","delta":{"stop_reason":")";
     d += stop_reason_for(inner_->finish_reason(), !tool_blocks_.empty());
-    d += R"(","stop_sequence":null},"usage":{"output_tokens":)";
+    d += R"(","stop_sequence":null},"usage":{)";
     const auto& u = inner_->usage();
+    // message_start could only carry the gateway's estimate of the prompt: the upstream's
+    // count, known now, corrects it (the SDKs take input_tokens from message_delta).
+    if (u.prompt_tokens >= 0) {
+      d += R"("input_tokens":)";
+      d += std::to_string(u.prompt_tokens);
+      d += ',';
+    }
+    d += R"("output_tokens":)";
     d += std::to_string(u.completion_tokens >= 0 ? u.completion_tokens : inner_->relayed_tokens());
     d += "}}";
     event(out, "message_delta", d);

@@ -83,7 +83,8 @@ class AnthropicUpstreamStream final : public StreamTranslator {
     out += R"(},"finish_reason":)";
     if (finish.empty()) out += "null";
     else append_json_string(out, finish);
-    out += "}]}\n\n";
+    out += '}';
+    out += chunk_close(include_usage_);
   }
 
   // A delta.tool_calls chunk: the first names the call (id, type, function.name), the
@@ -108,8 +109,8 @@ class AnthropicUpstreamStream final : public StreamTranslator {
       out += R"(,"function":{"arguments":)";
     }
     append_json_string(out, args);
-    out += R"(}}]},"finish_reason":null}]})";
-    out += "\n\n";
+    out += R"(}}]},"finish_reason":null})";
+    out += chunk_close(include_usage_);
   }
 
   void on_event(const SseEvent& e, std::string& out) {
@@ -381,14 +382,14 @@ std::optional<Completion> translate_anthropic_completion(std::string_view upstre
   std::string& out = c.body;
   out.clear();
   append_completion_head(out, request_id, req.model);
-  out += R"({"index":0,"message":{"role":"assistant","content":)";
+  out += R"({"index":0,"message":{"role":"assistant","refusal":null,"content":)";
   if (text.empty() && !tool_calls.empty()) out += "null";
   else append_json_string(out, text);
   if (!tool_calls.empty()) {
     out += R"(,"tool_calls":)";
     out += json::serialize(tool_calls);
   }
-  out += R"(},"finish_reason":)";
+  out += R"(},"logprobs":null,"finish_reason":)";
   append_json_string(out, c.finish_reason);
   out += R"(}],"usage":)";
   append_usage(out, std::max<std::int64_t>(c.usage.prompt_tokens, 0), std::max<std::int64_t>(c.usage.completion_tokens, 0));

@@ -878,9 +878,9 @@ std::string canned_openai_answer(const ChatRequest& req, std::string_view reques
   std::string out;
   if (!req.stream) {
     append_completion_head(out, request_id, req.model);
-    out += R"({"index":0,"message":{"role":"assistant","content":)";
+    out += R"({"index":0,"message":{"role":"assistant","refusal":null,"content":)";
     append_json_string(out, text);
-    out += R"(},"finish_reason":"stop"}],"usage":)";
+    out += R"(},"logprobs":null,"finish_reason":"stop"}],"usage":)";
     append_usage(out, 0, 0);
     out += '}';
     return out;
@@ -889,9 +889,11 @@ std::string canned_openai_answer(const ChatRequest& req, std::string_view reques
   out += prefix;
   out += R"({"index":0,"delta":{"role":"assistant","content":)";
   append_json_string(out, text);
-  out += R"(},"finish_reason":null}]})" "\n\n";
+  out += R"(},"finish_reason":null})";
+  out += chunk_close(req.include_usage);
   out += prefix;
-  out += R"({"index":0,"delta":{},"finish_reason":"stop"}]})" "\n\n";
+  out += R"({"index":0,"delta":{},"finish_reason":"stop"})";
+  out += chunk_close(req.include_usage);
   append_stream_end(out, prefix, true, 0, 0);
   return out;
 }

@@ -230,6 +230,11 @@ void append_usage(std::string& out, std::int64_t prompt, std::int64_t completion
 // "data: " chat.completion.chunk frame.
 void append_completion_head(std::string& out, std::string_view request_id, std::string_view model);
 std::string chunk_prefix(std::string_view request_id, std::string_view model);
+// What closes a chunk after its choices: with include_usage, every chunk but the last
+// (the usage chunk) carries "usage": null, as the spec has it.
+inline std::string_view chunk_close(bool include_usage) {
+  return include_usage ? std::string_view("],\"usage\":null}\n\n") : std::string_view("]}\n\n");
+}
 // What ends a translated stream after its finish chunk: the usage chunk (`prefix` from
 // chunk_prefix) when the client asked for it, then "data: [DONE]".
 void append_stream_end(std::string& out, std::string_view prefix, bool include_usage, std::int64_t prompt,

@@ -218,8 +218,8 @@ class OllamaStream final : public StreamTranslator {
         out += ']';
         tool_call_index_ += l.tool_call_count;
       }
-      out += R"(},"finish_reason":null}]})";
-      out += "\n\n";
+      out += R"(},"finish_reason":null})";
+      out += chunk_close(include_usage_);
       ++content_chunks_;
     }
     if (!l.done) return;
@@ -234,7 +234,8 @@ class OllamaStream final : public StreamTranslator {
     if (role) out += R"(,"content":"")";
     out += R"(},"finish_reason":)";
     append_json_string(out, finish_reason_);
-    out += "}]}\n\n";
+    out += '}';
+    out += chunk_close(include_usage_);
     append_stream_end(out, prefix_, include_usage_, l.prompt_eval_count >= 0 ? l.prompt_eval_count : prompt_estimate_,
                       l.eval_count >= 0 ? l.eval_count : relayed_tokens());
   }
@@ -309,7 +310,7 @@ std::optional<Completion> translate_ollama_completion(std::string_view upstream_
   std::string& out = c.body;
   out.reserve(256 + content.size() + tool_calls.size());
   append_completion_head(out, request_id, req.model);
-  out += R"({"index":0,"message":{"role":"assistant","content":)";
+  out += R"({"index":0,"message":{"role":"assistant","refusal":null,"content":)";
   if (content.empty() && n_calls > 0) {
     out += "null";
   } else {
@@ -320,7 +321,7 @@ std::optional<Completion> translate_ollama_completion(std::string_view upstream_
     out += tool_calls;
     out += ']';
   }
-  out += R"(},"finish_reason":)";
+  out += R"(},"logprobs":null,"finish_reason":)";
   append_json_string(out, c.finish_reason);
   out += R"(}],"usage":)";
   append_usage(out,

@@ -150,15 +150,12 @@ describe('anthropic SDK: messages', () => {
   test('messages.stream: text deltas, then message_delta and message_stop; the final message is whole', async () => {
     const types = [];
     let text = '';
-    const stream = client().messages.stream({
-      model: 'demo',
-      max_tokens: 8,
-      messages: [
-        { role: 'user', content: [{ type: 'text', text: 'Count.' }] },
-        { role: 'assistant', content: 'One.' },
-        { role: 'user', content: 'Go on.' },
-      ],
-    });
+    const messages = [
+      { role: 'user', content: [{ type: 'text', text: 'Count.' }] },
+      { role: 'assistant', content: 'One.' },
+      { role: 'user', content: 'Go on.' },
+    ];
+    const stream = client().messages.stream({ model: 'demo', max_tokens: 8, messages });
     stream.on('streamEvent', (e) => types.push(e.type));
     stream.on('text', (t) => (text += t));
     const final = await stream.finalMessage();
@@ -166,6 +163,10 @@ describe('anthropic SDK: messages', () => {
     assert.equal(final.content[0].text, simText(8));
     assert.equal(final.stop_reason, 'max_tokens');
     assert.equal(final.usage.output_tokens, 8);
+    // The upstream's prompt count, as the same request answered whole reports it (not the
+    // gateway's estimate that message_start carries).
+    const whole = await client().messages.create({ model: 'demo', max_tokens: 8, messages });
+    assert.equal(final.usage.input_tokens, whole.usage.input_tokens);
     assert.equal(types[0], 'message_start');
     assert.equal(types[1], 'content_block_start');
     assert.equal(types.filter((t) => t === 'content_block_delta').length, 8);

@@ -114,6 +114,8 @@ TEST(AnthropicStream, ChunksBecomeMessagesEvents) {
   EXPECT_EQ(ev[5].first, "message_delta");
   EXPECT_EQ(ev[5].second.at("delta").at("stop_reason"), "end_turn");
   EXPECT_EQ(ev[5].second.at("usage").at("output_tokens"), 2);
+  // The upstream's prompt count corrects message_start's estimate (7).
+  EXPECT_EQ(ev[5].second.at("usage").at("input_tokens"), 9);
   EXPECT_EQ(ev[6].first, "message_stop");
   // The inner translator's accounting shows through.
   EXPECT_EQ(tr->content_chunks(), 2);

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "llm/anthropic.hpp"
 #include "llm/chat.hpp"
 
 using namespace sluice;
@@ -273,6 +274,54 @@ TEST(OllamaStream, UsageChunkWhenAsked) {
   EXPECT_EQ(u.at("usage"),
             json::parse(R"({"prompt_tokens":26,"completion_tokens":2,"total_tokens":28})"));
   EXPECT_EQ(f[4], "[DONE]");
+  // The spec: with include_usage every chunk but the last carries "usage": null.
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_TRUE(json::parse(f[i]).at("usage").is_null()) << f[i];
+}
+
+// The same rule for the other translated streams (Anthropic upstream, a canned reply), and
+// without include_usage no chunk has the field.
+TEST(TranslatedStreams, UsageIsNullOnEveryChunkButTheLastOnlyWhenAsked) {
+  const std::string anthropic =
+      "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":9,\"output_tokens\":1}}}\n\n"
+      "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"
+      "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n"
+      "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n"
+      "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":2}}\n\n"
+      "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+  for (const bool asked : {false, true}) {
+    const auto req = request(true, asked);
+    std::vector<std::string> outs;
+    for (int k = 0; k < 2; ++k) {
+      auto t = k == 0 ? make_anthropic_stream(req, "r") : make_ollama_stream(req, "r");
+      std::string out;
+      ASSERT_TRUE(t->feed(k == 0 ? anthropic : kOllamaStream, out));
+      ASSERT_TRUE(t->finish(out));
+      outs.push_back(out);
+    }
+    {  // a canned reply goes through the OpenAI translator, as an upstream's answer does
+      auto t = make_openai_stream(req);
+      std::string out;
+      ASSERT_TRUE(t->feed(canned_openai_answer(req, "r", "sorry"), out));
+      ASSERT_TRUE(t->finish(out));
+      outs.push_back(out);
+    }
+    for (const auto& out : outs) {
+      auto f = frames(out);
+      ASSERT_GE(f.size(), 3u) << out;
+      ASSERT_EQ(f.back(), "[DONE]");
+      f.pop_back();
+      for (std::size_t i = 0; i < f.size(); ++i) {
+        const auto c = json::parse(f[i]).as_object();
+        if (!asked) {
+          EXPECT_FALSE(c.contains("usage")) << f[i];
+        } else if (i + 1 < f.size()) {
+          EXPECT_TRUE(c.contains("usage") && c.at("usage").is_null()) << f[i];
+        } else {
+          EXPECT_TRUE(c.at("usage").is_object()) << f[i];
+        }
+      }
+    }
+  }
 }
 
 TEST(OllamaStream, SplitAtEveryByteBoundaryGivesSameFrames) {
@@ -406,7 +455,7 @@ TEST(OllamaCompletion, Translates) {
   EXPECT_GT(v.at("created").as_int64(), 1700000000);
   EXPECT_EQ(v.at("model").as_string(), "alias");
   EXPECT_EQ(v.at("choices"),
-            json::parse(R"([{"index":0,"message":{"role":"assistant","content":"Hello!"},"finish_reason":"stop"}])"));
+            json::parse(R"([{"index":0,"message":{"role":"assistant","refusal":null,"content":"Hello!"},"logprobs":null,"finish_reason":"stop"}])"));
   EXPECT_EQ(v.at("usage"),
             json::parse(R"({"prompt_tokens":26,"completion_tokens":3,"total_tokens":29})"));
   EXPECT_EQ(v.as_object().size(), 6u);
