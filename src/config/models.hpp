@@ -30,8 +30,10 @@ struct Route {
   int retries = 2;
   std::vector<std::string> fallbacks;       // aliases whose backends are tried next, in order
   // Request fields that bill or store on the operator's upstream account (service_tier,
-  // store): refused (400 option_not_allowed) unless listed here.
+  // store, web_search_options): refused (400 option_not_allowed) unless listed here.
   std::vector<std::string> allow_params;
+  // Fields the route's Ollama/Anthropic backends cannot honour are dropped, not refused.
+  bool drop_params = false;
   std::optional<std::string> canned_reply;  // answered (200) when every option failed; else 503
   std::optional<CanaryConfig> canary;
   std::optional<BreakerConfig> breaker;     // overrides routing.breaker for this route's backends

@@ -1,4 +1,5 @@
-// Fields that bill or store on the operator's upstream account (`service_tier`, `store`):
+// Fields that bill or store on the operator's upstream account (`service_tier`, `store`,
+// `web_search_options`, a paid tool):
 // refused unless the route lists them in allow_params. Generation requests only.
 #include <algorithm>
 #include <string>
@@ -19,7 +20,7 @@ class BilledFields final : public Filter {
 
   Next on(Phase, Request& r, void*, Stop& stop) override {
     if (r.kind != Kind::generate) return Next::go;
-    static constexpr std::string_view kBilled[] = {"service_tier", "store"};
+    static constexpr std::string_view kBilled[] = {"service_tier", "store", "web_search_options"};
     for (std::string_view field : kBilled) {
       const auto* v = r.chat.body.if_contains(field);
       if (!v || v->is_null()) continue;

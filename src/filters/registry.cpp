@@ -6,6 +6,7 @@ namespace sluice::filters {
 
 // Each returns null when its policy is not configured.
 std::unique_ptr<Filter> make_model_access(const Deps&);
+std::unique_ptr<Filter> make_wire_support(const Deps&);
 std::unique_ptr<Filter> make_billed_fields(const Deps&);
 std::unique_ptr<Filter> make_max_messages(const Deps&);
 std::unique_ptr<Filter> make_rate_limits(const Deps&);
@@ -14,7 +15,8 @@ std::unique_ptr<Filter> make_concurrency(const Deps&);
 Chain make_chain(const Deps& d) {
   Chain c;
   c.add(make_model_access(d));  // model_not_allowed
-  c.add(make_billed_fields(d));  // option_not_allowed: service_tier, store
+  c.add(make_wire_support(d));   // what the route's upstreams cannot serve (invalid_request, option_not_allowed)
+  c.add(make_billed_fields(d));  // option_not_allowed: service_tier, store, web_search_options
   c.add(make_max_messages(d));   // too_many_messages
   c.add(make_rate_limits(d));    // rate limits and token quotas
   c.add(make_concurrency(d));    // slots and the priority queue

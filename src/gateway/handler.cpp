@@ -484,15 +484,6 @@ class WorkerHandler {
       co_await local_reply(ex, ctx, Reason::model_not_found, "model '" + creq.model + "' does not exist", "model");
       co_return;
     }
-    // A request that a wire of the route cannot serve at all (embeddings from Anthropic,
-    // token ids to Ollama) is the client's to change: refused before anything is counted.
-    for (const config::Provider wire : rr->wires) {
-      if (auto no = llm::unsupported(creq, wire)) {
-        co_await local_reply(ex, ctx, no->reason,
-                             "model '" + creq.model + "' cannot serve this request: " + no->message, no->param);
-        co_return;
-      }
-    }
     // The request's policies (src/filters, docs/phases.md): model access, billed fields and
     // message caps on the request; then admission (rate limits and token quotas, the
     // concurrency gate), of a request whose record names its model.

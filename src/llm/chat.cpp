@@ -126,14 +126,28 @@ std::optional<RequestError> check_range(std::string_view path, const json::value
 enum class Field {
   model, messages, stream, stream_options, number, integer, max_tokens, stop, object,
   boolean, string, array, tool_choice, response_format, options, keep_alive,
+  one_of,        // a string from the entry's values
+  list_of,       // an array of strings from the entry's values
+  function_call, // "none", "auto" or {"name": ...} (deprecated functions API)
 };
 
-// The known top-level fields of a chat-completions request and how each is checked.
-std::optional<Field> known_field(std::string_view k) {
-  struct Entry {
-    std::string_view name;
-    Field f;
-  };
+// The values of the spec's enums (openai-openapi.yaml, CreateChatCompletionRequest).
+constexpr std::string_view kReasoningEffort[] = {"none", "minimal", "low", "medium", "high", "xhigh", "max"};
+constexpr std::string_view kVerbosity[] = {"low", "medium", "high"};
+constexpr std::string_view kModalities[] = {"text", "audio"};
+constexpr std::string_view kServiceTier[] = {"auto", "default", "flex", "scale", "priority", "fast"};
+constexpr std::string_view kCacheRetention[] = {"in_memory", "24h"};
+
+struct FieldEntry {
+  std::string_view name;
+  Field f;
+  std::span<const std::string_view> values = {};
+};
+
+// The known top-level fields of a chat-completions request and how each is checked: every
+// field of the spec's CreateChatCompletionRequest, and Ollama's options and keep_alive.
+const FieldEntry* known_field(std::string_view k) {
+  using Entry = FieldEntry;
   static constexpr Entry kFields[] = {
       {"model", Field::model},
       {"messages", Field::messages},
@@ -160,12 +174,42 @@ std::optional<Field> known_field(std::string_view k) {
       {"keep_alive", Field::keep_alive},
       {"metadata", Field::object},
       {"store", Field::boolean},
-      {"service_tier", Field::string},
+      {"service_tier", Field::one_of, kServiceTier},
+      {"reasoning_effort", Field::one_of, kReasoningEffort},
+      {"verbosity", Field::one_of, kVerbosity},
+      {"modalities", Field::list_of, kModalities},
+      {"audio", Field::object},
+      {"prediction", Field::object},
+      {"web_search_options", Field::object},
+      {"safety_identifier", Field::string},
+      {"prompt_cache_key", Field::string},
+      {"prompt_cache_options", Field::object},
+      {"prompt_cache_retention", Field::one_of, kCacheRetention},
+      {"moderation", Field::object},
+      {"functions", Field::array},
+      {"function_call", Field::function_call},
   };
   for (const auto& e : kFields) {
-    if (e.name == k) return e.f;
+    if (e.name == k) return &e;
   }
-  return std::nullopt;
+  return nullptr;
+}
+
+std::string quoted_list(std::span<const std::string_view> values) {
+  std::string out;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    out += i == 0 ? "" : i + 1 == values.size() ? " or " : ", ";
+    out += '"';
+    out += values[i];
+    out += '"';
+  }
+  return out;
+}
+
+bool one_of(const json::value& v, std::span<const std::string_view> values) {
+  if (!v.is_string()) return false;
+  const std::string_view s = v.get_string();
+  return std::find(values.begin(), values.end(), s) != values.end();
 }
 
 std::optional<RequestError> check_messages(const json::value& v) {
@@ -184,8 +228,27 @@ std::optional<RequestError> check_messages(const json::value& v) {
       return error(Reason::invalid_request, "'" + path + ".role' is required",
                    path + ".role");
     }
-    if (!role->is_string() || role->get_string().empty()) {
-      return type_error(path + ".role", *role, "a non-empty string");
+    static constexpr std::string_view kRoles[] = {"system", "developer", "user", "assistant", "tool", "function"};
+    if (!one_of(*role, kRoles)) {
+      return error(Reason::invalid_request,
+                   "'" + path + ".role' must be one of " + quoted_list(kRoles) +
+                       (role->is_string() ? ", got \"" + std::string(role->get_string()) + "\"" : ""),
+                   path + ".role");
+    }
+    const std::string_view r = role->get_string();
+    // Every message but the assistant's carries content (the assistant's may be null when
+    // it calls tools); a tool message answers a tool call by its id.
+    const auto* content = m.if_contains("content");
+    if (r != "assistant" && (!content || content->is_null())) {
+      return error(Reason::invalid_request, "'" + path + ".content' is required for a " + std::string(r) + " message",
+                   path + ".content");
+    }
+    if (r == "tool") {
+      const auto* id = m.if_contains("tool_call_id");
+      if (!id || !id->is_string()) {
+        return error(Reason::invalid_request, "'" + path + ".tool_call_id' is required for a tool message (a string)",
+                     path + ".tool_call_id");
+      }
     }
     if (const auto* content = m.if_contains("content")) {
       if (content->is_array()) {
@@ -215,9 +278,27 @@ std::optional<RequestError> check_messages(const json::value& v) {
   return std::nullopt;
 }
 
-std::optional<RequestError> check_field(std::string_view k, Field f, const json::value& v,
+std::optional<RequestError> check_field(std::string_view k, const FieldEntry& entry, const json::value& v,
                                         const config::Config& cfg) {
-  switch (f) {
+  switch (entry.f) {
+    case Field::one_of:
+      if (v.is_null() || one_of(v, entry.values)) return std::nullopt;
+      return type_error(k, v, "one of " + quoted_list(entry.values));
+    case Field::list_of:
+      if (v.is_null()) return std::nullopt;
+      if (v.is_array()) {
+        bool all = true;
+        for (const auto& e : v.get_array()) all = all && one_of(e, entry.values);
+        if (all) return std::nullopt;
+      }
+      return type_error(k, v, "an array of " + quoted_list(entry.values));
+    case Field::function_call:
+      if (v.is_null() || (v.is_string() && (v.get_string() == "none" || v.get_string() == "auto"))) return std::nullopt;
+      if (v.is_object()) {
+        const auto* name = v.get_object().if_contains("name");
+        if (name && name->is_string()) return std::nullopt;
+      }
+      return type_error(k, v, "\"none\", \"auto\" or an object with a string name");
     case Field::model:
       if (!v.is_string() || v.get_string().empty()) return type_error(k, v, "a non-empty string");
       return std::nullopt;
@@ -267,18 +348,43 @@ std::optional<RequestError> check_field(std::string_view k, Field f, const json:
     case Field::array:
       if (!v.is_array() && !v.is_null()) return type_error(k, v, "an array");
       return std::nullopt;
-    case Field::tool_choice:
-      if (!v.is_string() && !v.is_object() && !v.is_null()) {
-        return type_error(k, v, "a string or an object");
+    case Field::tool_choice: {
+      static constexpr std::string_view kModes[] = {"none", "auto", "required"};
+      static constexpr std::string_view kTypes[] = {"function", "allowed_tools", "custom"};
+      if (v.is_null() || one_of(v, kModes)) return std::nullopt;
+      if (!v.is_object()) return type_error(k, v, "one of " + quoted_list(kModes) + " or an object");
+      const auto& o = v.get_object();
+      const auto* type = o.if_contains("type");
+      if (!type || !one_of(*type, kTypes)) {
+        return error(Reason::invalid_request, "'tool_choice.type' must be one of " + quoted_list(kTypes),
+                     "tool_choice.type");
+      }
+      if (type->get_string() == "function") {
+        const auto* fn = o.if_contains("function");
+        const auto* name = fn && fn->is_object() ? fn->get_object().if_contains("name") : nullptr;
+        if (!name || !name->is_string()) {
+          return error(Reason::invalid_request, "'tool_choice.function.name' must be a string",
+                       "tool_choice.function.name");
+        }
       }
       return std::nullopt;
+    }
     case Field::response_format: {
       if (v.is_null()) return std::nullopt;
       if (!v.is_object()) return type_error(k, v, "an object");
+      static constexpr std::string_view kFormats[] = {"text", "json_object", "json_schema"};
       const auto* type = v.get_object().if_contains("type");
-      if (!type || !type->is_string()) {
-        return error(Reason::invalid_request, "'response_format.type' must be a string",
+      if (!type || !one_of(*type, kFormats)) {
+        return error(Reason::invalid_request, "'response_format.type' must be one of " + quoted_list(kFormats),
                      "response_format.type");
+      }
+      if (type->get_string() == "json_schema") {
+        const auto* js = v.get_object().if_contains("json_schema");
+        const auto* name = js && js->is_object() ? js->get_object().if_contains("name") : nullptr;
+        if (!name || !name->is_string()) {
+          return error(Reason::invalid_request, "'response_format.json_schema.name' must be a string",
+                       "response_format.json_schema.name");
+        }
       }
       return std::nullopt;
     }
@@ -359,7 +465,8 @@ std::int64_t prompt_tokens(const json::object& body, Count&& count) {
       }
     }
   }
-  for (const char* k : {"tools", "tool_choice", "response_format"}) {
+  // (Predicted output is billed: its tokens count, on OpenAI as completion tokens.)
+  for (const char* k : {"tools", "tool_choice", "response_format", "functions", "function_call", "prediction"}) {
     if (const auto* v = body.if_contains(k)) n = saturating_add(n, as_json(*v));
   }
   return n;
@@ -388,7 +495,7 @@ ParseResult parse_chat_request(std::string_view body, const config::Config& cfg)
   auto& obj = root.get_object();
   for (const auto& kv : obj) {
     const std::string_view k = kv.key();
-    const auto f = known_field(k);
+    const FieldEntry* f = known_field(k);
     if (!f) {
       return error(Reason::option_not_allowed, "unknown parameter '" + std::string(k) + "'",
                    std::string(k));

@@ -62,7 +62,8 @@ std::int64_t estimate_tokens(std::string_view text) noexcept;
 // exact BPE where its rank file is loaded). Every part an upstream is sent counts: per
 // message 3 + role + content text + name (+1) + its other fields (tool_calls, tool_call_id...
 // as JSON); kImageTokenBound per image part, other non-text parts as their JSON; then the
-// request's tools, tool_choice and response_format as JSON; 3 priming the reply.
+// request's tools, tool_choice, response_format, functions, function_call and prediction as JSON;
+// 3 priming the reply.
 // parse_chat_request fills prompt_tokens_estimate the same way with the estimator.
 std::int64_t count_prompt_tokens(const ChatRequest& req, const tokenizer::Counter& counter,
                                  tokenizer::Encoding encoding);

@@ -3,12 +3,14 @@
 
 #include "llm/anthropic.hpp"
 #include "llm/embeddings.hpp"
+#include "llm/support.hpp"
 
 namespace sluice::llm {
 
-std::optional<RequestError> unsupported(const ChatRequest& req, config::Provider wire) {
+std::optional<RequestError> unsupported(const ChatRequest& req, config::Provider wire, bool drop_fields) {
   if (req.task == Task::embed) return embeddings_unsupported(req, wire);
-  return std::nullopt;
+  if (drop_fields) return std::nullopt;
+  return chat_field_unsupported(req, wire);
 }
 
 UpstreamCall build_call(config::Provider wire, const ChatRequest& req, const config::Backend& backend) {

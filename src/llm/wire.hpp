@@ -13,9 +13,11 @@
 
 namespace sluice::llm {
 
-// Why `wire` cannot serve `req` at all (no such API, an input it does not take), naming
-// the field; nullopt when it can.
-std::optional<RequestError> unsupported(const ChatRequest& req, config::Provider wire);
+// Why `wire` cannot serve `req` (no such API, an input it does not take, a field that
+// would change the answer and has no translation), naming the field; nullopt when it can.
+// With `drop_fields` (a route's drop_params), fields without a translation are left out of
+// the call instead (the adapters send only what they translate).
+std::optional<RequestError> unsupported(const ChatRequest& req, config::Provider wire, bool drop_fields = false);
 
 // The request for a backend of `wire` (its real model, its path prefix).
 UpstreamCall build_call(config::Provider wire, const ChatRequest& req, const config::Backend& backend);

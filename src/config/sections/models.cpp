@@ -278,6 +278,10 @@ const Table<Route>& route_table() {
                         "The long form: 1 to 64 entries, see `models[].backends[]`."),
           choice("balance", &Route::balance, balance_enum(),
                  "How a request picks one of the route's backends (`docs/routing.md`)."),
+          boolean("drop_params", &Route::drop_params,
+                  "Request fields that the route's Ollama or Anthropic backends cannot honour (`n` > 1, `logprobs`, "
+                  "`reasoning_effort`... see `docs/api.md`) are left out of the call instead of refused (400 "
+                  "`option_not_allowed`)."),
           integer("retries", &Route::retries, 0, 10,
                   "Further attempts after the first, on other backends of the route and then on the fallbacks' "
                   "backends; only before the first byte reached the client.")
@@ -335,13 +339,14 @@ const Table<Route>& route_table() {
               .read_at(6),
           custom<Route>("allow_params", "list", "none",
                         "Request fields that bill or store on the operator's upstream account, which clients may set "
-                        "on this model: `service_tier`, `store`. Without it a request setting one is refused (400 "
-                        "`option_not_allowed`).",
+                        "on this model: `service_tier`, `store`, `web_search_options`. Without it a request setting "
+                        "one is refused (400 `option_not_allowed`).",
                         [](Loader& l, const YAML::Node& v, const std::string& p, Route& r) {
                           return read_list(l, v, p, "request fields",
                                            [&](const YAML::Node& a, const std::string& ap, std::string name) {
-                                             if (name != "service_tier" && name != "store") {
-                                               l.fail(ap, a, "unknown field " + q(name) + " (expected service_tier or store)");
+                                             if (name != "service_tier" && name != "store" && name != "web_search_options") {
+                                               l.fail(ap, a, "unknown field " + q(name) +
+                                                                 " (expected service_tier, store or web_search_options)");
                                                return;
                                              }
                                              r.allow_params.push_back(std::move(name));

@@ -1,0 +1,43 @@
+// What the route's upstreams can serve: a request that one of the wires that may serve it
+// (its backends', canary's, fallbacks') cannot honour is the client's to change, so it is
+// refused before anything is counted, naming the field and the model: embeddings from an
+// Anthropic route, token ids to Ollama, a field with no translation (n > 1, logprobs,
+// reasoning_effort... on Ollama and Anthropic) unless the route drops those (drop_params).
+// Generation requests only (count_tokens sends nothing).
+#include <string>
+
+#include "config/models.hpp"
+#include "filters/filter.hpp"
+#include "filters/registry.hpp"
+#include "llm/wire.hpp"
+
+namespace sluice::filters {
+
+namespace {
+
+class WireSupport final : public Filter {
+ public:
+  std::string_view name() const override { return "wire_support"; }
+  unsigned phases() const override { return bit(Phase::request); }
+
+  Next on(Phase, Request& r, void*, Stop& stop) override {
+    if (r.kind != Kind::generate) return Next::go;
+    const bool drop = r.route.config && r.route.config->drop_params;
+    for (const config::Provider wire : r.route.wires) {
+      auto no = llm::unsupported(r.chat, wire, drop);
+      if (!no) continue;
+      stop.reason = no->reason;
+      stop.message = "model '" + r.chat.model + "' cannot serve this request: " + no->message;
+      if (no->reason == Reason::option_not_allowed) stop.message += " (the route may drop such fields: drop_params)";
+      stop.param = std::move(no->param);
+      return Next::stop;
+    }
+    return Next::go;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Filter> make_wire_support(const Deps&) { return std::make_unique<WireSupport>(); }
+
+}  // namespace sluice::filters
