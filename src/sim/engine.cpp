@@ -450,6 +450,7 @@ void Engine::count(Counter c) noexcept {
   std::lock_guard lk(mu_);
   switch (c) {
     case Counter::requests: ++counters_.requests; break;
+    case Counter::embeddings: ++counters_.embeddings; break;
     case Counter::completed: ++counters_.completed; break;
     case Counter::cancelled: ++counters_.cancelled; break;
     case Counter::errors_429: ++counters_.errors_429; break;
@@ -477,6 +478,7 @@ void Engine::reset_stats() {
 std::string stats_json(const Stats& s) {
   json::object o;
   o["requests"] = s.requests;
+  o["embeddings"] = s.embeddings;
   o["completed"] = s.completed;
   o["cancelled"] = s.cancelled;
   o["errors_429"] = s.errors_429;

@@ -109,7 +109,7 @@ class Engine {
   boost::asio::awaitable<std::optional<Slot>> acquire();
 
   enum class Counter {
-    requests, completed, cancelled, errors_429, errors_500, errors_503, aborted, hung,
+    requests, embeddings, completed, cancelled, errors_429, errors_500, errors_503, aborted, hung,
     rejected_queue_full
   };
   void count(Counter c) noexcept;

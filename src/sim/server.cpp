@@ -1,4 +1,5 @@
-// The simulator's HTTP face: routes, the generation coroutine, fault handling, SimServer.
+// The simulator's HTTP face: routes, the generation and embeddings coroutines, fault
+// handling, SimServer.
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -8,6 +9,7 @@
 #include <stdexcept>
 
 #include "common/ids.hpp"
+#include "sim/embeddings.hpp"
 #include "sim/engine.hpp"
 #include "sim/sim.hpp"
 #include "sim/wire.hpp"
@@ -167,6 +169,52 @@ asio::awaitable<void> serve(std::shared_ptr<Engine> eng, http::Exchange& ex, Gen
   st.finished = true;
 }
 
+// Picks the request's fault (the x-sim-fault header, else a random draw by the rates of
+// `s`) and answers the injected errors (429/500/503) and a bad header. nullopt when the
+// request has been answered.
+asio::awaitable<std::optional<Fault>> pick_fault(Engine& eng, http::Exchange& ex, Api api,
+                                                 const config::SimSettings& s) {
+  Fault fault;
+  if (auto h = ex.request().header("x-sim-fault"); !h.empty()) {
+    std::string err;
+    if (!parse_fault_header(h, fault, err)) {
+      co_await reply_error(ex, api, ErrorKind::bad_request, err);
+      co_return std::nullopt;
+    }
+  } else {
+    fault = eng.choose_fault(s);
+  }
+  switch (fault.kind) {
+    case FaultKind::error_429:
+      eng.count(Engine::Counter::errors_429);
+      co_await reply_error(ex, api, ErrorKind::rate_limited, "simulated rate limit");
+      co_return std::nullopt;
+    case FaultKind::error_500:
+      eng.count(Engine::Counter::errors_500);
+      co_await reply_error(ex, api, ErrorKind::internal, "simulated internal error");
+      co_return std::nullopt;
+    case FaultKind::error_503:
+      eng.count(Engine::Counter::errors_503);
+      co_await reply_error(ex, api, ErrorKind::unavailable, "simulated service unavailable");
+      co_return std::nullopt;
+    default:
+      co_return fault;
+  }
+}
+
+// Runs `work` (which sets `st`) against the client leaving.
+asio::awaitable<void> run_or_client_gone(Engine& eng, http::Exchange& ex, asio::awaitable<void> work,
+                                         RunState& st) {
+  auto result = co_await (std::move(work) || ex.wait_client_gone());
+  if (result.index() == 1 && !st.finished) eng.count(Engine::Counter::cancelled);
+  if (st.abort) {
+    // Drop the connection, whatever was sent: a streamed answer stops mid-way, a whole
+    // answer never comes. Not an exception: `||` in Boost 1.81 waits for one *successful*
+    // side, so a throwing serve() would wait for the client to leave.
+    ex.abort();
+  }
+}
+
 asio::awaitable<void> handle_generation(std::shared_ptr<Engine> eng, http::Exchange& ex, Api api) {
   const Clock::time_point arrival = Clock::now();
   eng->count(Engine::Counter::requests);
@@ -177,41 +225,82 @@ asio::awaitable<void> handle_generation(std::shared_ptr<Engine> eng, http::Excha
     co_return;
   }
   const config::SimSettings s = eng->settings();
-  Fault fault;
-  if (auto h = ex.request().header("x-sim-fault"); !h.empty()) {
-    if (!parse_fault_header(h, fault, err)) {
-      co_await reply_error(ex, api, ErrorKind::bad_request, err);
-      co_return;
-    }
-  } else {
-    fault = eng->choose_fault(s);
-  }
-  switch (fault.kind) {
-    case FaultKind::error_429:
-      eng->count(Engine::Counter::errors_429);
-      co_await reply_error(ex, api, ErrorKind::rate_limited, "simulated rate limit");
-      co_return;
-    case FaultKind::error_500:
-      eng->count(Engine::Counter::errors_500);
-      co_await reply_error(ex, api, ErrorKind::internal, "simulated internal error");
-      co_return;
-    case FaultKind::error_503:
-      eng->count(Engine::Counter::errors_503);
-      co_await reply_error(ex, api, ErrorKind::unavailable, "simulated service unavailable");
-      co_return;
-    default:
-      break;
-  }
+  std::optional<Fault> fault = co_await pick_fault(*eng, ex, api, s);
+  if (!fault) co_return;
   RunState st;
-  auto result = co_await (serve(eng, ex, std::move(*req), s, fault, arrival, st) ||
-                          ex.wait_client_gone());
-  if (result.index() == 1 && !st.finished) eng->count(Engine::Counter::cancelled);
-  if (st.abort) {
-    // Drop the connection, whatever was sent: a streamed answer stops mid-way, a whole
-    // answer never comes. Not an exception: `||` in Boost 1.81 waits for one *successful*
-    // side, so a throwing serve() would wait for the client to leave.
-    ex.abort();
+  co_await run_or_client_gone(*eng, ex, serve(eng, ex, std::move(*req), s, *fault, arrival, st), st);
+}
+
+// An embeddings request after fault selection: hang, slot, the prefill delay, the answer.
+// The timing is that of a prompt's first token: ttft + ttft_per_prompt_token_ms x prompt
+// tokens (+ slow first token) after the slot was taken; the abort fault drops the
+// connection when the answer is due.
+asio::awaitable<void> serve_embeddings(std::shared_ptr<Engine> eng, http::Exchange& ex, EmbedRequest req,
+                                       config::SimSettings s, Fault fault, Clock::time_point arrival,
+                                       RunState& st) {
+  if (fault.kind == FaultKind::hang) {
+    eng->count(Engine::Counter::hung);
+    co_await sleep_until(Clock::time_point::max());  // until the client goes (or shutdown)
+    co_return;
   }
+  std::optional<Engine::Slot> slot = co_await eng->acquire();
+  if (!slot) {
+    eng->count(Engine::Counter::rejected_queue_full);
+    st.finished = true;
+    co_await reply_error(ex, req.api, ErrorKind::queue_full, "queue full");
+    co_return;
+  }
+  const Clock::time_point slot_time = Clock::now();
+  const auto prefill =
+      std::chrono::duration_cast<nanoseconds>(s.ttft) +
+      nanoseconds(static_cast<std::int64_t>(s.ttft_per_prompt_token_ms * 1e6 *
+                                            static_cast<double>(req.prompt_tokens)));
+  Clock::time_point deadline = slot_time + eng->jittered(prefill, s.jitter);
+  if (fault.slow_first_token.count() > 0)
+    deadline += eng->jittered(std::chrono::duration_cast<nanoseconds>(fault.slow_first_token), s.jitter);
+
+  std::vector<std::vector<float>> vectors;
+  vectors.reserve(req.inputs.size());
+  for (const auto& in : req.inputs) vectors.push_back(embed(in, req.dimensions));
+
+  co_await sleep_until(deadline);
+  if (fault.kind == FaultKind::abort) {
+    eng->count(Engine::Counter::aborted);
+    st.finished = true;
+    st.abort = true;
+    co_return;
+  }
+  const Clock::time_point end = Clock::now();
+  slot->release();
+
+  http::Response r;
+  if (req.api == Api::ollama)
+    r.body = ollama_embed_body(req, vectors, ns_between(arrival, end), ns_between(arrival, slot_time));
+  else
+    r.body = openai_embeddings_body(req, vectors);
+  if (!co_await ex.reply(std::move(r))) {
+    eng->count(Engine::Counter::cancelled);
+    st.finished = true;
+    co_return;
+  }
+  eng->count(Engine::Counter::completed);
+  st.finished = true;
+}
+
+asio::awaitable<void> handle_embeddings(std::shared_ptr<Engine> eng, http::Exchange& ex, Api api) {
+  const Clock::time_point arrival = Clock::now();
+  eng->count(Engine::Counter::embeddings);
+  std::string err;
+  std::optional<EmbedRequest> req = parse_embed_request(api, ex.request().body(), err);
+  if (!req) {
+    co_await reply_error(ex, api, ErrorKind::bad_request, err);
+    co_return;
+  }
+  const config::SimSettings s = eng->settings();
+  std::optional<Fault> fault = co_await pick_fault(*eng, ex, api, s);
+  if (!fault) co_return;
+  RunState st;
+  co_await run_or_client_gone(*eng, ex, serve_embeddings(eng, ex, std::move(*req), s, *fault, arrival, st), st);
 }
 
 http::Response json_reply(int status, std::string body) {
@@ -264,6 +353,17 @@ http::Response route(Shared& sh, std::string_view method, std::string_view path,
 asio::awaitable<void> handle(std::shared_ptr<Shared> sh, http::Exchange& ex) {
   const auto& rq = ex.request();
   const std::string_view path = rq.path();
+  if (path == "/v1/embeddings" || path == "/api/embed") {
+    const Api api = path == "/api/embed" ? Api::ollama : Api::openai;
+    if (rq.method() == "POST") {
+      co_await handle_embeddings(sh->engine, ex, api);
+      co_return;
+    }
+    http::Response r = error_response(api, ErrorKind::bad_request, "method not allowed");
+    r.status = 405;
+    co_await ex.reply(std::move(r));
+    co_return;
+  }
   if (path == "/v1/chat/completions" || path == "/api/chat" || path == "/v1/messages") {
     const Api api = path == "/api/chat" ? Api::ollama
                     : path == "/v1/messages" ? Api::anthropic

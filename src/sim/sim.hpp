@@ -13,9 +13,11 @@
 
 namespace sluice::sim {
 
-// Counters since start (or the last reset) and two gauges.
+// Counters since start (or the last reset) and two gauges. `requests` and `embeddings`
+// count arrivals; the outcome counters below them count both kinds of request.
 struct Stats {
   std::uint64_t requests = 0;             // every generation request
+  std::uint64_t embeddings = 0;           // every embeddings request
   std::uint64_t completed = 0;            // full answer delivered
   std::uint64_t cancelled = 0;            // client went away before the answer was complete
   std::uint64_t errors_429 = 0, errors_500 = 0, errors_503 = 0;  // injected errors

@@ -417,7 +417,10 @@ TEST(Stats, CountAndReset) {
   EXPECT_EQ(st.errors_503, 1u);
   auto j = boost::json::parse(stats_json(st)).as_object();
   EXPECT_EQ(j.at("requests").to_number<std::uint64_t>(), 2u);
-  EXPECT_EQ(j.size(), 11u);
+  EXPECT_EQ(j.size(), 12u);
+  e.count(Engine::Counter::embeddings);
+  EXPECT_EQ(e.stats().embeddings, 1u);
+  EXPECT_EQ(e.stats().requests, 2u);
   e.reset_stats();
   st = e.stats();
   EXPECT_EQ(st.requests, 0u);

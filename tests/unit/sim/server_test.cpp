@@ -20,8 +20,10 @@
 #include <thread>
 #include <vector>
 
+#include "sim/embeddings.hpp"
 #include "sim/engine.hpp"
 #include "sim/sim.hpp"
+#include "vectors.hpp"
 
 using namespace sluice;
 using namespace sluice::sim;
@@ -676,4 +678,238 @@ TEST_F(SimServerTest, ShutdownEndsQueuedAndHungRequests) {
   EXPECT_LT(Clock::now() - t0, 10s);  // the grace period ends waiting work
   server_.reset();  // destroys the suspended requests: slots and queue entries go away
   for (auto& c : conns) EXPECT_TRUE(c->at_eof());
+}
+
+// --- Embeddings ---------------------------------------------------------------------------
+
+namespace {
+
+using sluice::sim::testing::cosine;
+using sluice::sim::testing::decode_float32_base64;
+using sluice::sim::testing::norm;
+
+const char* kEmbedInputs =
+    R"(["the cat sat on the mat","the cat sat on a mat","stock markets fell sharply after the announcement"])";
+
+std::vector<float> floats(const json::value& v) {
+  std::vector<float> out;
+  for (const auto& x : v.as_array()) out.push_back(static_cast<float>(x.to_number<double>()));
+  return out;
+}
+
+// The vectors of an OpenAI answer, in index order (decoded when base64).
+std::vector<std::vector<float>> openai_vectors(const json::object& o) {
+  std::vector<std::vector<float>> out;
+  for (const auto& d : o.at("data").as_array()) {
+    const auto& e = d.as_object();
+    EXPECT_EQ(e.at("object").as_string(), "embedding");
+    EXPECT_EQ(e.at("index").as_int64(), static_cast<std::int64_t>(out.size()));
+    const auto& emb = e.at("embedding");
+    out.push_back(emb.is_string() ? decode_float32_base64(emb.as_string()) : floats(emb));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_F(SimServerTest, OpenAiEmbeddingsFloat) {
+  start();
+  auto r = call(port_, "POST", "/v1/embeddings",
+                std::string(R"({"model":"emb-sim","input":)") + kEmbedInputs + "}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(r.headers["content-type"].starts_with("application/json"));
+  auto o = json::parse(r.body).as_object();
+  EXPECT_EQ(o.at("object").as_string(), "list");
+  EXPECT_EQ(o.at("model").as_string(), "emb-sim");
+  auto u = o.at("usage").as_object();
+  EXPECT_EQ(u.at("prompt_tokens").as_int64(), 5 + 5 + 12);  // bytes / 4 per text: 22, 20, 49
+  EXPECT_EQ(u.at("total_tokens").as_int64(), 22);
+  auto v = openai_vectors(o);
+  ASSERT_EQ(v.size(), 3u);
+  for (const auto& x : v) {
+    ASSERT_EQ(x.size(), 256u);
+    EXPECT_NEAR(norm(x), 1.0, 1e-5);
+  }
+  const double near = cosine(v[0], v[1]), far = cosine(v[0], v[2]);
+  std::printf("[ cosine  ] over HTTP: similar %.4f, unrelated %.4f\n", near, far);
+  EXPECT_GT(near, 0.8);
+  EXPECT_LT(far, 0.3);
+  EXPECT_EQ(v[0], embed_text("the cat sat on the mat", 256));
+
+  // Identical text, identical vector: in one request and across requests.
+  auto again = call(port_, "POST", "/v1/embeddings",
+                    R"({"model":"other","input":["the cat sat on a mat","the cat sat on a mat"]})");
+  ASSERT_EQ(again.status, 200) << again.body;
+  auto v2 = openai_vectors(json::parse(again.body).as_object());
+  ASSERT_EQ(v2.size(), 2u);
+  EXPECT_EQ(v2[0], v[1]);
+  EXPECT_EQ(v2[1], v[1]);
+
+  ASSERT_TRUE(wait_until([&] { return server_->stats().completed == 2u; }));
+  auto st = server_->stats();
+  EXPECT_EQ(st.embeddings, 2u);
+  EXPECT_EQ(st.requests, 0u);  // generation requests only
+}
+
+TEST_F(SimServerTest, OpenAiEmbeddingsBase64MatchesFloat) {
+  start();
+  const std::string body = std::string(R"({"model":"emb-sim","input":)") + kEmbedInputs;
+  auto f = call(port_, "POST", "/v1/embeddings", body + "}");
+  auto b = call(port_, "POST", "/v1/embeddings", body + R"(,"encoding_format":"base64"})");
+  ASSERT_EQ(f.status, 200) << f.body;
+  ASSERT_EQ(b.status, 200) << b.body;
+  auto bo = json::parse(b.body).as_object();
+  for (const auto& d : bo.at("data").as_array())
+    ASSERT_TRUE(d.as_object().at("embedding").is_string()) << b.body.substr(0, 200);
+  auto vf = openai_vectors(json::parse(f.body).as_object());
+  auto vb = openai_vectors(bo);
+  ASSERT_EQ(vb.size(), 3u);
+  EXPECT_EQ(vb, vf);  // bit for bit: the float answer narrows back to the same float32s
+  EXPECT_EQ(bo.at("usage").as_object().at("prompt_tokens").as_int64(), 22);
+}
+
+TEST_F(SimServerTest, OpenAiEmbeddingsDimensionsAndTokenIds) {
+  start();
+  auto r = call(port_, "POST", "/v1/embeddings", R"({"model":"e","input":"the cat sat on the mat","dimensions":64})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto v = openai_vectors(json::parse(r.body).as_object());
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].size(), 64u);
+  EXPECT_NEAR(norm(v[0]), 1.0, 1e-5);
+
+  r = call(port_, "POST", "/v1/embeddings", R"({"model":"e","input":[[1,2,3,4,5],[1,2,3,4,6]],"dimensions":4096})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto o = json::parse(r.body).as_object();
+  EXPECT_EQ(o.at("usage").as_object().at("prompt_tokens").as_int64(), 10);  // token arrays: their length
+  v = openai_vectors(o);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0].size(), 4096u);
+  EXPECT_GT(cosine(v[0], v[1]), 0.6);
+
+  r = call(port_, "POST", "/v1/embeddings", R"({"model":"e","input":[7,8,9]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  o = json::parse(r.body).as_object();
+  EXPECT_EQ(o.at("usage").as_object().at("prompt_tokens").as_int64(), 3);
+  EXPECT_EQ(openai_vectors(o).size(), 1u);
+}
+
+TEST_F(SimServerTest, OpenAiEmbeddingsBadRequests) {
+  start();
+  for (const char* body : {R"({"model":"e"})", R"({"model":"e","input":""})", R"({"model":"e","input":[]})",
+                           R"({"model":"e","input":[1,"a"]})", R"({"model":"e","input":"a","dimensions":5000})",
+                           R"({"model":"e","input":"a","encoding_format":"hex"})", R"({"input":"a"})", "{not json"}) {
+    auto r = call(port_, "POST", "/v1/embeddings", body);
+    EXPECT_EQ(r.status, 400) << body;
+    auto e = json::parse(r.body).as_object().at("error").as_object();
+    EXPECT_EQ(e.at("type").as_string(), "invalid_request_error") << body;
+    EXPECT_EQ(e.at("code").as_string(), "invalid_request") << body;
+    EXPECT_FALSE(e.at("message").as_string().empty()) << body;
+  }
+  EXPECT_EQ(call(port_, "GET", "/v1/embeddings").status, 405);
+  EXPECT_EQ(server_->stats().embeddings, 8u);
+  EXPECT_EQ(server_->stats().completed, 0u);
+}
+
+TEST_F(SimServerTest, OllamaEmbed) {
+  start();
+  auto r = call(port_, "POST", "/api/embed",
+                R"({"model":"nomic-sim","input":"the cat sat on the mat","truncate":true,"options":{},"keep_alive":"5m"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto o = json::parse(r.body).as_object();
+  EXPECT_EQ(o.at("model").as_string(), "nomic-sim");
+  auto& embs = o.at("embeddings").as_array();
+  ASSERT_EQ(embs.size(), 1u);
+  const auto v = floats(embs[0]);
+  EXPECT_EQ(v, embed_text("the cat sat on the mat", 256));  // the same vector as /v1/embeddings
+  EXPECT_EQ(o.at("prompt_eval_count").as_int64(), 5);
+  const std::int64_t total = o.at("total_duration").as_int64(), load = o.at("load_duration").as_int64();
+  EXPECT_GE(total, 5'000'000);  // at least ttft (5ms)
+  EXPECT_GE(load, 0);
+  EXPECT_LE(load, total);
+
+  r = call(port_, "POST", "/api/embed", R"({"model":"m","input":["the cat sat on a mat","the cat sat on the mat"],"dimensions":32})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  o = json::parse(r.body).as_object();
+  ASSERT_EQ(o.at("embeddings").as_array().size(), 2u);
+  const auto a = floats(o.at("embeddings").as_array()[0]), b = floats(o.at("embeddings").as_array()[1]);
+  EXPECT_EQ(a.size(), 32u);
+  EXPECT_GT(cosine(a, b), 0.8);
+
+  // As Ollama: no input is no embeddings (a model load), not an error.
+  r = call(port_, "POST", "/api/embed", R"({"model":"m","input":""})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(json::parse(r.body).as_object().at("embeddings").as_array().empty());
+}
+
+TEST_F(SimServerTest, OllamaEmbedBadRequests) {
+  start();
+  auto r = call(port_, "POST", "/api/embed", R"({"model":"m","input":5})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body).as_object().at("error").as_string(), "invalid input type");
+  r = call(port_, "POST", "/api/embed", R"({"input":"a"})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body).as_object().at("error").as_string(), "model is required");
+  r = call(port_, "POST", "/api/embed", R"({"model":"m","input":"a","dimensions":100000})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_TRUE(json::parse(r.body).as_object().at("error").is_string());
+  r = call(port_, "GET", "/api/embed");
+  EXPECT_EQ(r.status, 405);
+  EXPECT_TRUE(json::parse(r.body).as_object().at("error").is_string());
+}
+
+TEST_F(SimServerTest, EmbeddingsFaultsAndLatency) {
+  auto s = fast();
+  s.ttft = 80ms;
+  start(s);
+  const std::string body = R"({"model":"e","input":"hello"})";
+  auto r = call(port_, "POST", "/v1/embeddings", body, {"x-sim-fault: error-429"});
+  EXPECT_EQ(r.status, 429);
+  EXPECT_EQ(r.headers["retry-after"], "1");
+  EXPECT_EQ(json::parse(r.body).as_object().at("error").as_object().at("code").as_string(), "rate_limit_exceeded");
+  r = call(port_, "POST", "/api/embed", body, {"x-sim-fault: error-500"});
+  EXPECT_EQ(r.status, 500);
+  EXPECT_TRUE(json::parse(r.body).as_object().at("error").is_string());
+  EXPECT_EQ(call(port_, "POST", "/v1/embeddings", body, {"x-sim-fault: bogus"}).status, 400);
+
+  // The answer comes after ttft (+ slow first token), like a prompt's prefill.
+  auto t0 = Clock::now();
+  EXPECT_EQ(call(port_, "POST", "/v1/embeddings", body).status, 200);
+  EXPECT_GE(Clock::now() - t0, 80ms);
+  t0 = Clock::now();
+  EXPECT_EQ(call(port_, "POST", "/api/embed", body, {"x-sim-fault: slow-first-token=100"}).status, 200);
+  EXPECT_GE(Clock::now() - t0, 180ms);
+
+  // Abort: the connection is dropped when the answer is due.
+  {
+    Conn c(port_);
+    c.send_request("POST", "/v1/embeddings", body, {"x-sim-fault: abort-after=0"});
+    bool complete = false;
+    try {
+      auto h = c.read_head();
+      (void)c.read_body(h);
+      complete = true;
+    } catch (const std::exception&) {
+    }
+    EXPECT_FALSE(complete);
+  }
+  // Hang: until the client leaves.
+  {
+    Conn c(port_);
+    c.send_request("POST", "/api/embed", body, {"x-sim-fault: hang"});
+    ASSERT_TRUE(wait_until([&] { return server_->stats().hung == 1; }));
+  }
+  ASSERT_TRUE(wait_until([&] {
+    auto st = server_->stats();
+    return st.completed == 2u && st.aborted == 1u && st.cancelled == 1u;
+  }));
+  auto st = server_->stats();
+  EXPECT_EQ(st.embeddings, 7u);
+  EXPECT_EQ(st.errors_429, 1u);
+  EXPECT_EQ(st.errors_500, 1u);
+  EXPECT_EQ(st.requests, 0u);
+  EXPECT_EQ(json::parse(call(port_, "GET", "/sim/stats").body).as_object().at("embeddings").to_number<int>(), 7);
+
+  // Random faults apply too.
+  ASSERT_EQ(call(port_, "POST", "/sim/config", R"({"error_rate_503":1})").status, 200);
+  EXPECT_EQ(call(port_, "POST", "/v1/embeddings", body).status, 503);
 }
