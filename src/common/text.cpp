@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cctype>
 #include <charconv>
 
@@ -222,6 +223,16 @@ void append_base64(std::string& out, std::string_view bytes) {
     out += rest == 2 ? kAlphabet[(v >> 6) & 63] : '=';
     out += '=';
   }
+}
+
+void append_float32_base64(std::string& out, std::span<const float> values) {
+  std::string bytes;
+  bytes.reserve(values.size() * 4);
+  for (const float f : values) {
+    const auto u = std::bit_cast<std::uint32_t>(f);
+    for (int k = 0; k < 4; ++k) bytes += static_cast<char>((u >> (8 * k)) & 0xff);  // little-endian
+  }
+  append_base64(out, bytes);
 }
 
 }  // namespace sluice

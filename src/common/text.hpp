@@ -2,6 +2,7 @@
 // Small string helpers used everywhere: JSON string escaping, case-insensitive compare,
 // key masking, number formatting.
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -34,6 +35,9 @@ void append_iso8601(std::string& out, std::int64_t unix_ms);
 
 // Appends the standard base64 (RFC 4648, padded) of `bytes`.
 void append_base64(std::string& out, std::string_view bytes);
+// Appends the base64 of `values` as float32 little-endian bytes, on any host (OpenAI's
+// embeddings with encoding_format "base64").
+void append_float32_base64(std::string& out, std::span<const float> values);
 
 // Parses a base-10 unsigned integer; false on anything else.
 bool parse_u64(std::string_view s, std::uint64_t& out) noexcept;

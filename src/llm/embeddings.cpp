@@ -5,7 +5,7 @@
 
 #include <boost/json/monotonic_resource.hpp>
 #include <boost/json/serialize.hpp>
-#include <cstring>
+#include <vector>
 
 #include "common/text.hpp"
 #include "llm/json_parse.hpp"
@@ -264,7 +264,7 @@ std::optional<Completion> translate_ollama_embeddings(std::string_view upstream_
   out.reserve(upstream_body.size() + 128);
   out += R"({"object":"list","data":[)";
   std::size_t index = 0;
-  std::string bytes;
+  std::vector<float> floats;
   for (simdjson::dom::element v : vectors) {
     simdjson::dom::array values;
     if (v.get_array().get(values) != simdjson::SUCCESS) return std::nullopt;
@@ -273,19 +273,14 @@ std::optional<Completion> translate_ollama_embeddings(std::string_view upstream_
     out += std::to_string(index++);
     out += R"(,"embedding":)";
     if (b64) {
-      bytes.clear();
+      floats.clear();
       for (simdjson::dom::element x : values) {
         double d = 0;
         if (x.get_double().get(d) != simdjson::SUCCESS) return std::nullopt;
-        const float f = static_cast<float>(d);
-        char le[4];
-        std::uint32_t u = 0;
-        std::memcpy(&u, &f, 4);
-        for (int i = 0; i < 4; ++i) le[i] = static_cast<char>(u >> (8 * i));  // little-endian on any host
-        bytes.append(le, 4);
+        floats.push_back(static_cast<float>(d));
       }
       out += '"';
-      append_base64(out, bytes);
+      append_float32_base64(out, floats);
       out += '"';
     } else {
       for (simdjson::dom::element x : values) {

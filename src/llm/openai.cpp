@@ -96,6 +96,7 @@ class OpenAiStream final : public StreamTranslator {
       return;
     }
     bool has_choices = false, content = false, has_usage = false;
+    null_usage_ = false;
     if (!inspect(ev.data, has_choices, content, has_usage)) {
       fail(out, "upstream sent an event that is not a JSON object");
       return;
@@ -104,6 +105,21 @@ class OpenAiStream final : public StreamTranslator {
     // The usage-only chunk exists because the gateway always asks for it; the client
     // sees it only if it asked too.
     if (has_usage && !has_choices && !include_usage_) return;
+    // For the same reason an upstream marks every other chunk "usage": null; a client that
+    // did not ask gets chunks without the field, as the spec has them. (Compact JSON, as
+    // OpenAI and the simulator write it: inside a string a quote is escaped, so the bytes
+    // below can only be the member itself.)
+    if (null_usage_ && !include_usage_ && ev.event.empty() && ev.data.find('\n') == std::string_view::npos) {
+      for (std::string_view member : {std::string_view(R"(,"usage":null)"), std::string_view(R"("usage":null,)")}) {
+        if (const auto at = ev.data.find(member); at != std::string_view::npos) {
+          out += "data: ";
+          out += ev.data.substr(0, at);
+          out += ev.data.substr(at + member.size());
+          out += "\n\n";
+          return;
+        }
+      }
+    }
     emit(out, ev);
   }
 
@@ -159,7 +175,9 @@ class OpenAiStream final : public StreamTranslator {
         }
       } else if (key == "usage") {
         Usage u;
-        if (read_usage(field.value(), u)) {
+        if (bool null = false; field.value().is_null().get(null) == simdjson::SUCCESS && null) {
+          null_usage_ = true;
+        } else if (read_usage(field.value(), u)) {
           usage_ = u;
           has_usage = true;
         }
@@ -208,6 +226,7 @@ class OpenAiStream final : public StreamTranslator {
   }
 
   bool include_usage_;
+  bool null_usage_ = false;  // the event being read has "usage": null
   bool failed_ = false;
   SseParser sse_;
   od::parser parser_;

@@ -349,34 +349,8 @@ std::optional<EmbedRequest> parse_embed_request(Api api, std::string_view body, 
 }
 
 std::string float32_base64(std::span<const float> v) {
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string bytes;
-  bytes.reserve(v.size() * 4);
-  for (float f : v) {
-    const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
-    for (int k = 0; k < 4; ++k) bytes += static_cast<char>((u >> (8 * k)) & 0xff);  // little-endian
-  }
   std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  std::size_t i = 0;
-  for (; i + 3 <= bytes.size(); i += 3) {
-    const std::uint32_t n = (static_cast<unsigned char>(bytes[i]) << 16) |
-                            (static_cast<unsigned char>(bytes[i + 1]) << 8) |
-                            static_cast<unsigned char>(bytes[i + 2]);
-    out += kAlphabet[(n >> 18) & 63];
-    out += kAlphabet[(n >> 12) & 63];
-    out += kAlphabet[(n >> 6) & 63];
-    out += kAlphabet[n & 63];
-  }
-  if (const std::size_t rest = bytes.size() - i; rest > 0) {
-    std::uint32_t n = static_cast<unsigned char>(bytes[i]) << 16;
-    if (rest == 2) n |= static_cast<unsigned char>(bytes[i + 1]) << 8;
-    out += kAlphabet[(n >> 18) & 63];
-    out += kAlphabet[(n >> 12) & 63];
-    out += rest == 2 ? kAlphabet[(n >> 6) & 63] : '=';
-    out += '=';
-  }
+  append_float32_base64(out, v);
   return out;
 }
 

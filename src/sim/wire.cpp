@@ -205,6 +205,8 @@ json::object openai_chunk(const ReplyInfo& r, json::object delta, json::value fi
   c["created"] = r.created;
   c["model"] = r.model;
   c["choices"] = json::array{std::move(choice)};
+  // With include_usage every chunk but the last (the usage chunk) carries usage: null.
+  if (r.include_usage) c["usage"] = nullptr;
   return c;
 }
 
@@ -290,7 +292,8 @@ std::string stream_token(const ReplyInfo& r, std::int64_t index, std::string_vie
       append_openai_head(s, r, "chat.completion.chunk");
       s += ",\"choices\":[{\"index\":0,\"delta\":{\"content\":";
       append_json_string(s, text);
-      s += "},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
+      s += r.include_usage ? "},\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n"
+                           : "},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
       return s;
     }
     case Api::ollama: {
@@ -375,7 +378,7 @@ std::string full_body(const ReplyInfo& r, std::string_view content, std::int64_t
       std::string s;
       s.reserve(256 + content.size() + r.id.size() + r.model.size());
       append_openai_head(s, r, "chat.completion");
-      s += ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":";
+      s += ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"refusal\":null,\"content\":";
       append_json_string(s, content);
       s += "},\"logprobs\":null,\"finish_reason\":";
       s += length_limited ? "\"length\"" : "\"stop\"";
