@@ -8,6 +8,7 @@
 #include <map>
 
 #include "api/codec.hpp"
+#include "api/reencode.hpp"
 #include "common/text.hpp"
 #include "llm/framing.hpp"
 #include "llm/json_parse.hpp"
@@ -427,41 +428,15 @@ std::string anthropic_error_event(Reason reason, std::string_view message) {
 
 namespace {
 
-class AnthropicOutput final : public StreamTranslator {
+class AnthropicOutput final : public ChunkReencoder {
  public:
   AnthropicOutput(std::unique_ptr<StreamTranslator> inner, std::string model, std::string id, std::int64_t input)
-      : inner_(std::move(inner)), model_(std::move(model)), id_(std::move(id)), input_(input) {}
-
-  bool feed(std::string_view bytes, std::string& out) override {
-    frames_.clear();
-    const bool ok = inner_->feed(bytes, frames_);
-    convert(out);
-    sync();
-    return ok;
-  }
-
-  bool finish(std::string& out) override {
-    frames_.clear();
-    const bool ok = inner_->finish(frames_);
-    convert(out);
-    sync();
-    return ok;
-  }
-
-  // The inner translator sees the upstream's output: it counts it.
-  void count_output(const tokenizer::Counter* counter, tokenizer::Encoding encoding) override {
-    inner_->count_output(counter, encoding);
-  }
-  std::int64_t relayed_tokens() const override { return inner_->relayed_tokens(); }
+      : ChunkReencoder(std::move(inner)), model_(std::move(model)), id_(std::move(id)), input_(input) {}
 
  private:
-  void sync() {
-    content_chunks_ = inner_->content_chunks();
-    usage_ = inner_->usage();
-    finish_reason_ = inner_->finish_reason();
-    done_ = inner_->done();
-    error_ = inner_->error();
-  }
+  void on_text(std::string& out, std::string_view text) override { text_delta(out, text); }
+  void on_error(std::string& out, std::string_view message) override { event(out, "error", error_json(502, message)); }
+  void on_end(std::string& out) override { end(out); }
 
   void start(std::string& out) {
     if (started_) return;
@@ -506,55 +481,46 @@ class AnthropicOutput final : public StreamTranslator {
     event(out, "content_block_delta", d);
   }
 
-  // One element of delta.tool_calls: the first fragment of a call (a new index) starts a
-  // tool_use block, every arguments piece is an input_json_delta.
-  void tool_fragment(std::string& out, const json::object& call) {
-    std::int64_t index = static_cast<std::int64_t>(tool_blocks_.size());
-    if (const auto* i = call.if_contains("index"); i && i->is_int64()) index = i->get_int64();
-    const auto* fn = call.if_contains("function");
-    const auto* fo = fn ? fn->if_object() : nullptr;
-    const auto* args = fo ? fo->if_contains("arguments") : nullptr;
+  // The first fragment of a call (a new index) starts a tool_use block, every arguments
+  // piece is an input_json_delta.
+  void on_tool(std::string& out, const ToolFragment& f) override {
     start(out);
-    auto it = tool_blocks_.find(index);
+    auto it = tool_blocks_.find(f.index);
     if (it == tool_blocks_.end()) {
       stop_block(out);
       open_ = next_block_++;
-      open_tool_ = index;
-      it = tool_blocks_.emplace(index, open_).first;
+      open_tool_ = f.index;
+      it = tool_blocks_.emplace(f.index, open_).first;
       std::string d = R"({"type":"content_block_start","index":)";
       d += std::to_string(open_);
       d += R"(,"content_block":{"type":"tool_use","id":)";
-      const auto* id = call.if_contains("id");
-      if (id && id->is_string() && !id->get_string().empty()) append_json_string(d, id->get_string());
-      else append_json_string(d, "toolu_" + id_ + "_" + std::to_string(index));
+      if (!f.id.empty()) append_json_string(d, f.id);
+      else append_json_string(d, "toolu_" + id_ + "_" + std::to_string(f.index));
       d += R"(,"name":)";
-      const auto* name = fo ? fo->if_contains("name") : nullptr;
-      append_json_string(d, name && name->is_string() ? std::string_view(name->get_string()) : std::string_view());
+      append_json_string(d, f.name);
       d += R"(,"input":{}}})";
       event(out, "content_block_start", d);
     }
     // (Fragments of a call whose block was stopped, when an upstream interleaves calls,
     // still name that block's index.)
-    if (args && args->is_string() && !args->get_string().empty()) {
+    if (!f.arguments.empty()) {
       std::string d = R"({"type":"content_block_delta","index":)";
       d += std::to_string(it->second);
       d += R"(,"delta":{"type":"input_json_delta","partial_json":)";
-      append_json_string(d, args->get_string());
+      append_json_string(d, f.arguments);
       d += "}}";
       event(out, "content_block_delta", d);
     }
   }
 
   void end(std::string& out) {
-    if (ended_) return;
     start(out);
-    ended_ = true;
     if (next_block_ == 0) text_delta(out, {});  // an empty answer still has its text block
     stop_block(out);
     std::string d = R"({"type":"message_delta","delta":{"stop_reason":")";
-    d += stop_reason_for(inner_->finish_reason(), !tool_blocks_.empty());
+    d += stop_reason_for(inner().finish_reason(), !tool_blocks_.empty());
     d += R"(","stop_sequence":null},"usage":{)";
-    const auto& u = inner_->usage();
+    const auto& u = inner().usage();
     // message_start could only carry the gateway's estimate of the prompt: the upstream's
     // count, known now, corrects it (the SDKs take input_tokens from message_delta).
     if (u.prompt_tokens >= 0) {
@@ -563,59 +529,15 @@ class AnthropicOutput final : public StreamTranslator {
       d += ',';
     }
     d += R"("output_tokens":)";
-    d += std::to_string(u.completion_tokens >= 0 ? u.completion_tokens : inner_->relayed_tokens());
+    d += std::to_string(u.completion_tokens >= 0 ? u.completion_tokens : inner().relayed_tokens());
     d += "}}";
     event(out, "message_delta", d);
     event(out, "message_stop", R"({"type":"message_stop"})");
   }
 
-  // The inner translator's output: whole "data: ...\n\n" frames.
-  void convert(std::string& out) {
-    std::string_view rest = frames_;
-    while (!rest.empty()) {
-      const auto endf = rest.find("\n\n");
-      std::string_view frame = rest.substr(0, endf);
-      rest = endf == std::string_view::npos ? std::string_view{} : rest.substr(endf + 2);
-      if (!frame.starts_with("data: ") || ended_) continue;
-      frame.remove_prefix(6);
-      if (frame == "[DONE]") {
-        end(out);
-        continue;
-      }
-      boost::system::error_code ec;
-      json::value v = detail::parse_json(frame, ec);
-      if (ec || !v.is_object()) continue;
-      const auto& o = v.get_object();
-      if (const auto* e = o.if_contains("error")) {
-        std::string message = "upstream failed";
-        if (const auto* m = e->is_object() ? e->get_object().if_contains("message") : nullptr; m && m->is_string()) {
-          message = m->get_string();
-        }
-        event(out, "error", error_json(502, message));
-        ended_ = true;
-        continue;
-      }
-      const auto* ch = o.if_contains("choices");
-      if (!ch || !ch->is_array() || ch->get_array().empty()) continue;  // the usage chunk
-      const auto* c0 = ch->get_array()[0].if_object();
-      const auto* delta = c0 ? c0->if_contains("delta") : nullptr;
-      const auto* d = delta ? delta->if_object() : nullptr;
-      if (!d) continue;
-      const auto* text = d->if_contains("content");
-      if (text && text->is_string() && !text->get_string().empty()) text_delta(out, text->get_string());
-      if (const auto* tc = d->if_contains("tool_calls"); tc && tc->is_array()) {
-        for (const auto& call : tc->get_array()) {
-          if (const auto* co = call.if_object()) tool_fragment(out, *co);
-        }
-      }
-    }
-  }
-
-  std::unique_ptr<StreamTranslator> inner_;
   std::string model_, id_;
   std::int64_t input_;
-  std::string frames_;
-  bool started_ = false, ended_ = false;
+  bool started_ = false;
   std::int64_t next_block_ = 0;   // index of the next content block
   std::int64_t open_ = -1;        // the open block's index, -1: none
   std::int64_t open_tool_ = -1;   // the open block's tool call index (-1: a text block)
