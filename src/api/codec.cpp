@@ -11,6 +11,7 @@ std::span<const Endpoint> endpoints() noexcept {
   static const Endpoint table[] = {
       {"/v1/chat/completions", &openai_chat(), Op::generate},
       {"/v1/embeddings", &openai_embeddings(), Op::generate},
+      {"/v1/responses", &openai_responses(), Op::generate},
       {"/v1/messages", &anthropic_messages(), Op::generate},
       {"/v1/messages/count_tokens", &anthropic_messages(), Op::count_tokens},
   };

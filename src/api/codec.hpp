@@ -79,6 +79,7 @@ std::span<const Endpoint> endpoints() noexcept;
 // listings) and Anthropic's (clients that send anthropic-version get its shapes).
 const Codec& openai_chat() noexcept;
 const Codec& openai_embeddings() noexcept;
+const Codec& openai_responses() noexcept;
 const Codec& anthropic_messages() noexcept;
 
 }  // namespace sluice::api

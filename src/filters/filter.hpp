@@ -66,6 +66,8 @@ struct RouteView {
   const config::Route* config = nullptr;
   // Every wire that may serve it: its backends', its canary's and its fallbacks'.
   std::span<const config::Provider> wires;
+  // Those whose route refuses the fields they cannot honour (no drop_params).
+  std::span<const config::Provider> strict_wires;
   tokenizer::Encoding encoding{};
 };
 

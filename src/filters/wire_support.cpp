@@ -4,6 +4,7 @@
 // Anthropic route, token ids to Ollama, a field with no translation (n > 1, logprobs,
 // reasoning_effort... on Ollama and Anthropic) unless the route drops those (drop_params).
 // Generation requests only (count_tokens sends nothing).
+#include <algorithm>
 #include <string>
 
 #include "config/models.hpp"
@@ -22,8 +23,11 @@ class WireSupport final : public Filter {
 
   Next on(Phase, Request& r, void*, Stop& stop) override {
     if (r.kind != Kind::generate) return Next::go;
-    const bool drop = r.route.config && r.route.config->drop_params;
     for (const config::Provider wire : r.route.wires) {
+      // A wire reached only through routes that drop such fields (drop_params) refuses
+      // only what it cannot serve at all.
+      const bool drop = std::find(r.route.strict_wires.begin(), r.route.strict_wires.end(), wire) ==
+                        r.route.strict_wires.end();
       auto no = llm::unsupported(r.chat, wire, drop);
       if (!no) continue;
       stop.reason = no->reason;

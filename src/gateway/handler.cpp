@@ -515,7 +515,7 @@ class WorkerHandler {
                             .chat = creq,
                             .api = ctx.codec->name(),
                             .ex = ex,
-                            .route = {.config = rr.route, .wires = rr.wires, .encoding = rr.encoding},
+                            .route = {.config = rr.route, .wires = rr.wires, .strict_wires = rr.strict_wires, .encoding = rr.encoding},
                             .reply_headers = ctx.headers,
                             .rec = ctx.rec};
   }

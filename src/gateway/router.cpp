@@ -324,8 +324,12 @@ void Router::install(std::shared_ptr<const config::Config> cfg) {
     }
     auto add_wires = [&rr](const RouteRuntime* r) {
       if (!r) return;
+      auto add = [](std::vector<config::Provider>& to, config::Provider w) {
+        if (std::find(to.begin(), to.end(), w) == to.end()) to.push_back(w);
+      };
       for (const auto& m : r->members) {
-        if (std::find(rr.wires.begin(), rr.wires.end(), m->wire) == rr.wires.end()) rr.wires.push_back(m->wire);
+        add(rr.wires, m->wire);
+        if (!r->route->drop_params) add(rr.strict_wires, m->wire);
       }
     };
     add_wires(&rr);

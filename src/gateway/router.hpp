@@ -95,6 +95,8 @@ struct RouteRuntime {
   // Every wire that may serve a request for it: its backends', canary's and fallbacks'
   // (token quotas reserve the largest output bound among them).
   std::vector<config::Provider> wires;
+  // Those of them whose route does not drop the fields its wires cannot honour (drop_params).
+  std::vector<config::Provider> strict_wires;
 };
 
 struct RoutingTable {

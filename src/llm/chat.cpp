@@ -239,7 +239,7 @@ std::optional<RequestError> check_messages(const json::value& v) {
     // Every message but the assistant's carries content (the assistant's may be null when
     // it calls tools); a tool message answers a tool call by its id.
     const auto* content = m.if_contains("content");
-    if (r != "assistant" && (!content || content->is_null())) {
+    if (r != "assistant" && r != "function" && (!content || content->is_null())) {
       return error(Reason::invalid_request, "'" + path + ".content' is required for a " + std::string(r) + " message",
                    path + ".content");
     }
@@ -476,6 +476,19 @@ std::string_view sv(const json::string& s) { return {s.data(), s.size()}; }
 
 }  // namespace
 
+// The estimate, and the bound: the same formula with each text's bytes.
+// (Saturating: the parts and the fixed overheads are the same in both counts.)
+static void estimate_prompt(const json::object& body, ChatRequest& req) {
+  std::int64_t estimated = 0, bytes = 0;
+  req.prompt_tokens_estimate = prompt_tokens(body, [&](std::string_view t) {
+    const auto n = static_cast<std::int64_t>(tokenizer::estimate(t));
+    estimated = saturating_add(estimated, n);
+    bytes = saturating_add(bytes, static_cast<std::int64_t>(t.size()));
+    return n;
+  });
+  req.prompt_token_bound = saturating_add(req.prompt_tokens_estimate - estimated, bytes);
+}
+
 // ---- parse_chat_request -------------------------------------------------------------
 
 ParseResult parse_chat_request(std::string_view body, const config::Config& cfg) {
@@ -533,21 +546,16 @@ ParseResult parse_chat_request(std::string_view body, const config::Config& cfg)
       break;
     }
   }
-  // The estimate, and the bound: the same formula with each text's bytes.
-  // (Saturating: the parts and the fixed overheads are the same in both counts.)
-  std::int64_t estimated = 0, bytes = 0;
-  req.prompt_tokens_estimate = prompt_tokens(obj, [&](std::string_view t) {
-    const auto n = static_cast<std::int64_t>(tokenizer::estimate(t));
-    estimated = saturating_add(estimated, n);
-    bytes = saturating_add(bytes, static_cast<std::int64_t>(t.size()));
-    return n;
-  });
-  req.prompt_token_bound = saturating_add(req.prompt_tokens_estimate - estimated, bytes);
+  estimate_prompt(obj, req);
   // Move-construct (not assign): assignment between different storages deep-copies, and
   // the body must stay in the request's arena.
   std::destroy_at(&req.body);
   std::construct_at(&req.body, std::move(obj));
   return req;
+}
+
+void recount_prompt(ChatRequest& req) {
+  if (req.task == Task::chat) estimate_prompt(req.body, req);
 }
 
 std::int64_t estimate_tokens(std::string_view text) noexcept {
@@ -928,7 +936,10 @@ UpstreamCall build_ollama_call(const ChatRequest& req, const config::Backend& ba
       }
     }
   }
-  if (const auto* tools = body.if_contains("tools"); tools && tools->is_array()) {
+  // Ollama has no tool_choice: "none" is honoured by leaving the tools out.
+  const auto* choice = body.if_contains("tool_choice");
+  const bool no_tools = choice && choice->is_string() && choice->get_string() == "none";
+  if (const auto* tools = body.if_contains("tools"); tools && tools->is_array() && !no_tools) {
     out += R"(,"tools":)";
     append_value(out, *tools);
   }

@@ -37,6 +37,10 @@ struct ChatRequest {
   std::optional<std::int64_t> max_tokens;  // max_completion_tokens or max_tokens
   std::int64_t prompt_tokens_estimate = 0;
   std::int64_t prompt_token_bound = 0;  // see prompt_token_bound()
+  // What the client API keeps of its request for its answer and its filters, never sent
+  // upstream (the Responses API: the response id, instructions, store,
+  // previous_response_id, the tools as the client wrote them...).
+  boost::json::object extra;
 };
 
 struct RequestError {
@@ -53,6 +57,10 @@ using ParseResult = std::variant<ChatRequest, RequestError>;
 // (option_out_of_range); every key of the "options" object listed in `options` and within
 // range.
 ParseResult parse_chat_request(std::string_view body, const config::Config& cfg);
+
+// Recomputes prompt_tokens_estimate and prompt_token_bound after a change of the body (a
+// filter that adds messages: a stored conversation continued).
+void recount_prompt(ChatRequest& req);
 
 // Token count of a text by the fallback estimator (tokenizer::estimate, cl100k weights;
 // its measured error is in docs/tokenizer.md).

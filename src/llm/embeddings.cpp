@@ -5,6 +5,7 @@
 
 #include <boost/json/monotonic_resource.hpp>
 #include <boost/json/serialize.hpp>
+#include <cmath>
 #include <vector>
 
 #include "common/text.hpp"
@@ -166,12 +167,13 @@ ParseResult parse_embeddings_request(std::string_view body, const config::Config
   each_input(
       *input,
       [&](std::string_view t) {
-        estimate = saturating_add(estimate, static_cast<std::int64_t>(tokenizer::estimate(t)));
-        bound = saturating_add(bound, static_cast<std::int64_t>(t.size()));  // a BPE token is at least a byte
+        estimate = saturating_add(estimate, static_cast<std::int64_t>(tokenizer::estimate(t)) + kEmbeddingInputOverhead);
+        // A BPE, WordPiece or SentencePiece token is at least a byte.
+        bound = saturating_add(bound, static_cast<std::int64_t>(t.size()) + kEmbeddingInputOverhead);
       },
       [&](std::int64_t n) {
-        estimate = saturating_add(estimate, n);
-        bound = saturating_add(bound, n);
+        estimate = saturating_add(estimate, n + kEmbeddingInputOverhead);
+        bound = saturating_add(bound, n + kEmbeddingInputOverhead);
       });
   req.prompt_tokens_estimate = estimate;
   req.prompt_token_bound = bound;
@@ -186,8 +188,11 @@ std::int64_t count_embedding_tokens(const ChatRequest& req, const tokenizer::Cou
   const auto* input = req.body.if_contains("input");
   if (!input) return 0;
   each_input(
-      *input, [&](std::string_view t) { n = saturating_add(n, static_cast<std::int64_t>(counter.count(t, encoding))); },
-      [&](std::int64_t ids) { n = saturating_add(n, ids); });
+      *input,
+      [&](std::string_view t) {
+        n = saturating_add(n, static_cast<std::int64_t>(counter.count(t, encoding)) + kEmbeddingInputOverhead);
+      },
+      [&](std::int64_t ids) { n = saturating_add(n, ids + kEmbeddingInputOverhead); });
   return n;
 }
 
@@ -256,6 +261,11 @@ std::optional<Completion> translate_ollama_embeddings(std::string_view upstream_
     return std::nullopt;
   }
   const bool b64 = wants_base64(req);
+  // One vector per input, all of one length.
+  std::size_t inputs = 0;
+  if (const auto* input = req.body.if_contains("input")) each_input(*input, [&](std::string_view) { ++inputs; }, [&](std::int64_t) { ++inputs; });
+  if (vectors.size() != inputs) return std::nullopt;
+  std::size_t dims = 0;
   Completion c;
   c.usage.completion_tokens = 0;
   std::int64_t n = 0;
@@ -268,6 +278,8 @@ std::optional<Completion> translate_ollama_embeddings(std::string_view upstream_
   for (simdjson::dom::element v : vectors) {
     simdjson::dom::array values;
     if (v.get_array().get(values) != simdjson::SUCCESS) return std::nullopt;
+    if (index == 0) dims = values.size();
+    if (values.size() != dims) return std::nullopt;
     if (index) out += ',';
     out += R"({"object":"embedding","index":)";
     out += std::to_string(index++);
@@ -276,7 +288,7 @@ std::optional<Completion> translate_ollama_embeddings(std::string_view upstream_
       floats.clear();
       for (simdjson::dom::element x : values) {
         double d = 0;
-        if (x.get_double().get(d) != simdjson::SUCCESS) return std::nullopt;
+        if (x.get_double().get(d) != simdjson::SUCCESS || !std::isfinite(static_cast<float>(d))) return std::nullopt;
         floats.push_back(static_cast<float>(d));
       }
       out += '"';
@@ -284,7 +296,8 @@ std::optional<Completion> translate_ollama_embeddings(std::string_view upstream_
       out += '"';
     } else {
       for (simdjson::dom::element x : values) {
-        if (!x.is_number()) return std::nullopt;
+        double d = 0;
+        if (x.get_double().get(d) != simdjson::SUCCESS || !std::isfinite(static_cast<float>(d))) return std::nullopt;
       }
       out += simdjson::minify(values);  // the numbers as the upstream wrote them
     }

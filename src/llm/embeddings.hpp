@@ -2,6 +2,7 @@
 // Embeddings as an internal request (llm::ChatRequest with task embed): parsed and checked
 // against OpenAI's CreateEmbeddingRequest, counted for quotas, sent to an OpenAI-compatible
 // upstream as is or to Ollama's /api/embed, and answered in OpenAI's shape. No I/O here.
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -12,15 +13,21 @@ namespace sluice::llm {
 
 // Inputs per request (OpenAI's limit for one request).
 inline constexpr std::size_t kMaxEmbeddingInputs = 2048;
+// Tokens an embedding model may add to each input beyond its text: BERT-style models add
+// [CLS] and [SEP], others a BOS/EOS pair or an instruction prefix. Counted in the
+// reservation's bound and in the exact count, so a quota holds whatever the model adds.
+inline constexpr std::int64_t kEmbeddingInputOverhead = 8;
 
 // A CreateEmbeddingRequest: model (a non-empty string); input (a non-empty string, an array
 // of 1..2048 non-empty strings, an array of token ids, or an array of such arrays);
 // encoding_format "float" or "base64"; dimensions an integer >= 1; user a string. Other
 // fields are refused as unknown (option_not_allowed). The prompt estimate and bound count
-// the strings (estimator, bytes) and the token ids (one each).
+// the strings (estimator, bytes) and the token ids (one each), plus
+// kEmbeddingInputOverhead per input.
 ParseResult parse_embeddings_request(std::string_view body, const config::Config& cfg);
 
-// The input's tokens: each string counted with `counter`, each token id one.
+// The input's tokens: each string counted with `counter`, each token id one, plus
+// kEmbeddingInputOverhead per input (an upper bound of what the upstream charges).
 std::int64_t count_embedding_tokens(const ChatRequest& req, const tokenizer::Counter& counter,
                                     tokenizer::Encoding encoding);
 
@@ -30,7 +37,7 @@ std::optional<RequestError> embeddings_unsupported(const ChatRequest& req, confi
 
 // OpenAI-compatible: POST <prefix>/v1/embeddings with the real model; the rest as sent.
 UpstreamCall build_openai_embeddings_call(const ChatRequest& req, const config::Backend& backend);
-// Ollama: POST <prefix>/api/embed {model, input, dimensions?, options?, keep_alive?, truncate}.
+// Ollama: POST <prefix>/api/embed {model, input, dimensions?}.
 UpstreamCall build_ollama_embeddings_call(const ChatRequest& req, const config::Backend& backend);
 
 // An OpenAI embeddings answer (a list with a data array): passed through; usage read from
@@ -38,7 +45,8 @@ UpstreamCall build_ollama_embeddings_call(const ChatRequest& req, const config::
 std::optional<Completion> read_openai_embeddings(std::string upstream_body);
 // Ollama's {"embeddings":[[...]...],"prompt_eval_count":N} -> OpenAI's list, model = the
 // client's alias; each vector as floats, or with encoding_format base64 as the base64 of
-// its float32 little-endian bytes. nullopt for anything else.
+// its float32 little-endian bytes. nullopt for anything else: not one vector per input,
+// vectors of different lengths, a value that is not a finite float32.
 std::optional<Completion> translate_ollama_embeddings(std::string_view upstream_body, const ChatRequest& req);
 
 }  // namespace sluice::llm

@@ -107,17 +107,23 @@ class OpenAiStream final : public StreamTranslator {
     if (has_usage && !has_choices && !include_usage_) return;
     // For the same reason an upstream marks every other chunk "usage": null; a client that
     // did not ask gets chunks without the field, as the spec has them. (Compact JSON, as
-    // OpenAI and the simulator write it: inside a string a quote is escaped, so the bytes
-    // below can only be the member itself.)
+    // OpenAI and the simulator write it; an object's first or last bytes can only be its
+    // own member.)
+    // Only the top-level member is taken: the last (where OpenAI writes it) or the first.
     if (null_usage_ && !include_usage_ && ev.event.empty() && ev.data.find('\n') == std::string_view::npos) {
-      for (std::string_view member : {std::string_view(R"(,"usage":null)"), std::string_view(R"("usage":null,)")}) {
-        if (const auto at = ev.data.find(member); at != std::string_view::npos) {
-          out += "data: ";
-          out += ev.data.substr(0, at);
-          out += ev.data.substr(at + member.size());
-          out += "\n\n";
-          return;
+      static constexpr std::string_view kLast = R"(,"usage":null})", kFirst = R"({"usage":null,)";
+      const std::string_view d = ev.data;
+      if (d.ends_with(kLast) || d.starts_with(kFirst)) {
+        out += "data: ";
+        if (d.ends_with(kLast)) {
+          out += d.substr(0, d.size() - kLast.size());
+          out += '}';
+        } else {
+          out += '{';
+          out += d.substr(kFirst.size());
         }
+        out += "\n\n";
+        return;
       }
     }
     emit(out, ev);

@@ -39,6 +39,36 @@ bool forcing_tool_choice(const json::value* v) {
   return true;
 }
 
+// A number other than its default (0 for the penalties, top_logprobs).
+bool nonzero(const json::value* v) {
+  return v && v->is_number() && v->to_number<double>() != 0;
+}
+
+// A tool_choice object only chat's tools API has (allowed_tools, custom).
+bool chat_only_tool_choice(const json::value* v) {
+  if (!v || !v->is_object()) return false;
+  const auto* t = v->get_object().if_contains("type");
+  return !(t && t->is_string() && t->get_string() == "function");
+}
+
+// Tools other than functions (custom tools).
+bool non_function_tools(const json::value* v) {
+  if (!v || !v->is_array()) return false;
+  for (const auto& t : v->get_array()) {
+    const auto* o = t.if_object();
+    const auto* type = o ? o->if_contains("type") : nullptr;
+    if (!type || !type->is_string() || type->get_string() != "function") return true;
+  }
+  return false;
+}
+
+// functions with a function_call that uses them (none alone changes nothing).
+bool uses_functions(const json::object& b) {
+  if (set(b.if_contains("functions"))) return true;
+  const auto* fc = b.if_contains("function_call");
+  return fc && !fc->is_null() && !(fc->is_string() && fc->get_string() == "none");
+}
+
 struct Rule {
   std::string_view field;
   bool (*applies)(const json::object& body);  // the field is set in a way the wire cannot honour
@@ -51,7 +81,7 @@ struct Rule {
 constexpr Rule kNotTranslated[] = {
     {"n", [](const json::object& b) { return more_than_one(b.if_contains("n")); }, "one choice only (n > 1)"},
     {"logprobs", [](const json::object& b) { return truthy(b.if_contains("logprobs")); }, "no log probabilities"},
-    {"top_logprobs", SLUICE_FIELD("top_logprobs"), "no log probabilities"},
+    {"top_logprobs", [](const json::object& b) { return nonzero(b.if_contains("top_logprobs")); }, "no log probabilities"},
     {"logit_bias", [](const json::object& b) { return non_empty_object(b.if_contains("logit_bias")); }, "no logit bias"},
     {"audio", SLUICE_FIELD("audio"), "no audio output"},
     {"modalities", [](const json::object& b) { return asks_audio(b.if_contains("modalities")); }, "no audio output"},
@@ -60,22 +90,33 @@ constexpr Rule kNotTranslated[] = {
     {"reasoning_effort", SLUICE_FIELD("reasoning_effort"), "no reasoning effort setting"},
     {"verbosity", SLUICE_FIELD("verbosity"), "no verbosity setting"},
     {"moderation", SLUICE_FIELD("moderation"), "no moderation"},
-    {"functions", SLUICE_FIELD("functions"), "the deprecated functions API is not translated (use tools)"},
-    {"function_call", SLUICE_FIELD("function_call"), "the deprecated functions API is not translated (use tool_choice)"},
+    {"functions", uses_functions, "the deprecated functions API is not translated (use tools)"},
+    {"tools", [](const json::object& b) { return non_function_tools(b.if_contains("tools")); }, "function tools only"},
+    {"tool_choice", [](const json::object& b) { return chat_only_tool_choice(b.if_contains("tool_choice")); },
+     "no allowed_tools or custom tool choice"},
 };
 
 // Ollama: sampling, stop, max_tokens, response_format, tools and its own options are
-// translated; it has no tool_choice (auto is its behaviour, none leaves tools out).
+// translated; it has no tool_choice (auto is its behaviour, none leaves the tools out) and
+// no way to keep the model to one tool call.
 constexpr Rule kOllamaOnly[] = {
     {"tool_choice", [](const json::object& b) { return forcing_tool_choice(b.if_contains("tool_choice")); },
      "no forced tool choice"},
+    {"parallel_tool_calls",
+     [](const json::object& b) {
+       const auto* p = b.if_contains("parallel_tool_calls");
+       return p && p->is_bool() && !p->get_bool();
+     },
+     "no way to keep it to one tool call"},
 };
 
 // Anthropic: temperature, top_p, stop, user, max_tokens, tools, tool_choice and
 // parallel_tool_calls are translated.
 constexpr Rule kAnthropicOnly[] = {
-    {"presence_penalty", SLUICE_FIELD("presence_penalty"), "no presence penalty"},
-    {"frequency_penalty", SLUICE_FIELD("frequency_penalty"), "no frequency penalty"},
+    {"presence_penalty", [](const json::object& b) { return nonzero(b.if_contains("presence_penalty")); },
+     "no presence penalty"},
+    {"frequency_penalty", [](const json::object& b) { return nonzero(b.if_contains("frequency_penalty")); },
+     "no frequency penalty"},
     {"seed", SLUICE_FIELD("seed"), "no seed"},
     {"response_format",
      [](const json::object& b) {

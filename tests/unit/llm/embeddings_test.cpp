@@ -109,8 +109,10 @@ TEST(EmbeddingsRequest, TheBoundCoversTheCountAndNothingIsReservedForOutput) {
   const auto counter = tokenizer::Counter::load_dir(test::rank_dir(), &warnings);
   const auto r = ok(R"({"model":"e","input":["the cat sat on the mat","ünïcödé 文字 text"]})");
   const auto exact = count_prompt_tokens(r, counter, tokenizer::Encoding::cl100k_base);
+  // Each input's text, and what a model may add to each (special tokens): an upper bound.
   EXPECT_EQ(exact, static_cast<std::int64_t>(counter.count("the cat sat on the mat", tokenizer::Encoding::cl100k_base) +
-                                             counter.count("ünïcödé 文字 text", tokenizer::Encoding::cl100k_base)));
+                                             counter.count("ünïcödé 文字 text", tokenizer::Encoding::cl100k_base)) +
+                       2 * kEmbeddingInputOverhead);
   EXPECT_GE(prompt_token_bound(r), exact);
   const config::Provider wires[] = {config::Provider::openai, config::Provider::ollama};
   const auto res = reservation(r, wires, cfg(), &counter);
@@ -118,8 +120,13 @@ TEST(EmbeddingsRequest, TheBoundCoversTheCountAndNothingIsReservedForOutput) {
   EXPECT_EQ(res.output, 0);
   // Token ids count one each.
   const auto ids = ok(R"({"model":"e","input":[[1,2,3],[4,5]]})");
-  EXPECT_EQ(count_prompt_tokens(ids, counter, tokenizer::Encoding::cl100k_base), 5);
-  EXPECT_EQ(prompt_token_bound(ids), 5);
+  EXPECT_EQ(count_prompt_tokens(ids, counter, tokenizer::Encoding::cl100k_base), 5 + 2 * kEmbeddingInputOverhead);
+  EXPECT_EQ(prompt_token_bound(ids), 5 + 2 * kEmbeddingInputOverhead);
+  // A BERT-style model charges each input's bytes and two special tokens: within the bound.
+  std::string many = R"({"model":"e","input":[)";
+  for (int i = 0; i < 2048; ++i) many += i ? R"(,"a")" : R"("a")";
+  many += "]}";
+  EXPECT_GE(prompt_token_bound(ok(many)), 2048 * (1 + 2));
 }
 
 TEST(EmbeddingsRequest, WiresThatCannotServeItSaySoAndWhy) {
@@ -206,6 +213,13 @@ TEST(EmbeddingsAnswer, OllamaBecomesOpenAisListAsFloatsOrBase64) {
   EXPECT_FLOAT_EQ(f[2], 1e-3f);
 
   EXPECT_FALSE(read_answer(config::Provider::ollama, R"({"embeddings":[["x"]]})", ok(R"({"model":"a","input":"x"})"), "r"));
+  // Not one vector per input, vectors of two lengths, a value beyond float32: not an answer.
+  const auto two = ok(R"({"model":"a","input":["x","y"]})");
+  EXPECT_FALSE(read_answer(config::Provider::ollama, R"({"embeddings":[[1,2]]})", two, "r"));
+  EXPECT_FALSE(read_answer(config::Provider::ollama, R"({"embeddings":[[1,2],[1,2],[1,2]]})", two, "r"));
+  EXPECT_FALSE(read_answer(config::Provider::ollama, R"({"embeddings":[[1,2],[1]]})", two, "r"));
+  EXPECT_FALSE(read_answer(config::Provider::ollama, R"({"embeddings":[[1,2],[1,1e39]]})", two, "r"));
+  EXPECT_TRUE(read_answer(config::Provider::ollama, R"({"embeddings":[[1,2],[3,4]]})", two, "r"));
   EXPECT_FALSE(read_answer(config::Provider::ollama, R"({"embedding":[1]})", ok(R"({"model":"a","input":"x"})"), "r"));
 }
 

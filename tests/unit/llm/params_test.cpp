@@ -113,6 +113,13 @@ TEST(ParamPolicy, FieldsAnUpstreamCannotHonourAreNamedPerWire) {
       {R"("tool_choice":"auto")", false, false},
       {R"("seed":3)", false, true},
       {R"("frequency_penalty":0.5)", false, true},
+      // Defaults change nothing: what SDKs and frameworks send on every request passes.
+      {R"("presence_penalty":0,"frequency_penalty":0,"n":1,"top_p":1,"logprobs":false,"top_logprobs":0)", false, false},
+      {R"("function_call":"none")", false, false},
+      {R"("tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[]}})", true, true},
+      {R"("tools":[{"type":"custom","custom":{"name":"c"}}])", true, true},
+      {R"("parallel_tool_calls":false)", true, false},
+      {R"("parallel_tool_calls":true)", false, false},
       {R"("response_format":{"type":"json_object"})", false, true},
       {R"("response_format":{"type":"text"})", false, false},
       // Fields that change nothing of the answer are left out quietly.
@@ -134,6 +141,26 @@ TEST(ParamPolicy, FieldsAnUpstreamCannotHonourAreNamedPerWire) {
     // A route that drops such fields serves the request.
     EXPECT_FALSE(unsupported(req, Provider::ollama, /*drop_fields=*/true)) << c.extra;
   }
+}
+
+}  // namespace
+
+namespace {
+
+// Ollama has no tool_choice: "none" is honoured by sending no tools.
+TEST(ParamPolicy, OllamaToolChoiceNoneSendsNoTools) {
+  config::Backend b;
+  b.model = "llama";
+  const auto tools = R"("tools":[{"type":"function","function":{"name":"f","parameters":{}}}])";
+  const auto none = build_call(config::Provider::ollama, ok(with(std::string(tools) + R"(,"tool_choice":"none")")), b);
+  EXPECT_EQ(none.body.find("\"tools\""), std::string::npos) << none.body;
+  const auto aut = build_call(config::Provider::ollama, ok(with(std::string(tools) + R"(,"tool_choice":"auto")")), b);
+  EXPECT_NE(aut.body.find("\"tools\""), std::string::npos) << aut.body;
+}
+
+// A function message's content may be null (the spec marks it nullable).
+TEST(ParamPolicy, FunctionMessageContentMayBeNull) {
+  EXPECT_FALSE(refusal(with("", R"([{"role":"user","content":"q"},{"role":"function","name":"f","content":null}])")));
 }
 
 }  // namespace

@@ -130,6 +130,14 @@ TEST(OpenAiStream, NullUsageMemberGoesWhereverItIsAndOnlyIt) {
   ASSERT_TRUE(t->feed(sse({first, text, "[DONE]"}), out)) << t->error() << out;
   EXPECT_EQ(out, sse({R"({"id":"c","choices":[{"index":0,"delta":{"content":"a"}}]})",
                       R"({"id":"c","choices":[{"index":0,"delta":{"content":"x\",\"usage\":null"}}]})", "[DONE]"}));
+  // A nested member of the same bytes stays; the chunk passes as it came.
+  std::string nested_out;
+  const std::string nested = R"({"choices":[{"index":0,"x":{"a":1,"usage":null},"delta":{"content":"b"}}],"o":{"usage":null}})";
+  ASSERT_TRUE(t->feed(sse({nested}), nested_out));
+  EXPECT_EQ(nested_out, "");  // (after [DONE] nothing is relayed)
+  auto t2 = make_openai_stream(request(true, false));
+  ASSERT_TRUE(t2->feed(sse({nested}), nested_out));
+  EXPECT_EQ(nested_out, sse({nested}));
 }
 
 TEST(OpenAiStream, TruncatedStream) {

@@ -1,0 +1,43 @@
+#pragma once
+// OpenAI's Responses API as a client API (POST /v1/responses): a CreateResponse request is
+// turned into the equivalent chat request (instructions a system message, input items
+// messages, function tools chat tools, function calls and their outputs assistant
+// tool_calls and tool messages); the answer comes back as a Response object, or as the
+// Responses stream events. Stored responses and previous_response_id are the conversations
+// filter's (filters/conversations.cpp). No I/O here; public for the tests and fuzzing.
+#include <memory>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+
+#include "llm/chat.hpp"
+
+namespace sluice::api {
+
+// A CreateResponse body -> the chat body (JSON) and what the answer echoes (`extra`: id,
+// instructions, store, previous_response_id, metadata, tools, tool_choice, text...).
+// Fields the gateway cannot honour (background, conversation, prompt templates, tools
+// other than functions, input files...) are refused naming the field.
+struct ResponsesConversion {
+  std::string chat;
+  boost::json::object extra;
+};
+std::variant<ResponsesConversion, llm::RequestError> responses_to_chat(std::string_view body);
+
+// A chat.completion body -> the Response object (JSON text).
+std::string chat_to_response(const llm::Completion& done, const llm::ChatRequest& req);
+
+// Wraps a translator of chat.completion.chunk frames into the Responses events
+// (response.created, response.in_progress, output items and their deltas,
+// response.completed or response.incomplete, or an error event).
+std::unique_ptr<llm::StreamTranslator> make_responses_output(std::unique_ptr<llm::StreamTranslator> inner,
+                                                             const llm::ChatRequest& req);
+
+// A Response object's output items -> the chat messages that continue the conversation
+// (an assistant message with its text and tool calls). Empty when there is none.
+boost::json::array response_output_messages(const boost::json::object& response);
+
+}  // namespace sluice::api
