@@ -230,18 +230,16 @@ json::object response_object(const llm::ChatRequest& req, std::string_view statu
   r["tools"] = echo(req, "tools", json::array{});
   r["top_p"] = echo(req, "top_p", 1.0);
   r["truncation"] = echo(req, "truncation", "disabled");
-  r["user"] = echo(req, "user", nullptr);
+  if (const auto* u = extra_field(req, "user"); u && u->is_string()) r["user"] = *u;
   if (usage) {
     const std::int64_t in = usage->prompt_tokens >= 0 ? usage->prompt_tokens : req.prompt_tokens_estimate;
     const std::int64_t out = usage->completion_tokens >= 0 ? usage->completion_tokens : output_fallback;
     r["usage"] = json::object{{"input_tokens", in},
-                              {"input_tokens_details", json::object{{"cached_tokens", 0}}},
+                              {"input_tokens_details", json::object{{"cached_tokens", 0}, {"cache_write_tokens", 0}}},
                               {"output_tokens", out},
                               {"output_tokens_details", json::object{{"reasoning_tokens", 0}}},
                               {"total_tokens", in + out}};
-  } else {
-    r["usage"] = nullptr;
-  }
+  }  // (while in progress it has none: the field is left out, it is not nullable)
   return r;
 }
 
@@ -403,8 +401,14 @@ class ResponsesOutput final : public ChunkReencoder {
     const llm::Usage usage = inner().usage();
     auto response = response_object(req_, cut ? "incomplete" : "completed", std::move(output), &usage,
                                     inner().relayed_tokens());
+    final_ = json::serialize(response);
     send(out, cut ? "response.incomplete" : "response.completed", {{"response", std::move(response)}});
   }
+
+ public:
+  std::string final_answer() const override { return final_; }
+
+ private:
 
   const llm::ChatRequest& req_;
   std::int64_t seq_ = 0;
@@ -414,6 +418,7 @@ class ResponsesOutput final : public ChunkReencoder {
   std::string text_;
   std::map<std::int64_t, Call> calls_;  // by the chunks' tool call index
   std::vector<json::value> items_;      // the output items by output index (null while open)
+  std::string final_;                   // the completed Response object
 };
 
 class Responses final : public OpenAiCodec {
@@ -540,6 +545,16 @@ std::variant<ResponsesConversion, RequestError> responses_to_chat(std::string_vi
     return bad("'input' must hold at least one message", "input");
   }
   chat["messages"] = std::move(messages);
+  // This request's input as items (GET /v1/responses/{id}/input_items).
+  json::array items;
+  if (const auto* input = in.if_contains("input"); input && input->is_string()) {
+    items.push_back(json::object{{"type", "message"},
+                                 {"role", "user"},
+                                 {"content", json::array{json::object{{"type", "input_text"}, {"text", *input}}}}});
+  } else if (input && input->is_array()) {
+    items = input->get_array();
+  }
+  out.extra["input_items"] = std::move(items);
   out.extra["id"] = "resp_" + new_request_id();
   out.extra["created_at"] = unix_now();
   out.chat = json::serialize(chat);
@@ -618,6 +633,37 @@ json::array response_output_messages(const json::object& response) {
   if (!calls.empty()) m["tool_calls"] = std::move(calls);
   messages.push_back(std::move(m));
   return messages;
+}
+
+std::string input_item_list(std::string_view items_json, std::string_view response_id) {
+  boost::system::error_code ec;
+  json::value v = llm::detail::parse_json(items_json, ec);
+  json::array data;
+  if (!ec && v.is_array()) {
+    std::string_view suffix = response_id;
+    if (suffix.starts_with("resp_")) suffix.remove_prefix(5);
+    std::size_t i = 0;
+    for (auto& item : v.as_array()) {
+      auto* o = item.if_object();
+      if (!o) continue;
+      json::object it = *o;
+      if (!it.contains("type")) it["type"] = "message";
+      if (!it.contains("id")) it["id"] = "item_" + std::string(suffix) + "_" + std::to_string(i);
+      if (it["type"] == "message") {
+        if (!it.contains("status")) it["status"] = "completed";
+        if (auto* c = it.if_contains("content"); c && c->is_string()) {
+          *c = json::array{json::object{{"type", "input_text"}, {"text", *c}}};
+        }
+      }
+      data.push_back(std::move(it));
+      ++i;
+    }
+  }
+  json::object list{{"object", "list"}, {"has_more", false}};
+  list["first_id"] = data.empty() ? json::value(nullptr) : data.front().as_object().at("id");
+  list["last_id"] = data.empty() ? json::value(nullptr) : data.back().as_object().at("id");
+  list["data"] = std::move(data);
+  return json::serialize(list);
 }
 
 const Codec& openai_responses() noexcept {

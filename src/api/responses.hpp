@@ -40,4 +40,8 @@ std::unique_ptr<llm::StreamTranslator> make_responses_output(std::unique_ptr<llm
 // (an assistant message with its text and tool calls). Empty when there is none.
 boost::json::array response_output_messages(const boost::json::object& response);
 
+// A stored response's input items (JSON array) as GET .../input_items answers them: a list
+// whose items have an id and a type, message content as parts.
+std::string input_item_list(std::string_view items_json, std::string_view response_id);
+
 }  // namespace sluice::api

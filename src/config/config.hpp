@@ -41,6 +41,7 @@ struct Config {
   int max_messages = 0;  // a chat request's messages, system messages aside; 0 = no cap
   Timeouts timeouts;
   Cors cors;
+  ResponsesStore responses;
   std::string access_log = "-";  // "-" = stdout, "" = off, else a file path
   // /metrics and /infra show backends, routes and the database's place: on the main
   // listener they need an admin key, unless public_status; an admin listener (a port of

@@ -37,4 +37,11 @@ struct Cors {
   }
 };
 
+// Stored responses of the Responses API (store, previous_response_id): kept in memory on
+// this instance, the oldest dropped first beyond max_bytes.
+struct ResponsesStore {
+  Millis ttl{24 * 3600 * 1000};
+  std::size_t max_bytes = 64 << 20;
+};
+
 }  // namespace sluice::config

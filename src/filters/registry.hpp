@@ -13,6 +13,9 @@ class Gate;
 namespace sluice::tokenizer {
 class Counter;
 }
+namespace sluice::api {
+class ConversationStore;
+}
 
 namespace sluice::filters {
 
@@ -22,6 +25,7 @@ struct Deps {
   limits::Gate* gate = nullptr;              // shared by the workers; null when off
   const tokenizer::Counter* tokens = nullptr;
   bool count_prompts = false;  // token quotas apply: count prompts exactly when a bound is refused
+  api::ConversationStore* conversations = nullptr;  // stored responses (Responses API)
 };
 
 // A worker's chain: every filter whose policy is configured, in the order of the list.

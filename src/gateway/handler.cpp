@@ -7,6 +7,7 @@
 #include <random>
 
 #include "api/codec.hpp"
+#include "api/responses.hpp"
 #include "common/ids.hpp"
 #include "common/reason.hpp"
 #include "common/text.hpp"
@@ -68,6 +69,7 @@ struct Context {
   // every path that is not a client API's.
   const api::Codec* codec = &api::openai_chat();
   tokenizer::Encoding encoding = tokenizer::Encoding::cl100k_base;  // the route's, for counting tokens
+  std::string answer;  // the client's whole answer, kept only when a filter reads it (Phase::answer)
 };
 
 // The outcome of relaying one upstream answer.
@@ -111,7 +113,12 @@ class WorkerHandler {
     if (g.limiter && g.limiter->active()) limiter_ = g.limiter->make_worker(ex);
     if (g.metrics) metrics_ = &g.metrics->add_worker();
     chain_ = std::make_shared<const filters::Chain>(filters::make_chain(
-        {.cfg = cfg_, .limiter = limiter_.get(), .gate = g.gate, .tokens = &g.tokens, .count_prompts = g.count_prompts}));
+        {.cfg = cfg_,
+         .limiter = limiter_.get(),
+         .gate = g.gate,
+         .tokens = &g.tokens,
+         .count_prompts = g.count_prompts,
+         .conversations = g.conversations}));
   }
 
   awaitable<void> handle(http::Exchange& ex) {
@@ -241,6 +248,15 @@ class WorkerHandler {
       } else {
         ctx.rec.to_sinks = false;
         co_await history_query(ex, ctx, path == "/history/stats");
+      }
+    } else if (path.starts_with("/v1/responses/")) {
+      ctx.rec.to_sinks = false;  // a read of what was stored (the access log keeps the line)
+      if (method != "GET" && method != "HEAD" && method != "DELETE") {
+        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET or DELETE for " + std::string(path));
+      } else if (auto denied = authenticate(ex, ctx)) {
+        co_await auth_failure(ex, ctx, *denied);
+      } else {
+        co_await stored_response(ex, ctx, path.substr(std::string_view("/v1/responses/").size()), method);
       }
     } else if (path == "/v1/models" || path.starts_with("/v1/models/")) {
       if (!req.header("anthropic-version").empty()) ctx.codec = &api::anthropic_messages();  // an Anthropic SDK
@@ -465,6 +481,41 @@ class WorkerHandler {
     co_await ex.reply(json_reply(200, std::move(body), ctx));
   }
 
+  // GET /v1/responses/{id}, DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items:
+  // the tenant's stored responses (filters/conversations.cpp stores them).
+  awaitable<void> stored_response(http::Exchange& ex, Context& ctx, std::string_view rest, std::string_view method) {
+    std::string_view id = rest;
+    bool items = false;
+    if (const auto slash = rest.find('/'); slash != std::string_view::npos) {
+      items = rest.substr(slash) == "/input_items";
+      id = rest.substr(0, slash);
+      if (!items || method == "DELETE") {
+        co_await local_reply(ex, ctx, Reason::not_found, "no route for " + std::string(method) + " " +
+                                                             recorded_text(ex.request().path()));
+        co_return;
+      }
+    }
+    std::optional<api::StoredResponse> stored;
+    if (g_.conversations && !id.empty()) stored = g_.conversations->get(ctx.key->tenant, id);
+    if (!stored) {
+      co_await local_reply(ex, ctx, Reason::not_found, "response '" + recorded_text(id) + "' was not found", "response_id");
+      co_return;
+    }
+    std::string body;
+    if (method == "DELETE") {
+      g_.conversations->erase(ctx.key->tenant, id);
+      body = R"({"id":)";
+      append_json_string(body, id);
+      body += R"(,"object":"response","deleted":true})";
+    } else if (items) {
+      body = api::input_item_list(stored->input_items, id);
+    } else {
+      body = std::move(stored->response);
+    }
+    ctx.rec.status = 200;
+    co_await ex.reply(json_reply(200, std::move(body), ctx));
+  }
+
   // Phases 4..13 for a generation (any client API: its codec decodes the request).
   awaitable<void> generate(http::Exchange& ex, Context& ctx) {
     // Parse and validate, into the internal (chat-completions) form.
@@ -517,7 +568,8 @@ class WorkerHandler {
                             .ex = ex,
                             .route = {.config = rr.route, .wires = rr.wires, .strict_wires = rr.strict_wires, .encoding = rr.encoding},
                             .reply_headers = ctx.headers,
-                            .rec = ctx.rec};
+                            .rec = ctx.rec,
+                            .answer = &ctx.answer};
   }
 
   // One phase of the chain; false when a filter ended the request. Its end hooks then run
@@ -1048,6 +1100,7 @@ class WorkerHandler {
     }
     ctx.rec.status = 200;
     std::string body = ctx.codec->answer(*done, creq, ctx.request_id);
+    if (chain_->wants_answer()) ctx.answer = body;
     http::Response r = json_reply(200, std::move(body), ctx);
     if (!co_await ex.reply(std::move(r))) ctx.rec.client_cancelled = true;
     co_return std::nullopt;
@@ -1178,6 +1231,7 @@ class WorkerHandler {
     ex.set_write_timeout(std::min<Ms>(to.client_write, left_until(deadline) + kEndGrace));
     if (relay.reason == Reason::ok) {
       ctx.rec.status = 200;
+      if (chain_->wants_answer()) ctx.answer = translator->final_answer();
       if (!ex.started()) co_await begin();  // an empty but well-formed stream
       if (!co_await ex.end_stream()) ctx.rec.client_cancelled = true;
       co_return std::nullopt;

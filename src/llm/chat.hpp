@@ -201,6 +201,9 @@ class StreamTranslator {
   }
   // The tokens of the output relayed so far (with a counter), else the content chunks.
   virtual std::int64_t relayed_tokens() const;
+  // The whole answer the stream amounted to, in the client's form, once it ended well
+  // (the Responses API's final Response object); empty when the API has none.
+  virtual std::string final_answer() const { return {}; }
   static constexpr std::size_t kRelayedFoldBytes = 4096;
 
  protected:

@@ -102,6 +102,20 @@ const Table<Cors>& cors_table() {
   return t;
 }
 
+const Table<ResponsesStore>& responses_table() {
+  static const Table<ResponsesStore> t{
+      "responses",
+      {
+          duration("ttl", &ResponsesStore::ttl, Millis{1000},
+                   "How long a stored response (`store`, the default) can be read back or continued with "
+                   "`previous_response_id`."),
+          integer("max_bytes", &ResponsesStore::max_bytes, 0, kMaxI64,
+                  "Memory the stored responses may hold on this instance; beyond it the oldest go first. 0 = none "
+                  "are kept (`store` is then ignored)."),
+      }};
+  return t;
+}
+
 const Table<Config>& admin_table() {
   static const Table<Config> t{
       "admin",
@@ -159,6 +173,8 @@ const Table<Config>& root_table() {
           group("limits", limits_table(), "Size limits and connection caps."),
           section("timeouts", &Config::timeouts, timeouts_table(), "Timeouts, all durations."),
           section("cors", &Config::cors, cors_table(), "Browser clients on other origins; off by default."),
+          section("responses", &Config::responses, responses_table(),
+                  "Stored responses of the Responses API (`POST /v1/responses` with `store`)."),
           custom<Config>("access_log", "string", "`\"-\"`",
                          "`\"-\"` = stdout, `\"\"` = off, anything else is a file path (used as given, not relative "
                          "to the config file).",
@@ -309,6 +325,7 @@ void server_reference(std::vector<TableDoc>& out) {
   out.push_back(limits_table().doc());
   out.push_back(timeouts_table().doc());
   out.push_back(cors_table().doc());
+  out.push_back(responses_table().doc());
   out.push_back(admin_table().doc());
 }
 

@@ -1,0 +1,248 @@
+// POST /v1/responses through the gateway, translated to chat completions: the official
+// openai SDK (whole and streamed, function tools), the Vercel AI SDK (its default
+// `openai(model)` speaks the Responses API), stored responses continued with
+// previous_response_id, read back and deleted, per tenant; every body and event checked
+// against OpenAI's schemas.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import OpenAI from 'openai';
+import { createOpenAI } from '@ai-sdk/openai';
+import { generateText, streamText } from 'ai';
+
+import { KEY, request, simText, startGateway, startRecorder } from './lib.mjs';
+import { assertValid } from './openai_schema.mjs';
+
+const OTHER = 'sk-other-tenant-5555666677778888';
+let gw;
+let upstream;
+
+// An OpenAI-compatible upstream that calls the tool `weather` when tools are offered and
+// the last message is the user's; else it answers with text.
+function toolUpstream(req, res, json) {
+  const last = json?.messages?.at(-1);
+  const call = json?.tools?.length && last?.role === 'user';
+  const usage = { prompt_tokens: 11, completion_tokens: 4, total_tokens: 15 };
+  const message = call
+    ? { role: 'assistant', content: null, tool_calls: [{ id: 'call_w1', type: 'function', function: { name: 'weather', arguments: '{"city":"Paris"}' } }] }
+    : { role: 'assistant', content: 'It is sunny.' };
+  const finish = call ? 'tool_calls' : 'stop';
+  if (!json?.stream) {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ id: 'chatcmpl-t', object: 'chat.completion', created: 1, model: json.model, choices: [{ index: 0, message, finish_reason: finish, logprobs: null }], usage }));
+    return true;
+  }
+  res.writeHead(200, { 'content-type': 'text/event-stream' });
+  const chunk = (delta, finish_reason = null, extra = {}) =>
+    res.write(`data: ${JSON.stringify({ id: 'chatcmpl-t', object: 'chat.completion.chunk', created: 1, model: json.model, choices: [{ index: 0, delta, finish_reason }], ...extra })}\n\n`);
+  if (call) {
+    chunk({ role: 'assistant', tool_calls: [{ index: 0, id: 'call_w1', type: 'function', function: { name: 'weather', arguments: '' } }] });
+    chunk({ tool_calls: [{ index: 0, function: { arguments: '{"city":' } }] });
+    chunk({ tool_calls: [{ index: 0, function: { arguments: '"Paris"}' } }] });
+  } else {
+    chunk({ role: 'assistant', content: 'It is ' });
+    chunk({ content: 'sunny.' });
+  }
+  chunk({}, finish);
+  res.write(`data: ${JSON.stringify({ id: 'chatcmpl-t', object: 'chat.completion.chunk', created: 1, model: json.model, choices: [], usage })}\n\n`);
+  res.end('data: [DONE]\n\n');
+  return true;
+}
+
+before(async () => {
+  upstream = await startRecorder(toolUpstream);
+  gw = await startGateway({
+    instance: 'it-responses',
+    keys: [
+      { name: 'app', key: KEY, tenant: 'acme' },
+      { name: 'other', key: OTHER, tenant: 'globex' },
+    ],
+    models: [
+      { alias: 'demo', provider: 'simulated', sim: { ttft: '1ms', inter_token: '1ms', jitter: 0 } },
+      { alias: 'tools', provider: 'openai', base_url: `${upstream.url}/v1`, model: 'real-model' },
+    ],
+  });
+});
+
+after(async () => {
+  await Promise.all([gw?.stop(), upstream?.close()]);
+});
+
+const client = (apiKey = KEY) => new OpenAI({ apiKey, baseURL: `${gw.url}/v1`, maxRetries: 0, timeout: 15000 });
+
+// The upstream's requests from `from` on.
+const sentSince = (from) => upstream.requests.slice(from).map((r) => r.json);
+
+describe('responses: the openai SDK', () => {
+  test('a whole response: output_text, usage, instructions echoed; a Response by the schema', async () => {
+    const r = await client().responses.create({ model: 'demo', input: 'Say something.', instructions: 'Be brief.', max_output_tokens: 6 });
+    assertValid('Response', r, 'response');
+    assert.match(r.id, /^resp_/);
+    assert.equal(r.object, 'response');
+    assert.equal(r.output_text, simText(6));
+    assert.equal(r.status, 'incomplete');  // it stopped at max_output_tokens
+    assert.deepEqual(r.incomplete_details, { reason: 'max_output_tokens' });
+    assert.equal(r.instructions, 'Be brief.');
+    assert.equal(r.usage.output_tokens, 6);
+    assert.equal(r.usage.total_tokens, r.usage.input_tokens + 6);
+  });
+
+  test('a stream: created, in_progress, the text deltas, completed; every event by the schema', async () => {
+    const stream = await client().responses.create({ model: 'demo', input: 'Count.', stream: true, max_output_tokens: 4 });
+    const events = [];
+    for await (const e of stream) events.push(e);
+    for (const e of events) assertValid('ResponseStreamEvent', e, e.type);
+    assert.deepEqual(events.map((e) => e.sequence_number), events.map((_, i) => i));
+    assert.equal(events[0].type, 'response.created');
+    assert.equal(events[1].type, 'response.in_progress');
+    const deltas = events.filter((e) => e.type === 'response.output_text.delta').map((e) => e.delta);
+    assert.equal(deltas.join(''), simText(4));
+    const last = events.at(-1);
+    assert.equal(last.type, 'response.incomplete');
+    assert.equal(last.response.output[0].content[0].text, simText(4));
+    assert.equal(last.response.usage.output_tokens, 4);
+  });
+
+  test('function tools: a function_call item, whole and streamed; its output continues the conversation', async () => {
+    const tools = [{ type: 'function', name: 'weather', description: 'Weather of a city', parameters: { type: 'object', properties: { city: { type: 'string' } } }, strict: false }];
+    const n = upstream.requests.length;
+    const first = await client().responses.create({ model: 'tools', input: 'Weather in Paris?', tools });
+    assertValid('Response', first, 'tool call');
+    const call = first.output.find((o) => o.type === 'function_call');
+    assert.equal(call.name, 'weather');
+    assert.equal(call.call_id, 'call_w1');
+    assert.equal(call.arguments, '{"city":"Paris"}');
+    const sent = sentSince(n)[0];
+    assert.deepEqual(sent.tools, [{ type: 'function', function: { name: 'weather', description: 'Weather of a city', parameters: tools[0].parameters, strict: false } }]);
+    assert.equal(sent.model, 'real-model');
+
+    const second = await client().responses.create({
+      model: 'tools',
+      previous_response_id: first.id,
+      input: [{ type: 'function_call_output', call_id: 'call_w1', output: 'sunny, 24C' }],
+      tools,
+    });
+    assert.equal(second.output_text, 'It is sunny.');
+    assert.equal(second.previous_response_id, first.id);
+    const cont = sentSince(n)[1];
+    assert.deepEqual(
+      cont.messages.map((m) => m.role),
+      ['user', 'assistant', 'tool'],
+    );
+    assert.equal(cont.messages[1].tool_calls[0].id, 'call_w1');
+    assert.equal(cont.messages[2].tool_call_id, 'call_w1');
+    assert.equal(cont.messages[2].content, 'sunny, 24C');
+
+    const stream = await client().responses.create({ model: 'tools', input: 'Weather in Paris?', tools, stream: true });
+    const events = [];
+    for await (const e of stream) events.push(e);
+    for (const e of events) assertValid('ResponseStreamEvent', e, e.type);
+    const args = events.filter((e) => e.type === 'response.function_call_arguments.delta').map((e) => e.delta).join('');
+    assert.equal(args, '{"city":"Paris"}');
+    const done = events.at(-1);
+    assert.equal(done.type, 'response.completed');
+    assert.equal(done.response.output[0].type, 'function_call');
+    assert.equal(done.response.output[0].arguments, '{"city":"Paris"}');
+  });
+});
+
+describe('responses: stored conversations', () => {
+  test('previous_response_id continues the conversation; the earlier instructions do not carry over', async () => {
+    const n = upstream.requests.length;
+    const one = await client().responses.create({ model: 'tools', input: 'Hello.', instructions: 'Answer in French.' });
+    const two = await client().responses.create({ model: 'tools', input: 'And again?', previous_response_id: one.id, instructions: 'Answer in German.' });
+    assert.equal(two.previous_response_id, one.id);
+    const [a, b] = sentSince(n);
+    assert.deepEqual(a.messages, [
+      { role: 'system', content: 'Answer in French.' },
+      { role: 'user', content: 'Hello.' },
+    ]);
+    assert.deepEqual(b.messages, [
+      { role: 'system', content: 'Answer in German.' },
+      { role: 'user', content: 'Hello.' },
+      { role: 'assistant', content: 'It is sunny.' },
+      { role: 'user', content: 'And again?' },
+    ]);
+  });
+
+  test('a stored response is read back, its input items listed, then deleted; another tenant never sees it', async () => {
+    const r = await client().responses.create({ model: 'demo', input: 'Keep this.', max_output_tokens: 2 });
+    const got = await client().responses.retrieve(r.id);
+    assert.deepEqual(got, r);
+    const items = await client().responses.inputItems.list(r.id);
+    assert.equal(items.data.length, 1);
+    assert.equal(items.data[0].role, 'user');
+    assert.deepEqual(items.data[0].content, [{ type: 'input_text', text: 'Keep this.' }]);
+    await assert.rejects(client(OTHER).responses.retrieve(r.id), (e) => e instanceof OpenAI.NotFoundError);
+    await assert.rejects(
+      client(OTHER).responses.create({ model: 'demo', input: 'x', previous_response_id: r.id }),
+      (e) => e instanceof OpenAI.BadRequestError && e.param === 'previous_response_id',
+    );
+    await client().responses.delete(r.id);
+    await assert.rejects(client().responses.retrieve(r.id), (e) => e instanceof OpenAI.NotFoundError);
+  });
+
+  test('store: false keeps nothing', async () => {
+    const r = await client().responses.create({ model: 'demo', input: 'Forget this.', store: false, max_output_tokens: 2 });
+    assert.equal(r.store, false);
+    await assert.rejects(client().responses.retrieve(r.id), (e) => e instanceof OpenAI.NotFoundError);
+  });
+
+  test('a streamed response is stored too', async () => {
+    const stream = await client().responses.create({ model: 'demo', input: 'Stream and keep.', stream: true, max_output_tokens: 3 });
+    let id;
+    for await (const e of stream) if (e.type === 'response.created') id = e.response.id;
+    const got = await client().responses.retrieve(id);
+    assert.equal(got.output[0].content[0].text, simText(3));
+  });
+});
+
+describe('responses: refused', () => {
+  const post = (body) => request(`${gw.url}/v1/responses`, { method: 'POST', key: KEY, body });
+  test('what the gateway cannot honour is a 400 naming the field', async () => {
+    for (const [body, param] of [
+      [{ model: 'demo', input: 'x', background: true }, 'background'],
+      [{ model: 'demo', input: 'x', tools: [{ type: 'web_search' }] }, 'tools[0].type'],
+      [{ model: 'demo', input: [{ type: 'item_reference', id: 'x' }] }, 'input[0].type'],
+      [{ model: 'demo', input: 'x', previous_response_id: 'resp_nope' }, 'previous_response_id'],
+      [{ model: 'demo', input: 'x', text: { format: { type: 'yaml' } } }, 'text.format.type'],
+      [{ model: 'demo' }, 'input'],
+      [{ model: 'demo', input: 'x', temperatur: 1 }, 'temperatur'],
+    ]) {
+      const r = await post(body);
+      assert.equal(r.status, 400, JSON.stringify(body) + r.text);
+      assertValid('ErrorResponse', r.json, 'error');
+      assert.equal(r.json.error.param, param, r.text);
+    }
+    const r = await request(`${gw.url}/v1/responses/resp_unknown`, { key: KEY });
+    assert.equal(r.status, 404);
+  });
+});
+
+describe('responses: the Vercel AI SDK', () => {
+  const provider = () => createOpenAI({ apiKey: KEY, baseURL: `${gw.url}/v1` });
+
+  test('openai(model) (the Responses API) and openai.chat(model), whole and streamed', async () => {
+    for (const model of [provider()('demo'), provider().chat('demo')]) {
+      const whole = await generateText({ model, prompt: 'Say something.', maxOutputTokens: 5, maxRetries: 0 });
+      assert.equal(whole.text, simText(5), model.modelId);
+      assert.equal(whole.usage.outputTokens, 5);
+      const streamed = streamText({ model, prompt: 'Say something.', maxOutputTokens: 3, maxRetries: 0 });
+      let text = '';
+      for await (const t of streamed.textStream) text += t;
+      assert.equal(text, simText(3));
+    }
+  });
+
+  test('openai(model) with a tool: the call reaches the SDK', async () => {
+    const { tool, jsonSchema } = await import('ai');
+    const result = await generateText({
+      model: provider()('tools'),
+      prompt: 'Weather in Paris?',
+      tools: { weather: tool({ description: 'Weather of a city', inputSchema: jsonSchema({ type: 'object', properties: { city: { type: 'string' } } }) }) },
+      maxRetries: 0,
+    });
+    assert.equal(result.toolCalls.length, 1);
+    assert.equal(result.toolCalls[0].toolName, 'weather');
+    assert.deepEqual(result.toolCalls[0].input, { city: 'Paris' });
+  });
+});

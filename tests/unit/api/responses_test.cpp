@@ -1,0 +1,137 @@
+// The Responses API's codec: requests to chat form, answers to Response objects, the
+// output back to messages, and the memory store of responses.
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+#include <thread>
+
+#include "api/conversations.hpp"
+#include "api/responses.hpp"
+
+using namespace sluice;
+using namespace sluice::api;
+namespace json = boost::json;
+
+namespace {
+
+json::object chat_of(std::string_view body) {
+  auto r = responses_to_chat(body);
+  if (auto* e = std::get_if<llm::RequestError>(&r)) {
+    ADD_FAILURE() << e->message;
+    return {};
+  }
+  return json::parse(std::get<ResponsesConversion>(r).chat).as_object();
+}
+
+llm::RequestError refused(std::string_view body) {
+  auto r = responses_to_chat(body);
+  EXPECT_TRUE(std::holds_alternative<llm::RequestError>(r)) << body;
+  return std::holds_alternative<llm::RequestError>(r) ? std::get<llm::RequestError>(r) : llm::RequestError{};
+}
+
+TEST(ResponsesRequest, InputsInstructionsToolsAndFormatsBecomeTheChatRequest) {
+  auto c = chat_of(R"({"model":"m","instructions":"Be brief.","input":"Hi","max_output_tokens":9,"stream":true,
+      "tools":[{"type":"function","name":"f","parameters":{"type":"object"},"strict":true}],
+      "tool_choice":{"type":"function","name":"f"},"text":{"format":{"type":"json_schema","name":"s","schema":{}}},
+      "reasoning":{"effort":"low"},"metadata":{"a":"b"},"store":false})");
+  EXPECT_EQ(c["messages"], json::parse(R"([{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}])"));
+  EXPECT_EQ(c["max_completion_tokens"], 9);
+  EXPECT_EQ(c["stream"], true);
+  EXPECT_EQ(c["stream_options"], json::parse(R"({"include_usage":true})"));
+  EXPECT_EQ(c["tools"], json::parse(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object"},"strict":true}}])"));
+  EXPECT_EQ(c["tool_choice"], json::parse(R"({"type":"function","function":{"name":"f"}})"));
+  EXPECT_EQ(c["response_format"], json::parse(R"({"type":"json_schema","json_schema":{"name":"s","schema":{}}})"));
+  EXPECT_EQ(c["reasoning_effort"], "low");
+  EXPECT_FALSE(c.contains("metadata"));  // echoed, not sent
+  EXPECT_FALSE(c.contains("store"));
+}
+
+TEST(ResponsesRequest, ItemsBecomeMessagesToolCallsAndToolResults) {
+  auto c = chat_of(R"({"model":"m","input":[
+      {"role":"user","content":[{"type":"input_text","text":"Weather?"},{"type":"input_image","image_url":"https://x/i.png","detail":"low"}]},
+      {"type":"function_call","call_id":"c1","name":"w","arguments":"{}"},
+      {"type":"function_call","call_id":"c2","name":"w","arguments":"{\"a\":1}"},
+      {"type":"function_call_output","call_id":"c1","output":"sunny"},
+      {"type":"reasoning","id":"r","summary":[]},
+      {"type":"message","role":"assistant","content":[{"type":"output_text","text":"ok"}]}]})");
+  const auto& m = c["messages"].as_array();
+  ASSERT_EQ(m.size(), 4u);
+  EXPECT_EQ(m[0].at("content").as_array()[1], json::parse(R"({"type":"image_url","image_url":{"url":"https://x/i.png","detail":"low"}})"));
+  EXPECT_EQ(m[1].at("role"), "assistant");
+  EXPECT_EQ(m[1].at("tool_calls").as_array().size(), 2u);  // consecutive calls: one message
+  EXPECT_EQ(m[2], json::parse(R"({"role":"tool","tool_call_id":"c1","content":"sunny"})"));
+  EXPECT_EQ(m[3], json::parse(R"({"role":"assistant","content":"ok"})"));
+}
+
+TEST(ResponsesRequest, WhatCannotBeHonouredIsRefusedNamingTheField) {
+  struct Case {
+    const char* body;
+    const char* param;
+  } cases[] = {
+      {R"({"model":"m","input":"x","background":true})", "background"},
+      {R"({"model":"m","input":"x","conversation":"c"})", "conversation"},
+      {R"({"model":"m","input":"x","tools":[{"type":"file_search"}]})", "tools[0].type"},
+      {R"({"model":"m","input":[{"type":"item_reference","id":"x"}]})", "input[0].type"},
+      {R"({"model":"m","input":[{"role":"user","content":[{"type":"input_file","file_id":"f"}]}]})", "input[0].content[0].type"},
+      {R"({"model":"m","input":"x","text":{"format":{"type":"yaml"}}})", "text.format.type"},
+      {R"({"model":"m","input":"x","truncation":"sometimes"})", "truncation"},
+      {R"({"model":"m","input":"x","previous_response_id":""})", "previous_response_id"},
+      {R"({"model":"m","input":"x","extra":1})", "extra"},
+      {R"({"model":"m"})", "input"},
+      {R"({"model":"m","input":[]})", "input"},
+  };
+  for (const auto& c : cases) EXPECT_EQ(refused(c.body).param, c.param) << c.body;
+  EXPECT_EQ(refused("[1]").reason, Reason::bad_json);
+}
+
+TEST(ResponsesAnswer, ACompletionBecomesAResponseWithItsItemsAndUsage) {
+  auto conv = std::get<ResponsesConversion>(responses_to_chat(R"({"model":"m","input":"x","instructions":"i","user":"u"})"));
+  llm::ChatRequest req;
+  req.model = "alias";
+  req.extra = conv.extra;
+  llm::Completion done;
+  done.body = R"({"choices":[{"index":0,"message":{"role":"assistant","content":"Hi","tool_calls":[{"id":"c9","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}]})";
+  done.usage = {7, 3};
+  done.finish_reason = "tool_calls";
+  auto r = json::parse(chat_to_response(done, req)).as_object();
+  EXPECT_EQ(r["id"], conv.extra["id"]);
+  EXPECT_EQ(r["status"], "completed");
+  EXPECT_EQ(r["model"], "alias");
+  EXPECT_EQ(r["instructions"], "i");
+  EXPECT_EQ(r["user"], "u");
+  const auto& out = r["output"].as_array();
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].at("content").as_array()[0].at("text"), "Hi");
+  EXPECT_EQ(out[1].at("call_id"), "c9");
+  EXPECT_EQ(r["usage"].at("total_tokens"), 10);
+  // Back to messages: one assistant message with its text and tool calls.
+  auto m = response_output_messages(r);
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0].at("content"), "Hi");
+  EXPECT_EQ(m[0].at("tool_calls").as_array()[0].at("id"), "c9");
+  done.finish_reason = "length";
+  EXPECT_EQ(json::parse(chat_to_response(done, req)).at("status"), "incomplete");
+}
+
+TEST(ConversationStore, PerTenantBoundedByBytesAndTime) {
+  auto store = make_memory_store(std::chrono::milliseconds(200), 2000);
+  StoredResponse r{std::string(500, 'r'), "[]", "[]"};
+  store->put("acme", "resp_1", r);
+  ASSERT_TRUE(store->get("acme", "resp_1"));
+  EXPECT_FALSE(store->get("globex", "resp_1"));  // another tenant never sees it
+  EXPECT_FALSE(store->erase("globex", "resp_1"));
+  store->put("acme", "resp_2", r);
+  store->put("acme", "resp_3", r);
+  store->put("acme", "resp_4", r);  // 4 x ~630 bytes > 2000: the oldest went
+  EXPECT_FALSE(store->get("acme", "resp_1"));
+  EXPECT_TRUE(store->get("acme", "resp_4"));
+  EXPECT_LE(store->size(), 3u);
+  store->put("acme", "big", StoredResponse{std::string(5000, 'x'), "[]", "[]"});  // larger than the bound: not kept
+  EXPECT_FALSE(store->get("acme", "big"));
+  EXPECT_TRUE(store->erase("acme", "resp_4"));
+  EXPECT_FALSE(store->get("acme", "resp_4"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  EXPECT_FALSE(store->get("acme", "resp_3"));  // past its time
+}
+
+}  // namespace
