@@ -2,6 +2,7 @@
 // The server section: timeouts and CORS (listen address, workers, size limits and the
 // admin listener are top-level fields of Config). Declared in config/sections/server.cpp.
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,9 +38,12 @@ struct Cors {
   }
 };
 
-// Stored responses of the Responses API (store, previous_response_id): kept in memory on
-// this instance, the oldest dropped first beyond max_bytes.
+// Stored responses of the Responses API (store, previous_response_id): in memory on this
+// instance (the oldest dropped first beyond max_bytes), or in Redis for the whole fleet
+// with this instance's memory behind it.
+enum class ResponsesBackend : std::uint8_t { memory, redis };
 struct ResponsesStore {
+  ResponsesBackend store = ResponsesBackend::memory;
   Millis ttl{24 * 3600 * 1000};
   std::size_t max_bytes = 64 << 20;
 };

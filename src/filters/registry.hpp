@@ -1,6 +1,8 @@
 #pragma once
 // The one list of request filters, in the order they run (registry.cpp), and what they
 // may use of the worker they serve.
+#include <memory>
+
 #include "filters/filter.hpp"
 
 namespace sluice::config {
@@ -13,8 +15,8 @@ class Gate;
 namespace sluice::tokenizer {
 class Counter;
 }
-namespace sluice::api {
-class ConversationStore;
+namespace sluice::conversations {
+class WorkerStore;
 }
 
 namespace sluice::filters {
@@ -25,7 +27,8 @@ struct Deps {
   limits::Gate* gate = nullptr;              // shared by the workers; null when off
   const tokenizer::Counter* tokens = nullptr;
   bool count_prompts = false;  // token quotas apply: count prompts exactly when a bound is refused
-  api::ConversationStore* conversations = nullptr;  // stored responses (Responses API)
+  // This worker's view of the stored responses (shared: a pass may outlive the handler).
+  std::shared_ptr<conversations::WorkerStore> conversations;
 };
 
 // A worker's chain: every filter whose policy is configured, in the order of the list.

@@ -125,7 +125,7 @@ class GatewayImpl final : public Gateway {
     shared_.limiter = limiter_.get();
     gate_ = std::make_unique<limits::Gate>(c);
     shared_.gate = gate_.get();
-    conversations_ = api::make_memory_store(c.responses.ttl, c.responses.max_bytes);
+    conversations_ = std::make_unique<conversations::Store>(c);
     shared_.conversations = conversations_.get();
     if (!c.rate_limits.tokens.empty()) {
       auto [counter, info] = load_tokenizer(c);
@@ -318,7 +318,7 @@ class GatewayImpl final : public Gateway {
   std::unique_ptr<telemetry::AccessLog> access_log_;
   std::unique_ptr<limits::Limiter> limiter_;
   std::unique_ptr<limits::Gate> gate_;
-  std::unique_ptr<api::ConversationStore> conversations_;  // stored responses
+  std::unique_ptr<conversations::Store> conversations_;  // stored responses
   std::string tokenizer_info_;
   std::string connections_info_;
   std::unique_ptr<Router> router_;  // before the server: the workers use it

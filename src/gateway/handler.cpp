@@ -112,13 +112,14 @@ class WorkerHandler {
     if (admin_listener_) return;  // no requests to limit or count there
     if (g.limiter && g.limiter->active()) limiter_ = g.limiter->make_worker(ex);
     if (g.metrics) metrics_ = &g.metrics->add_worker();
+    if (g.conversations) conversations_ = g.conversations->for_worker(ex);
     chain_ = std::make_shared<const filters::Chain>(filters::make_chain(
         {.cfg = cfg_,
          .limiter = limiter_.get(),
          .gate = g.gate,
          .tokens = &g.tokens,
          .count_prompts = g.count_prompts,
-         .conversations = g.conversations}));
+         .conversations = conversations_}));
   }
 
   awaitable<void> handle(http::Exchange& ex) {
@@ -495,15 +496,15 @@ class WorkerHandler {
         co_return;
       }
     }
-    std::optional<api::StoredResponse> stored;
-    if (g_.conversations && !id.empty()) stored = g_.conversations->get(ctx.key->tenant, id);
+    std::optional<conversations::StoredResponse> stored;
+    if (conversations_ && !id.empty()) stored = co_await conversations_->get(ctx.key->tenant, std::string(id));
     if (!stored) {
       co_await local_reply(ex, ctx, Reason::not_found, "response '" + recorded_text(id) + "' was not found", "response_id");
       co_return;
     }
     std::string body;
     if (method == "DELETE") {
-      g_.conversations->erase(ctx.key->tenant, id);
+      co_await conversations_->erase(ctx.key->tenant, std::string(id));
       body = R"({"id":)";
       append_json_string(body, id);
       body += R"(,"object":"response","deleted":true})";
@@ -1385,6 +1386,7 @@ class WorkerHandler {
   std::uint64_t rng_ = std::random_device{}() | 1;  // canary split
   std::unique_ptr<http::Client> client_;
   std::unique_ptr<limits::WorkerLimiter> limiter_;  // null when no limit is configured
+  std::shared_ptr<conversations::WorkerStore> conversations_;  // stored responses (null on the admin listener)
   // The request policies, in order; each pass holds it too (a frame destroyed after the
   // handler, at a forced stop, drops its filters' states through it).
   std::shared_ptr<const filters::Chain> chain_ = std::make_shared<const filters::Chain>();

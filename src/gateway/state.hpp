@@ -9,8 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "api/conversations.hpp"
 #include "config/config.hpp"
+#include "conversations/store.hpp"
 #include "http/client.hpp"
 #include "http/server.hpp"
 #include "limits/gate.hpp"
@@ -48,7 +48,7 @@ struct Shared {
   boost::asio::any_io_executor query_executor;
   limits::Limiter* limiter = nullptr;  // rate limits and token quotas
   limits::Gate* gate = nullptr;        // requests in flight, priority queue
-  api::ConversationStore* conversations = nullptr;  // stored responses (Responses API)
+  conversations::Store* conversations = nullptr;  // stored responses (Responses API)
   tokenizer::Counter tokens;           // exact BPE where rank files were found, else estimates
   bool count_prompts = false;          // token quotas apply: count prompts exactly at admission
   std::atomic<bool> draining{false};

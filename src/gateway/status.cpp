@@ -290,6 +290,10 @@ std::string render_infra(const Shared& g) {
     o += ",\"rejected\":{\"queue_full\":" + std::to_string(s.queue_full) + ",\"queue_timeout\":" +
          std::to_string(s.timed_out[0]) + ",\"client_closed\":" + std::to_string(s.cancelled) + "}}";
   }
+  if (g.conversations) {
+    o += ",\"stored_responses\":";
+    o += g.conversations->status_json();
+  }
   o += '}';
   return o;
 }

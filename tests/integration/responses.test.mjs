@@ -9,7 +9,7 @@ import OpenAI from 'openai';
 import { createOpenAI } from '@ai-sdk/openai';
 import { generateText, streamText } from 'ai';
 
-import { KEY, request, simText, startGateway, startRecorder } from './lib.mjs';
+import { KEY, request, simText, startGateway, startRecorder, startRedis, waitFor } from './lib.mjs';
 import { assertValid } from './openai_schema.mjs';
 
 const OTHER = 'sk-other-tenant-5555666677778888';
@@ -244,5 +244,56 @@ describe('responses: the Vercel AI SDK', () => {
     assert.equal(result.toolCalls.length, 1);
     assert.equal(result.toolCalls[0].toolName, 'weather');
     assert.deepEqual(result.toolCalls[0].input, { city: 'Paris' });
+  });
+});
+
+describe('responses: a fleet sharing Redis', () => {
+  let redis;
+  let a;
+  let b;
+  before(async () => {
+    redis = await startRedis();
+    const config = (instance) => ({
+      instance,
+      keys: [{ name: 'app', key: KEY, tenant: 'acme' }],
+      models: [{ alias: 'tools', provider: 'openai', base_url: `${upstream.url}/v1`, model: 'real-model' }],
+      redis: { url: redis.url, retry_interval: '200ms' },
+      responses: { store: 'redis' },
+    });
+    [a, b] = await Promise.all([startGateway(config('it-resp-a')), startGateway(config('it-resp-b'))]);
+  });
+  after(async () => {
+    await Promise.all([a?.stop(), b?.stop()]);
+    await redis?.stop();
+  });
+  const on = (gw) => new OpenAI({ apiKey: KEY, baseURL: `${gw.url}/v1`, maxRetries: 0, timeout: 15000 });
+
+  test('a response stored on one instance is read and continued on another, and deleted from both', async () => {
+    const n = upstream.requests.length;
+    const first = await on(a).responses.create({ model: 'tools', input: 'Hello from A.' });
+    // Stored in the background: it reaches Redis a moment after the answer.
+    const got = await waitFor(() => on(b).responses.retrieve(first.id).catch(() => null), { what: 'the response on B' });
+    assert.equal(got.output_text, first.output_text);
+    assert.ok((await redis.raw('KEYS', 'sluice:resp:*')).includes(first.id));
+    const second = await on(b).responses.create({ model: 'tools', input: 'And on B?', previous_response_id: first.id });
+    assert.equal(second.previous_response_id, first.id);
+    assert.deepEqual(
+      sentSince(n)[1].messages.map((m) => m.content),
+      ['Hello from A.', 'It is sunny.', 'And on B?'],
+    );
+    await on(b).responses.delete(first.id);
+    await assert.rejects(on(a).responses.retrieve(first.id), (e) => e instanceof OpenAI.NotFoundError);
+    assert.equal((await a.infra()).stored_responses.backend, 'redis');
+  });
+
+  test('with Redis down, an instance keeps and continues its own responses, and says Redis is down', async () => {
+    await redis.stop();
+    await waitFor(async () => (await a.infra()).stored_responses.redis_up === false, { what: 'redis_up false' });
+    const first = await on(a).responses.create({ model: 'tools', input: 'While Redis is down.' });
+    const second = await on(a).responses.create({ model: 'tools', input: 'Still there?', previous_response_id: first.id });
+    assert.equal(second.previous_response_id, first.id);
+    await assert.rejects(on(b).responses.retrieve(first.id), (e) => e instanceof OpenAI.NotFoundError);
+    await redis.start();
+    await waitFor(async () => (await a.infra()).stored_responses.redis_up === true, { timeout: 10000, what: 'redis_up true' });
   });
 });

@@ -102,16 +102,26 @@ const Table<Cors>& cors_table() {
   return t;
 }
 
+const Enum<ResponsesBackend>& responses_backend_enum() {
+  static const Enum<ResponsesBackend> e{"responses backend",
+                                        {{"memory", ResponsesBackend::memory}, {"redis", ResponsesBackend::redis}}};
+  return e;
+}
+
 const Table<ResponsesStore>& responses_table() {
   static const Table<ResponsesStore> t{
       "responses",
       {
+          choice("store", &ResponsesStore::store, responses_backend_enum(),
+                 "Where stored responses live: this instance's memory, or Redis (the `redis` section) so that "
+                 "every instance of a fleet reads and continues them; this instance's memory also keeps them and "
+                 "answers while Redis is down."),
           duration("ttl", &ResponsesStore::ttl, Millis{1000},
                    "How long a stored response (`store`, the default) can be read back or continued with "
                    "`previous_response_id`."),
           integer("max_bytes", &ResponsesStore::max_bytes, 0, kMaxI64,
                   "Memory the stored responses may hold on this instance; beyond it the oldest go first. 0 = none "
-                  "are kept (`store` is then ignored)."),
+                  "are kept in memory."),
       }};
   return t;
 }

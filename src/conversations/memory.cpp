@@ -1,18 +1,18 @@
-#include "api/conversations.hpp"
+#include "conversations/store.hpp"
 
 #include <list>
 #include <mutex>
 #include <unordered_map>
 
-namespace sluice::api {
+namespace sluice::conversations {
 
 namespace {
 
-class MemoryStore final : public ConversationStore {
+class Memory {
  public:
-  MemoryStore(std::chrono::milliseconds ttl, std::size_t max_bytes) : ttl_(ttl), max_bytes_(max_bytes) {}
+  Memory(std::chrono::milliseconds ttl, std::size_t max_bytes) : ttl_(ttl), max_bytes_(max_bytes) {}
 
-  std::optional<StoredResponse> get(std::string_view tenant, std::string_view id) override {
+  std::optional<StoredResponse> get(std::string_view tenant, std::string_view id) {
     std::lock_guard lock(mu_);
     auto it = index_.find(key(tenant, id));
     if (it == index_.end()) return std::nullopt;
@@ -23,7 +23,7 @@ class MemoryStore final : public ConversationStore {
     return it->second->value;
   }
 
-  void put(std::string_view tenant, std::string_view id, StoredResponse r) override {
+  void put(std::string_view tenant, std::string_view id, StoredResponse r) {
     const std::size_t bytes = r.bytes();
     if (bytes > max_bytes_) return;
     std::lock_guard lock(mu_);
@@ -37,7 +37,7 @@ class MemoryStore final : public ConversationStore {
     used_ += bytes;
   }
 
-  bool erase(std::string_view tenant, std::string_view id) override {
+  bool erase(std::string_view tenant, std::string_view id) {
     std::lock_guard lock(mu_);
     auto it = index_.find(key(tenant, id));
     if (it == index_.end()) return false;
@@ -45,7 +45,7 @@ class MemoryStore final : public ConversationStore {
     return true;
   }
 
-  std::size_t size() const override {
+  std::size_t size() const {
     std::lock_guard lock(mu_);
     return index_.size();
   }
@@ -83,8 +83,21 @@ class MemoryStore final : public ConversationStore {
 
 }  // namespace
 
-std::unique_ptr<ConversationStore> make_memory_store(std::chrono::milliseconds ttl, std::size_t max_bytes) {
-  return std::make_unique<MemoryStore>(ttl, max_bytes);
-}
+struct MemoryStore::Impl {
+  Impl(std::chrono::milliseconds ttl, std::size_t max_bytes) : m(ttl, max_bytes) {}
+  Memory m;
+};
 
-}  // namespace sluice::api
+MemoryStore::MemoryStore(std::chrono::milliseconds ttl, std::size_t max_bytes)
+    : impl_(std::make_unique<Impl>(ttl, max_bytes)) {}
+MemoryStore::~MemoryStore() = default;
+std::optional<StoredResponse> MemoryStore::get(std::string_view tenant, std::string_view id) {
+  return impl_->m.get(tenant, id);
+}
+void MemoryStore::put(std::string_view tenant, std::string_view id, StoredResponse r) {
+  impl_->m.put(tenant, id, std::move(r));
+}
+bool MemoryStore::erase(std::string_view tenant, std::string_view id) { return impl_->m.erase(tenant, id); }
+std::size_t MemoryStore::size() const { return impl_->m.size(); }
+
+}  // namespace sluice::conversations

@@ -1,0 +1,182 @@
+// The configured store and its workers' views: memory only, or Redis with memory as the
+// fallback (docs/api.md, "Stored responses").
+#include "conversations/store.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <charconv>
+#include <mutex>
+#include <vector>
+
+#include "common/redis_url.hpp"
+#include "config/config.hpp"
+#include "store/redis.hpp"
+
+namespace sluice::conversations {
+
+namespace net = boost::asio;
+
+namespace {
+
+// One Redis value: "<len of response>:<len of messages>:" then the three texts.
+std::string encode(const StoredResponse& r) {
+  std::string v = std::to_string(r.response.size()) + ":" + std::to_string(r.messages.size()) + ":";
+  v += r.response;
+  v += r.messages;
+  v += r.input_items;
+  return v;
+}
+
+std::optional<StoredResponse> decode(std::string_view v) {
+  std::size_t a = 0, b = 0;
+  const char* p = v.data();
+  const char* end = v.data() + v.size();
+  auto r1 = std::from_chars(p, end, a);
+  if (r1.ec != std::errc() || r1.ptr == end || *r1.ptr != ':') return std::nullopt;
+  auto r2 = std::from_chars(r1.ptr + 1, end, b);
+  if (r2.ec != std::errc() || r2.ptr == end || *r2.ptr != ':') return std::nullopt;
+  std::string_view rest(r2.ptr + 1, static_cast<std::size_t>(end - r2.ptr - 1));
+  if (a > rest.size() || b > rest.size() - a) return std::nullopt;
+  return StoredResponse{std::string(rest.substr(0, a)), std::string(rest.substr(a, b)), std::string(rest.substr(a + b))};
+}
+
+std::string redis_key(std::string_view tenant, std::string_view id) {
+  std::string k = "sluice:resp:{";
+  k += tenant;
+  k += "}:";
+  k += id;
+  return k;
+}
+
+class MemoryWorker final : public WorkerStore {
+ public:
+  explicit MemoryWorker(MemoryStore& m) : m_(m) {}
+  net::awaitable<std::optional<StoredResponse>> get(std::string tenant, std::string id) override {
+    co_return m_.get(tenant, id);
+  }
+  void put(std::string tenant, std::string id, StoredResponse r) override { m_.put(tenant, id, std::move(r)); }
+  net::awaitable<bool> erase(std::string tenant, std::string id) override { co_return m_.erase(tenant, id); }
+
+ private:
+  MemoryStore& m_;
+};
+
+}  // namespace
+
+struct Store::RedisState {
+  store::RedisEndpoint endpoint;
+  store::RedisOptions options;
+  std::chrono::milliseconds ttl{0};
+  std::mutex mu;
+  std::vector<std::weak_ptr<store::RedisConnection>> conns;  // the workers' (status only)
+};
+
+namespace {
+
+// Redis first while it is up (every instance sees what any stored); this process's memory
+// also keeps each response, and answers while Redis is down or does not have it (stored
+// while Redis was down).
+class RedisWorker final : public WorkerStore {
+ public:
+  RedisWorker(net::any_io_executor ex, std::shared_ptr<Store::RedisState> st, MemoryStore& m)
+      : ex_(ex), st_(std::move(st)), m_(m), conn_(std::make_shared<store::RedisConnection>(ex, st_->endpoint, st_->options)) {
+    conn_->start();
+    std::lock_guard lock(st_->mu);
+    st_->conns.push_back(conn_);
+  }
+  ~RedisWorker() override { conn_->stop(); }
+
+  net::awaitable<std::optional<StoredResponse>> get(std::string tenant, std::string id) override {
+    if (conn_->up()) {
+      auto r = co_await conn_->command("GET", redis_key(tenant, id));
+      if (r.ok() && r.reply->type == store::RedisReply::Type::string) {
+        if (auto v = decode(r.reply->str)) co_return v;
+      }
+      if (r.ok()) {
+        // Redis does not have it: gone (deleted on another instance, expired), unless it
+        // was stored here while Redis was down.
+        auto local = m_.get(tenant, id);
+        if (local && local->local_only) co_return local;
+        co_return std::nullopt;
+      }
+    }
+    co_return m_.get(tenant, id);
+  }
+
+  void put(std::string tenant, std::string id, StoredResponse r) override {
+    std::string value = encode(r);
+    r.local_only = !conn_->up();
+    m_.put(tenant, id, std::move(r));
+    if (!conn_->up()) return;
+    net::co_spawn(
+        ex_,
+        [conn = conn_, key = redis_key(tenant, id), value = std::move(value),
+         ms = std::to_string(st_->ttl.count())]() -> net::awaitable<void> {
+          (void)co_await conn->command("SET", key, value, "PX", ms);
+        },
+        net::detached);
+  }
+
+  net::awaitable<bool> erase(std::string tenant, std::string id) override {
+    bool gone = m_.erase(tenant, id);
+    if (conn_->up()) {
+      auto r = co_await conn_->command("DEL", redis_key(tenant, id));
+      if (r.ok() && r.reply->type == store::RedisReply::Type::integer && r.reply->integer > 0) gone = true;
+    }
+    co_return gone;
+  }
+
+  bool up() const { return conn_->up(); }
+
+ private:
+  net::any_io_executor ex_;
+  std::shared_ptr<Store::RedisState> st_;
+  MemoryStore& m_;
+  std::shared_ptr<store::RedisConnection> conn_;
+};
+
+}  // namespace
+
+Store::Store(const config::Config& cfg) : memory_(cfg.responses.ttl, cfg.responses.max_bytes) {
+  if (cfg.responses.store != config::ResponsesBackend::redis) return;
+  std::string err;
+  auto ep = store::parse_redis_url(cfg.redis.url, &err);
+  if (!ep) return;  // (checked at load)
+  redis_ = std::make_shared<RedisState>();
+  redis_->endpoint = *ep;
+  redis_->options.command_timeout = cfg.redis.timeout;
+  redis_->options.connect_timeout = cfg.redis.connect_timeout;
+  redis_->options.reconnect_interval = cfg.redis.retry_interval;
+  redis_->ttl = cfg.responses.ttl;
+}
+
+Store::~Store() = default;
+
+std::unique_ptr<WorkerStore> Store::for_worker(net::any_io_executor ex) {
+  if (redis_) return std::make_unique<RedisWorker>(std::move(ex), redis_, memory_);
+  return std::make_unique<MemoryWorker>(memory_);
+}
+
+std::string Store::status_json() const {
+  std::string o = R"({"backend":")";
+  o += redis_ ? "redis" : "memory";
+  o += R"(","held_here":)";
+  o += std::to_string(memory_.size());
+  if (redis_) {
+    // Down: responses are kept and found on this instance only until it is back.
+    int up = 0, all = 0;
+    std::lock_guard lock(redis_->mu);
+    for (const auto& w : redis_->conns) {
+      if (auto c = w.lock()) {
+        ++all;
+        up += c->up() ? 1 : 0;
+      }
+    }
+    o += R"(,"redis_up":)";
+    o += all > 0 && up == all ? "true" : "false";
+  }
+  o += '}';
+  return o;
+}
+
+}  // namespace sluice::conversations
