@@ -8,6 +8,7 @@
 #include <string>
 
 #include "api/messages.hpp"
+#include "api/responses.hpp"
 #include "fuzz_util.hpp"
 #include "llm/anthropic.hpp"
 #include "llm/chat.hpp"
@@ -27,15 +28,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   req.prompt_tokens_estimate = 7;
   if (mode & 0x20) req.max_tokens = 16;
 
-  const int kind = (mode & 0x0f) % 6;
+  const int kind = (mode & 0x0f) % 9;
   std::unique_ptr<llm::StreamTranslator> t;
   switch (kind % 3) {
     case 0: t = llm::make_openai_stream(req); break;
     case 1: t = llm::make_ollama_stream(req, "req-1"); break;
     default: t = llm::make_anthropic_stream(req, "req-1"); break;
   }
-  const bool anthropic_out = kind >= 3;
+  const bool anthropic_out = kind >= 3 && kind < 6;
   if (anthropic_out) t = api::make_anthropic_output(std::move(t), "m", "req-1", 7);
+  if (kind >= 6) t = api::make_responses_output(std::move(t), req);  // the Responses API's events
   // The OpenAI stream passes upstream bytes through; everything else is written by sluice.
   const bool written_by_us = kind != 0;
 
