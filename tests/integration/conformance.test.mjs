@@ -3,7 +3,8 @@
 // the built-in simulator (`provider: simulated`), an OpenAI-compatible upstream (a `sluice
 // sim` process, and a fake that calls tools), an Ollama upstream and an Anthropic Messages
 // upstream (small fakes speaking those APIs). Completions, every chunk of a stream (with and
-// without include_usage), tool calls, error bodies, the models list and embeddings.
+// without include_usage), tool calls, Responses and their stream events, error bodies, the
+// models list and embeddings.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { BAD_KEY, KEY, USER, chat, request, rawRequest, sse, startGateway, startRecorder, startSim } from './lib.mjs';
@@ -365,6 +366,23 @@ for (const route of ROUTES) {
       const r = await chat(gw, { model: route.alias, messages: USER, max_tokens: 5 });
       assert.equal(r.status, 200, r.text);
       assertValid(COMPLETION, r.json, `${route.kind}: a chat completion`);
+    });
+
+    test('the Responses API: a Response, and every stream event a ResponseStreamEvent', async () => {
+      const body = { model: route.alias, input: 'Say something.', max_output_tokens: 5, store: false };
+      if (route.tools) body.tools = [{ type: 'function', name: 'get_weather', parameters: WEATHER_TOOL.function.parameters, strict: false }];
+      if (route.tools) body.input = 'What is the weather in Paris?';
+      const whole = await request(`${gw.url}/v1/responses`, { method: 'POST', key: KEY, body });
+      assert.equal(whole.status, 200, whole.text);
+      assertValid('Response', whole.json, `${route.kind}: a Response`);
+      if (route.tools) assert.equal(whole.json.output.at(-1).type, 'function_call', whole.text);
+      const r = await sse(`${gw.url}/v1/responses`, { ...body, stream: true });
+      assert.equal(r.status, 200, r.raw);
+      const events = r.events.filter((e) => e.data !== undefined).map((e) => e.json);
+      assert.ok(events.length >= 3, r.raw);
+      for (const e of events) assertValid('ResponseStreamEvent', e, `${route.kind}: ${e?.type}`);
+      assert.ok(['response.completed', 'response.incomplete'].includes(events.at(-1).type), r.raw);
+      assertValid('Response', events.at(-1).response, `${route.kind}: the streamed Response`);
     });
 
     test('every chunk of a stream is a CreateChatCompletionStreamResponse', async () => {

@@ -91,6 +91,7 @@ std::map<std::string, Host> hosts() {
       {"limits", {"{limits: @, " + route.substr(0) + "}", "limits", {}}},
       {"timeouts", {"{timeouts: @, " + route + "}", "timeouts", {}}},
       {"cors", {"{cors: @, " + route + "}", "cors", {}}},
+      {"responses", {"{responses: @, " + route + "}", "responses", {}}},
       {"admin", {"{admin: @, " + route + "}", "admin", {}}},
       {"keys[]", {"{keys: [@], " + route + "}", "keys[0]", {{"name", "a"}, {"key", "sk-test-0123456789abcdef"}}}},
       {"models[]", {"{models: [@]}", "models[0]", {{"alias", "demo"}, {"provider", "simulated"}}}},
