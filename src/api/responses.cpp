@@ -6,10 +6,10 @@
 #include <boost/json.hpp>
 #include <ctime>
 #include <map>
+#include <random>
 
 #include "api/openai.hpp"
 #include "api/reencode.hpp"
-#include "common/ids.hpp"
 #include "common/text.hpp"
 #include "llm/json_parse.hpp"
 
@@ -195,6 +195,19 @@ std::optional<RequestError> convert_text(const json::value& v, json::object& cha
 
 std::int64_t unix_now() { return static_cast<std::int64_t>(std::time(nullptr)); }
 
+// 128 bits from the kernel's generator (getrandom): a stored response's id is all that
+// guards it within its tenant, so it must not be predictable from other ids.
+std::string unguessable_id() {
+  static thread_local std::random_device rd;
+  std::string id;
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (int i = 0; i < 4; ++i) {
+    const std::uint32_t v = rd();
+    for (int k = 0; k < 8; ++k) id += kHex[(v >> (4 * k)) & 15];
+  }
+  return id;
+}
+
 const json::value* extra_field(const llm::ChatRequest& req, std::string_view k) { return req.extra.if_contains(k); }
 
 json::value echo(const llm::ChatRequest& req, std::string_view k, json::value dflt) {
@@ -249,9 +262,10 @@ std::string item_suffix(const llm::ChatRequest& req) {
   return std::string(id);
 }
 
-json::object message_item(const llm::ChatRequest& req, std::string_view status, std::string_view text) {
+json::object message_item(const llm::ChatRequest& req, std::string_view status, std::string_view text,
+                          std::string id = {}) {
   return json::object{{"type", "message"},
-                      {"id", "msg_" + item_suffix(req)},
+                      {"id", id.empty() ? "msg_" + item_suffix(req) : std::move(id)},
                       {"status", status},
                       {"role", "assistant"},
                       {"content", json::array{json::object{{"type", "output_text"},
@@ -307,7 +321,7 @@ class ResponsesOutput final : public ChunkReencoder {
   void close_text(std::string& out) {
     if (text_index_ < 0) return;
     const auto idx = static_cast<std::size_t>(text_index_);
-    const std::string item_id = "msg_" + item_suffix(req_);
+    const std::string& item_id = text_id_;
     send(out, "response.output_text.done",
          {{"item_id", item_id}, {"output_index", idx}, {"content_index", 0}, {"text", text_}, {"logprobs", json::array{}}});
     send(out, "response.content_part.done",
@@ -315,10 +329,12 @@ class ResponsesOutput final : public ChunkReencoder {
           {"output_index", idx},
           {"content_index", 0},
           {"part", json::object{{"type", "output_text"}, {"text", text_}, {"annotations", json::array{}}, {"logprobs", json::array{}}}}});
-    send(out, "response.output_item.done", {{"output_index", idx}, {"item", message_item(req_, "completed", text_)}});
-    items_[idx] = message_item(req_, "completed", text_);
+    send(out, "response.output_item.done",
+         {{"output_index", idx}, {"item", message_item(req_, "completed", text_, text_id_)}});
+    items_[idx] = message_item(req_, "completed", text_, text_id_);
     text_index_ = -1;
-    text_closed_ = true;
+    text_.clear();
+    ++messages_;
   }
 
   void close_call(std::string& out, Call& c) {
@@ -335,23 +351,23 @@ class ResponsesOutput final : public ChunkReencoder {
   void on_text(std::string& out, std::string_view text) override {
     start(out);
     if (text_index_ < 0) {
-      if (text_closed_) return;  // (one message item: text after tool calls joins nothing)
-      for (auto& [_, c] : calls_) close_call(out, c);
+      // A message item (the first is msg_<id>, one after a tool call msg_<id>_<n>).
       text_index_ = static_cast<std::int64_t>(items_.size());
+      text_id_ = "msg_" + item_suffix(req_) + (messages_ ? "_" + std::to_string(messages_) : std::string());
       items_.emplace_back();
       const auto idx = static_cast<std::size_t>(text_index_);
-      auto item = message_item(req_, "in_progress", "");
+      auto item = message_item(req_, "in_progress", "", text_id_);
       item["content"] = json::array{};
       send(out, "response.output_item.added", {{"output_index", idx}, {"item", std::move(item)}});
       send(out, "response.content_part.added",
-           {{"item_id", "msg_" + item_suffix(req_)},
+           {{"item_id", text_id_},
             {"output_index", idx},
             {"content_index", 0},
             {"part", json::object{{"type", "output_text"}, {"text", ""}, {"annotations", json::array{}}, {"logprobs", json::array{}}}}});
     }
     text_ += text;
     send(out, "response.output_text.delta",
-         {{"item_id", "msg_" + item_suffix(req_)},
+         {{"item_id", text_id_},
           {"output_index", static_cast<std::size_t>(text_index_)},
           {"content_index", 0},
           {"delta", text},
@@ -362,8 +378,8 @@ class ResponsesOutput final : public ChunkReencoder {
     start(out);
     auto it = calls_.find(f.index);
     if (it == calls_.end()) {
+      // Calls stay open until the end: an upstream may interleave their arguments.
       close_text(out);
-      for (auto& [_, c] : calls_) close_call(out, c);
       Call c;
       c.output_index = items_.size();
       c.n = calls_.size();
@@ -384,9 +400,30 @@ class ResponsesOutput final : public ChunkReencoder {
     }
   }
 
-  void on_error(std::string& out, std::string_view message) override {
+  void on_error(std::string& out, std::string_view message) override { fail(out, "upstream_error", message); }
+
+ public:
+  // A failure the gateway saw after the stream began (a timeout, a cut upstream): the same
+  // ending, in this stream's sequence.
+  std::string error_event(Reason reason, std::string_view message) override {
+    std::string out;
+    if (!ended_) fail(out, reason_code(reason), message);
+    ended_ = true;
+    return out;
+  }
+
+ private:
+  // An error event, then response.failed with what was produced so far.
+  void fail(std::string& out, std::string_view code, std::string_view message) {
     start(out);
-    send(out, "error", {{"code", "upstream_error"}, {"message", message}, {"param", nullptr}});
+    send(out, "error", {{"code", code}, {"message", message}, {"param", nullptr}});
+    json::array output;
+    for (auto& item : items_) {
+      if (!item.is_null()) output.push_back(item);
+    }
+    auto response = response_object(req_, "failed", std::move(output), nullptr);
+    response["error"] = json::object{{"code", "server_error"}, {"message", message}};
+    send(out, "response.failed", {{"response", std::move(response)}});
   }
 
   void on_end(std::string& out) override {
@@ -414,7 +451,8 @@ class ResponsesOutput final : public ChunkReencoder {
   std::int64_t seq_ = 0;
   bool started_ = false;
   std::int64_t text_index_ = -1;  // the open message item's output index
-  bool text_closed_ = false;
+  std::string text_id_;        // the open message item's id
+  std::size_t messages_ = 0;   // message items closed
   std::string text_;
   std::map<std::int64_t, Call> calls_;  // by the chunks' tool call index
   std::vector<json::value> items_;      // the output items by output index (null while open)
@@ -541,9 +579,7 @@ std::variant<ResponsesConversion, RequestError> responses_to_chat(std::string_vi
     messages.insert(messages.begin(), json::object{{"role", "system"}, {"content", *instr}});
   }
   if (!in.contains("input")) return bad("missing required parameter 'input'", "input");
-  if (messages.empty() && !in.contains("previous_response_id")) {
-    return bad("'input' must hold at least one message", "input");
-  }
+  if (messages.empty()) return bad("'input' must hold at least one item", "input");
   chat["messages"] = std::move(messages);
   // This request's input as items (GET /v1/responses/{id}/input_items).
   json::array items;
@@ -555,7 +591,7 @@ std::variant<ResponsesConversion, RequestError> responses_to_chat(std::string_vi
     items = input->get_array();
   }
   out.extra["input_items"] = std::move(items);
-  out.extra["id"] = "resp_" + new_request_id();
+  out.extra["id"] = "resp_" + unguessable_id();
   out.extra["created_at"] = unix_now();
   out.chat = json::serialize(chat);
   return out;

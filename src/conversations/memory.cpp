@@ -37,6 +37,11 @@ class Memory {
     used_ += bytes;
   }
 
+  void confirm(std::string_view tenant, std::string_view id) {
+    std::lock_guard lock(mu_);
+    if (auto it = index_.find(key(tenant, id)); it != index_.end()) it->second->value.local_only = false;
+  }
+
   bool erase(std::string_view tenant, std::string_view id) {
     std::lock_guard lock(mu_);
     auto it = index_.find(key(tenant, id));
@@ -98,6 +103,7 @@ void MemoryStore::put(std::string_view tenant, std::string_view id, StoredRespon
   impl_->m.put(tenant, id, std::move(r));
 }
 bool MemoryStore::erase(std::string_view tenant, std::string_view id) { return impl_->m.erase(tenant, id); }
+void MemoryStore::confirm(std::string_view tenant, std::string_view id) { impl_->m.confirm(tenant, id); }
 std::size_t MemoryStore::size() const { return impl_->m.size(); }
 
 }  // namespace sluice::conversations

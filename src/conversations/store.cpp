@@ -55,7 +55,9 @@ class MemoryWorker final : public WorkerStore {
     co_return m_.get(tenant, id);
   }
   void put(std::string tenant, std::string id, StoredResponse r) override { m_.put(tenant, id, std::move(r)); }
-  net::awaitable<bool> erase(std::string tenant, std::string id) override { co_return m_.erase(tenant, id); }
+  net::awaitable<std::optional<bool>> erase(std::string tenant, std::string id) override {
+    co_return m_.erase(tenant, id);
+  }
 
  private:
   MemoryStore& m_;
@@ -105,25 +107,27 @@ class RedisWorker final : public WorkerStore {
 
   void put(std::string tenant, std::string id, StoredResponse r) override {
     std::string value = encode(r);
-    r.local_only = !conn_->up();
+    r.local_only = true;  // until Redis has it
     m_.put(tenant, id, std::move(r));
     if (!conn_->up()) return;
     net::co_spawn(
         ex_,
-        [conn = conn_, key = redis_key(tenant, id), value = std::move(value),
+        [conn = conn_, mem = &m_, tenant = std::move(tenant), id = std::move(id), value = std::move(value),
          ms = std::to_string(st_->ttl.count())]() -> net::awaitable<void> {
-          (void)co_await conn->command("SET", key, value, "PX", ms);
+          auto r = co_await conn->command("SET", redis_key(tenant, id), value, "PX", ms);
+          if (r.ok() && !r.reply->is_error()) mem->confirm(tenant, id);
         },
         net::detached);
   }
 
-  net::awaitable<bool> erase(std::string tenant, std::string id) override {
-    bool gone = m_.erase(tenant, id);
-    if (conn_->up()) {
-      auto r = co_await conn_->command("DEL", redis_key(tenant, id));
-      if (r.ok() && r.reply->type == store::RedisReply::Type::integer && r.reply->integer > 0) gone = true;
-    }
-    co_return gone;
+  // Redis first: while it is down nothing is erased (another instance would still serve
+  // it, and it would come back with Redis).
+  net::awaitable<std::optional<bool>> erase(std::string tenant, std::string id) override {
+    if (!conn_->up()) co_return std::nullopt;
+    auto r = co_await conn_->command("DEL", redis_key(tenant, id));
+    if (!r.ok() || r.reply->is_error()) co_return std::nullopt;
+    const bool in_redis = r.reply->type == store::RedisReply::Type::integer && r.reply->integer > 0;
+    co_return m_.erase(tenant, id) || in_redis;
   }
 
   bool up() const { return conn_->up(); }

@@ -22,7 +22,9 @@ struct StoredResponse {
   std::string response;     // the Response object (JSON), as GET /v1/responses/{id} answers it
   std::string messages;     // the conversation in chat form (JSON array): the inputs so far and this answer
   std::string input_items;  // this request's input items (JSON array), for .../input_items
-  bool local_only = false;  // stored while Redis was down: this instance's memory alone has it
+  // Not (yet) in Redis: stored while Redis was down, its SET still in flight, or refused.
+  // This instance's memory answers for it until Redis confirms it.
+  bool local_only = false;
   std::size_t bytes() const noexcept { return response.size() + messages.size() + input_items.size() + 128; }
 };
 
@@ -33,7 +35,8 @@ class WorkerStore {
   virtual boost::asio::awaitable<std::optional<StoredResponse>> get(std::string tenant, std::string id) = 0;
   // Stored in the background: the request does not wait for it.
   virtual void put(std::string tenant, std::string id, StoredResponse r) = 0;
-  virtual boost::asio::awaitable<bool> erase(std::string tenant, std::string id) = 0;
+  // nullopt: it could not be erased everywhere (Redis is down); nothing was erased.
+  virtual boost::asio::awaitable<std::optional<bool>> erase(std::string tenant, std::string id) = 0;
 };
 
 // In this process, shared by the workers: each for `ttl`, the least recently stored
@@ -45,6 +48,8 @@ class MemoryStore {
   std::optional<StoredResponse> get(std::string_view tenant, std::string_view id);
   void put(std::string_view tenant, std::string_view id, StoredResponse r);
   bool erase(std::string_view tenant, std::string_view id);
+  // Redis has it now: this instance's copy stops answering for it when Redis does not.
+  void confirm(std::string_view tenant, std::string_view id);
   std::size_t size() const;  // responses held
 
  private:

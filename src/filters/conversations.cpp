@@ -9,6 +9,7 @@
 #include <string>
 
 #include "api/responses.hpp"
+#include "config/config.hpp"
 #include "config/keys.hpp"
 #include "conversations/store.hpp"
 #include "filters/filter.hpp"
@@ -28,13 +29,16 @@ bool instructed(const llm::ChatRequest& chat) {
 
 class Conversations final : public Filter {
  public:
-  explicit Conversations(std::shared_ptr<conversations::WorkerStore> store) : store_(std::move(store)) {}
+  Conversations(std::shared_ptr<conversations::WorkerStore> store, std::size_t max_bytes)
+      : store_(std::move(store)), max_bytes_(max_bytes) {}
 
   std::string_view name() const override { return "conversations"; }
-  unsigned phases() const override { return bit(Phase::request) | bit(Phase::end) | bit(Phase::answer); }
+  unsigned phases() const override { return bit(Phase::request) | bit(Phase::end); }
 
   Next on(Phase, Request& r, void*, Stop&) override {
     if (r.api != "responses" || r.kind != Kind::generate) return Next::go;
+    const auto* store = r.chat.extra.if_contains("store");
+    if (!(store && store->is_bool() && !store->get_bool()) && r.keep_answer) *r.keep_answer = true;
     const auto* prev = r.chat.extra.if_contains("previous_response_id");
     return prev && prev->is_string() ? Next::wait : Next::go;
   }
@@ -43,10 +47,18 @@ class Conversations final : public Filter {
     const std::string id(r.chat.extra.at("previous_response_id").get_string());
     auto stored = co_await store_->get(r.key.tenant, id);
     boost::system::error_code ec;
-    json::value earlier = stored ? json::parse(stored->messages, ec) : json::value();
+    json::value earlier = stored ? json::parse(stored->messages, ec, {}, parse_options()) : json::value();
     if (!stored || ec || !earlier.is_array()) {
       stop.reason = Reason::invalid_request;
       stop.message = "previous response '" + id + "' was not found";
+      stop.param = "previous_response_id";
+      co_return Next::stop;
+    }
+    // A conversation goes upstream whole: it is held to the size of one request body.
+    if (stored->messages.size() + r.ex.request().body().size() > max_bytes_) {
+      stop.reason = Reason::invalid_request;
+      stop.message = "the conversation of previous response '" + id + "' with this input is over " +
+                     std::to_string(max_bytes_) + " bytes (limits.max_body_bytes): start a new one";
       stop.param = "previous_response_id";
       co_return Next::stop;
     }
@@ -63,7 +75,7 @@ class Conversations final : public Filter {
     const auto* store = r.chat.extra.if_contains("store");
     if (store && store->is_bool() && !store->get_bool()) return;
     boost::system::error_code ec;
-    json::value response = json::parse(*r.answer, ec);
+    json::value response = json::parse(*r.answer, ec, {}, parse_options());
     if (ec || !response.is_object()) return;
     const auto* id = response.as_object().if_contains("id");
     if (!id || !id->is_string()) return;
@@ -80,14 +92,22 @@ class Conversations final : public Filter {
   }
 
  private:
+  // As deep as a request may be (the parsers of client bodies allow 64 levels).
+  static json::parse_options parse_options() {
+    json::parse_options o;
+    o.max_depth = 128;
+    return o;
+  }
+
   std::shared_ptr<conversations::WorkerStore> store_;
+  const std::size_t max_bytes_;
 };
 
 }  // namespace
 
 std::unique_ptr<Filter> make_conversations(const Deps& d) {
   if (!d.conversations) return nullptr;
-  return std::make_unique<Conversations>(d.conversations);
+  return std::make_unique<Conversations>(d.conversations, d.cfg.max_body_bytes);
 }
 
 }  // namespace sluice::filters

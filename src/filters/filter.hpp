@@ -12,9 +12,9 @@
 //       end      after the answer (or a refusal, or an exception), before the record:
 //                settle, release. Called, last filter first, for every filter that saw
 //                the request (one of its request or admit hooks ran).
-//       answer   not a hook: a filter that declares it reads the client's whole answer
-//                (Request::answer) in its end hook; the handler keeps a copy of the
-//                answer only when one does.
+// A filter that needs the client's whole answer in its end hook asks for it in its
+// request hook (*Request::keep_answer = true): the handler then keeps a copy of it
+// (Request::answer), for that request only.
 // A hook answers go, stop (the request ends with the filter's Stop: a local reply with
 // its reason, message, param and Retry-After), or wait (the chain then awaits the
 // filter's wait(), which answers go or stop): the common case stays a plain call, and a
@@ -55,7 +55,7 @@ enum class Encoding;
 
 namespace sluice::filters {
 
-enum class Phase : std::uint8_t { request, admit, end, answer };
+enum class Phase : std::uint8_t { request, admit, end };
 inline constexpr unsigned bit(Phase p) { return 1u << static_cast<unsigned>(p); }
 
 // What the request asks of the upstream.
@@ -88,8 +88,9 @@ struct Request {
   http::HeaderList& reply_headers;  // sent on the request's reply, whatever it is
   telemetry::RequestRecord& rec;    // the record: filters fill their columns
   // The client's whole answer as it was sent (a 200's body, or a stream's final object),
-  // for the end hooks of filters that declare Phase::answer; empty otherwise.
+  // for the end hooks, when a filter set *keep_answer in its request hook; else empty.
   const std::string* answer = nullptr;
+  bool* keep_answer = nullptr;
 };
 
 // Why a filter ended the request: the local reply. retry_after_ms < 0: no Retry-After.
@@ -148,7 +149,6 @@ class Chain {
   static constexpr std::size_t kMaxFilters = 64;
   void add(std::unique_ptr<Filter> f);  // null (a policy that is off) is skipped; throws beyond kMaxFilters
   std::size_t size() const { return filters_.size(); }
-  bool wants_answer() const { return phases_ & bit(Phase::answer); }
   const Filter& at(std::size_t i) const { return *filters_[i].filter; }
 
  private:

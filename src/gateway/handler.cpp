@@ -69,7 +69,8 @@ struct Context {
   // every path that is not a client API's.
   const api::Codec* codec = &api::openai_chat();
   tokenizer::Encoding encoding = tokenizer::Encoding::cl100k_base;  // the route's, for counting tokens
-  std::string answer;  // the client's whole answer, kept only when a filter reads it (Phase::answer)
+  std::string answer;        // the client's whole answer, kept only when a filter asked (keep_answer)
+  bool keep_answer = false;
 };
 
 // The outcome of relaying one upstream answer.
@@ -504,7 +505,12 @@ class WorkerHandler {
     }
     std::string body;
     if (method == "DELETE") {
-      co_await conversations_->erase(ctx.key->tenant, std::string(id));
+      if (!co_await conversations_->erase(ctx.key->tenant, std::string(id))) {
+        ctx.headers.emplace_back("Retry-After", "1");
+        co_await local_reply(ex, ctx, Reason::store_unavailable,
+                             "stored responses cannot be deleted while their store (Redis) is unreachable");
+        co_return;
+      }
       body = R"({"id":)";
       append_json_string(body, id);
       body += R"(,"object":"response","deleted":true})";
@@ -570,7 +576,8 @@ class WorkerHandler {
                             .route = {.config = rr.route, .wires = rr.wires, .strict_wires = rr.strict_wires, .encoding = rr.encoding},
                             .reply_headers = ctx.headers,
                             .rec = ctx.rec,
-                            .answer = &ctx.answer};
+                            .answer = &ctx.answer,
+                            .keep_answer = &ctx.keep_answer};
   }
 
   // One phase of the chain; false when a filter ended the request. Its end hooks then run
@@ -1101,7 +1108,7 @@ class WorkerHandler {
     }
     ctx.rec.status = 200;
     std::string body = ctx.codec->answer(*done, creq, ctx.request_id);
-    if (chain_->wants_answer()) ctx.answer = body;
+    if (ctx.keep_answer) ctx.answer = body;
     http::Response r = json_reply(200, std::move(body), ctx);
     if (!co_await ex.reply(std::move(r))) ctx.rec.client_cancelled = true;
     co_return std::nullopt;
@@ -1232,7 +1239,7 @@ class WorkerHandler {
     ex.set_write_timeout(std::min<Ms>(to.client_write, left_until(deadline) + kEndGrace));
     if (relay.reason == Reason::ok) {
       ctx.rec.status = 200;
-      if (chain_->wants_answer()) ctx.answer = translator->final_answer();
+      if (ctx.keep_answer) ctx.answer = translator->final_answer();
       if (!ex.started()) co_await begin();  // an empty but well-formed stream
       if (!co_await ex.end_stream()) ctx.rec.client_cancelled = true;
       co_return std::nullopt;
@@ -1248,7 +1255,8 @@ class WorkerHandler {
     ctx.rec.reason = relay.reason;
     ctx.rec.error = relay.error;
     if (!relay.error_frame_sent) {
-      std::string frame = ctx.codec->error_event(relay.reason, relay.error);
+      std::string frame = translator->error_event(relay.reason, relay.error);
+      if (frame.empty()) frame = ctx.codec->error_event(relay.reason, relay.error);
       co_await ex.write_chunk(frame);
     }
     co_await ex.end_stream();

@@ -204,6 +204,9 @@ class StreamTranslator {
   // The whole answer the stream amounted to, in the client's form, once it ended well
   // (the Responses API's final Response object); empty when the API has none.
   virtual std::string final_answer() const { return {}; }
+  // The event that ends the stream on a failure the gateway saw after it began, when the
+  // client API numbers its events (the Responses API); empty: the codec's error_event.
+  virtual std::string error_event(Reason, std::string_view) { return {}; }
   static constexpr std::size_t kRelayedFoldBytes = 4096;
 
  protected:

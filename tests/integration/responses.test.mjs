@@ -259,6 +259,7 @@ describe('responses: a fleet sharing Redis', () => {
       models: [{ alias: 'tools', provider: 'openai', base_url: `${upstream.url}/v1`, model: 'real-model' }],
       redis: { url: redis.url, retry_interval: '200ms' },
       responses: { store: 'redis' },
+      limits: { max_body_bytes: 30000 },
     });
     [a, b] = await Promise.all([startGateway(config('it-resp-a')), startGateway(config('it-resp-b'))]);
   });
@@ -286,6 +287,25 @@ describe('responses: a fleet sharing Redis', () => {
     assert.equal((await a.infra()).stored_responses.backend, 'redis');
   });
 
+  test('a conversation is held to the size of one request body', async () => {
+    const big = 'x'.repeat(12000);
+    const one = await on(a).responses.create({ model: 'tools', input: big });
+    const two = await on(a).responses.create({ model: 'tools', input: big, previous_response_id: one.id });
+    await assert.rejects(
+      on(a).responses.create({ model: 'tools', input: big, previous_response_id: two.id }),
+      (e) => e instanceof OpenAI.BadRequestError && e.param === 'previous_response_id' && /max_body_bytes/.test(e.message),
+    );
+  });
+
+  test('a response nested as deep as a request may be is stored', async () => {
+    let metadata = 'deep';
+    for (let i = 0; i < 40; i++) metadata = { m: metadata };
+    const r = await request(`${a.url}/v1/responses`, { method: 'POST', key: KEY, body: { model: 'tools', input: 'x', tools: [{ type: 'function', name: 'weather', parameters: metadata }] } });
+    assert.equal(r.status, 200, r.text);
+    const got = await waitFor(() => on(a).responses.retrieve(r.json.id).catch(() => null), { what: 'the deep response' });
+    assert.equal(got.id, r.json.id);
+  });
+
   test('with Redis down, an instance keeps and continues its own responses, and says Redis is down', async () => {
     await redis.stop();
     await waitFor(async () => (await a.infra()).stored_responses.redis_up === false, { what: 'redis_up false' });
@@ -293,6 +313,9 @@ describe('responses: a fleet sharing Redis', () => {
     const second = await on(a).responses.create({ model: 'tools', input: 'Still there?', previous_response_id: first.id });
     assert.equal(second.previous_response_id, first.id);
     await assert.rejects(on(b).responses.retrieve(first.id), (e) => e instanceof OpenAI.NotFoundError);
+    // A delete that could not reach Redis deletes nothing, and says so.
+    await assert.rejects(on(a).responses.delete(first.id), (e) => e.status === 503 && e.code === 'store_unavailable');
+    assert.equal((await on(a).responses.retrieve(first.id)).id, first.id);
     await redis.start();
     await waitFor(async () => (await a.infra()).stored_responses.redis_up === true, { timeout: 10000, what: 'redis_up true' });
   });

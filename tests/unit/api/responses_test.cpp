@@ -6,6 +6,8 @@
 
 #include "api/responses.hpp"
 
+#include <vector>
+
 using namespace sluice;
 using namespace sluice::api;
 namespace json = boost::json;
@@ -109,6 +111,72 @@ TEST(ResponsesAnswer, ACompletionBecomesAResponseWithItsItemsAndUsage) {
   EXPECT_EQ(m[0].at("tool_calls").as_array()[0].at("id"), "c9");
   done.finish_reason = "length";
   EXPECT_EQ(json::parse(chat_to_response(done, req)).at("status"), "incomplete");
+}
+
+}  // namespace
+
+namespace {
+
+// The chunks an OpenAI upstream sends, through the Responses encoder.
+std::vector<json::object> events_of(const std::vector<std::string>& chunks, llm::ChatRequest& req, bool fail_midway = false) {
+  req.model = "alias";
+  req.stream = true;
+  auto conv = std::get<ResponsesConversion>(responses_to_chat(R"({"model":"m","input":"x","stream":true})"));
+  req.extra = conv.extra;
+  auto t = make_responses_output(llm::make_openai_stream(req), req);
+  std::string in, out;
+  for (const auto& c : chunks) in += "data: " + c + "\n\n";
+  if (!fail_midway) in += "data: [DONE]\n\n";
+  EXPECT_TRUE(t->feed(in, out));
+  if (fail_midway) out += t->error_event(Reason::upstream_idle_timeout, "the upstream went silent");
+  else EXPECT_TRUE(t->finish(out));
+  std::vector<json::object> events;
+  std::string_view rest = out;
+  while (!rest.empty()) {
+    const auto d = rest.find("data: ");
+    const auto end = rest.find("\n\n", d);
+    if (d == std::string_view::npos || end == std::string_view::npos) break;
+    events.push_back(json::parse(rest.substr(d + 6, end - d - 6)).as_object());
+    rest.remove_prefix(end + 2);
+  }
+  for (std::size_t i = 0; i < events.size(); ++i) EXPECT_EQ(events[i].at("sequence_number"), i);
+  return events;
+}
+
+std::string call_chunk(int index, std::string_view id, std::string_view name, std::string_view args) {
+  json::object fn{{"arguments", args}};
+  if (!name.empty()) fn["name"] = name;
+  json::object call{{"index", index}, {"function", fn}};
+  if (!id.empty()) call["id"] = id;
+  return json::serialize(json::object{
+      {"choices", json::array{json::object{{"index", 0}, {"delta", json::object{{"tool_calls", json::array{call}}}}}}}});
+}
+
+TEST(ResponsesStream, InterleavedCallsKeepTheirArgumentsAndTextAfterACallIsAnotherMessage) {
+  llm::ChatRequest req;
+  const auto events = events_of(
+      {call_chunk(0, "c0", "f", "{\"a\":"), call_chunk(1, "c1", "g", "{\"b\":2}"), call_chunk(0, "", "", "1}"),
+       R"({"choices":[{"index":0,"delta":{"content":"after"}}]})",
+       R"({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]})"},
+      req);
+  const auto& done = events.back();
+  ASSERT_EQ(done.at("type"), "response.completed");
+  const auto& output = done.at("response").at("output").as_array();
+  ASSERT_EQ(output.size(), 3u);
+  EXPECT_EQ(output[0].at("arguments"), "{\"a\":1}");
+  EXPECT_EQ(output[1].at("arguments"), "{\"b\":2}");
+  EXPECT_EQ(output[2].at("type"), "message");
+  EXPECT_EQ(output[2].at("content").at(0).at("text"), "after");
+}
+
+TEST(ResponsesStream, AFailureAfterTheStartEndsWithAnErrorAndResponseFailedInSequence) {
+  llm::ChatRequest req;
+  const auto events = events_of({R"({"choices":[{"index":0,"delta":{"content":"par"}}]})"}, req, true);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events[events.size() - 2].at("type"), "error");
+  EXPECT_EQ(events[events.size() - 2].at("code"), "upstream_idle_timeout");
+  EXPECT_EQ(events.back().at("type"), "response.failed");
+  EXPECT_EQ(events.back().at("response").at("status"), "failed");
 }
 
 }  // namespace
