@@ -274,13 +274,6 @@ OutputPlan plan_output(std::optional<std::int64_t> requested, const config::SimS
   return p;
 }
 
-std::string token_text(std::int64_t index) {
-  std::string s = "tok";
-  s += std::to_string(index);
-  s += ' ';
-  return s;
-}
-
 // ---------------------------------------------------------------------------------------
 // Engine
 

@@ -61,9 +61,6 @@ struct OutputPlan {
 };
 OutputPlan plan_output(std::optional<std::int64_t> requested, const config::SimSettings& s) noexcept;
 
-// Deterministic token text: "tok0 ", "tok1 ", ...
-std::string token_text(std::int64_t index);
-
 class Engine {
  public:
   explicit Engine(config::SimSettings settings);  // throws std::invalid_argument if invalid

@@ -82,11 +82,6 @@ asio::awaitable<void> serve(std::shared_ptr<Engine> eng, http::Exchange& ex, Gen
   }
   const Clock::time_point slot_time = Clock::now();
 
-  const OutputPlan out = plan_output(req.max_tokens, s);
-  std::int64_t abort_at = -1;
-  if (fault.kind == FaultKind::abort)
-    abort_at = fault.abort_after >= 0 ? std::min(fault.abort_after, out.tokens) : out.tokens / 2;
-
   ReplyInfo info;
   info.api = req.api;
   info.id = (req.api == Api::anthropic ? "msg_" : "chatcmpl-") + new_request_id();
@@ -94,6 +89,15 @@ asio::awaitable<void> serve(std::shared_ptr<Engine> eng, http::Exchange& ex, Gen
   info.created = unix_now();
   info.prompt_tokens = req.prompt_tokens;
   info.include_usage = req.include_usage;
+  info.logprobs = req.logprobs;
+  info.top_logprobs = req.top_logprobs;
+
+  const Answer answer =
+      make_answer(req, s, (req.api == Api::anthropic ? "toolu_" : "call_") + new_request_id().substr(0, 24));
+  const std::int64_t tokens = answer.tokens();
+  std::int64_t abort_at = -1;
+  if (fault.kind == FaultKind::abort)
+    abort_at = fault.abort_after >= 0 ? std::min(fault.abort_after, tokens) : tokens / 2;
 
   // Time to first token: fixed part + prefill per prompt token (+ slow first token), each
   // jittered. Later tokens follow every inter_token (jittered), scheduled from the
@@ -117,31 +121,33 @@ asio::awaitable<void> serve(std::shared_ptr<Engine> eng, http::Exchange& ex, Gen
     st.finished = true;
   };
 
-  std::string content;
+  // The response head goes out with the first bytes of the stream (an Ollama tool call
+  // has none before its last token).
+  bool begun = false;
   Clock::time_point first_token = slot_time;
-  for (std::int64_t i = 0; i < out.tokens; ++i) {
+  for (std::int64_t i = 0; i < tokens; ++i) {
     if (i == abort_at) {
       co_await sleep_until(deadline);
       drop();
       co_return;
     }
     co_await sleep_until(deadline);
-    const std::string text = token_text(i);
     if (i == 0) first_token = Clock::now();
     if (req.stream) {
-      if (i == 0 && !co_await ex.begin_stream(200, stream_content_type(req.api), kNoHeaders)) { gone(); co_return; }
-      const std::string chunk = stream_token(info, i, text);
-      if (!co_await ex.write_chunk(chunk)) { gone(); co_return; }
-    } else {
-      content += text;
+      const std::string chunk = stream_token(info, answer, i);
+      if (!chunk.empty()) {
+        if (!begun && !co_await ex.begin_stream(200, stream_content_type(req.api), kNoHeaders)) { gone(); co_return; }
+        begun = true;
+        if (!co_await ex.write_chunk(chunk)) { gone(); co_return; }
+      }
     }
     deadline += eng->jittered(itl, s.jitter);
   }
-  if (out.tokens == 0) {
+  if (tokens == 0) {
     co_await sleep_until(deadline);
     first_token = Clock::now();
   }
-  if (abort_at == out.tokens) {  // everything but the end of the answer
+  if (abort_at == tokens) {  // everything but the end of the answer
     drop();
     co_return;
   }
@@ -155,14 +161,14 @@ asio::awaitable<void> serve(std::shared_ptr<Engine> eng, http::Exchange& ex, Gen
   slot->release();  // the "GPU" is done; only bytes remain to be sent
 
   if (req.stream) {
-    if (out.tokens == 0 && !co_await ex.begin_stream(200, stream_content_type(req.api), kNoHeaders))
+    if (!begun && !co_await ex.begin_stream(200, stream_content_type(req.api), kNoHeaders))
       { gone(); co_return; }
-    const std::string tail = stream_end(info, out.tokens, out.length_limited, t);
+    const std::string tail = stream_end(info, answer, t);
     if (!co_await ex.write_chunk(tail) || !co_await ex.end_stream())
       { gone(); co_return; }
   } else {
     http::Response r;
-    r.body = full_body(info, content, out.tokens, out.length_limited, t);
+    r.body = full_body(info, answer, t);
     if (!co_await ex.reply(std::move(r))) { gone(); co_return; }
   }
   eng->count(Engine::Counter::completed);

@@ -7,11 +7,18 @@
 #include <string_view>
 #include <vector>
 
+#include <boost/json/value.hpp>
+
 #include "http/server.hpp"
+#include "sim/answer.hpp"
 
 namespace sluice::sim {
 
 enum class Api { openai, ollama, anthropic };
+
+// What the content must be: text, or a JSON object (any, or one for a schema).
+enum class Format { text, json_object, json_schema };
+enum class ToolChoice { automatic, none, required, named };
 
 struct GenRequest {
   Api api = Api::openai;
@@ -20,14 +27,32 @@ struct GenRequest {
   bool include_usage = false;               // OpenAI stream_options.include_usage
   std::optional<std::int64_t> max_tokens;   // as the request set it (see plan_output)
   std::int64_t prompt_tokens = 1;           // content bytes / 4, min 1
+  std::uint64_t seed = 0;                   // the request's seed (two's complement), else 0
+  std::vector<std::string> stop;            // stop sequences (empty ones left out)
+  Format format = Format::text;
+  boost::json::value schema;                // Format::json_schema: the schema (null: none given)
+  struct Tool {
+    std::string name;
+    boost::json::value parameters;          // its JSON Schema (null: none)
+  };
+  std::vector<Tool> tools;                  // function tools offered
+  ToolChoice tool_choice = ToolChoice::automatic;
+  std::string tool_choice_name;             // ToolChoice::named
+  std::string last_user_text;               // the text of the last user message (when tools are offered)
+  bool last_is_tool_result = false;         // the last message is a tool's result
+  bool logprobs = false;                    // OpenAI logprobs: true
+  int top_logprobs = 0;                     // OpenAI top_logprobs (0..20)
 };
 
 // Parses a generation request body:
 // - OpenAI /v1/chat/completions: model, messages, stream (default false),
-//   stream_options.include_usage, max_completion_tokens (preferred) or max_tokens (>= 1).
+//   stream_options.include_usage, max_completion_tokens (preferred) or max_tokens (>= 1),
+//   seed, stop (string or array), response_format (json_object, json_schema), tools
+//   (function tools), tool_choice, logprobs, top_logprobs (0..20).
 // - Ollama /api/chat: model, messages, stream (default true), options.num_predict
-//   (negative = no limit).
-// - Anthropic /v1/messages: model, messages, system, stream (default false), max_tokens (>= 1).
+//   (negative = no limit), options.seed, options.stop, format ("json" or a schema), tools.
+// - Anthropic /v1/messages: model, messages, system, stream (default false), max_tokens
+//   (>= 1), stop_sequences, tools (input_schema), tool_choice.
 // Prompt bytes are the message contents (strings, or the "text" of content parts) plus the
 // Anthropic "system" text. Returns nullopt and sets `error` when the body is unusable.
 std::optional<GenRequest> parse_request(Api api, std::string_view body, std::string& error);
@@ -40,6 +65,8 @@ struct ReplyInfo {
   std::int64_t created = 0;   // unix seconds
   std::int64_t prompt_tokens = 0;
   bool include_usage = false;
+  bool logprobs = false;      // OpenAI: log probabilities asked for
+  int top_logprobs = 0;
 };
 
 // Durations reported by Ollama's final object (nanoseconds).
@@ -52,20 +79,22 @@ struct Timing {
 
 std::string_view stream_content_type(Api api);  // text/event-stream or application/x-ndjson
 
-// The stream bytes for token `index` (one chunk). Index 0 also carries what precedes the
-// first token: the assistant role (OpenAI) or message_start, content_block_start and ping
-// (Anthropic).
-std::string stream_token(const ReplyInfo& r, std::int64_t index, std::string_view text);
+// The stream bytes for token `index` of the answer (one chunk). Index 0 also carries what
+// precedes the first token: the assistant role (OpenAI) or message_start,
+// content_block_start and ping (Anthropic). A tool call's token 0 is its head: OpenAI
+// delta.tool_calls with id, type and name (arguments ""), Anthropic a tool_use
+// content_block_start; later tokens are pieces of the arguments (OpenAI
+// delta.tool_calls[0].function.arguments, Anthropic input_json_delta). Ollama sends a tool
+// call whole, in its last token's line: the other tokens of a tool call return "".
+std::string stream_token(const ReplyInfo& r, const Answer& a, std::int64_t index);
 
 // Everything after the last token: OpenAI final chunk with finish_reason, the usage chunk
 // when include_usage, "data: [DONE]"; Ollama final object with counts and durations;
 // Anthropic content_block_stop, message_delta, message_stop.
-std::string stream_end(const ReplyInfo& r, std::int64_t output_tokens, bool length_limited,
-                       const Timing& t);
+std::string stream_end(const ReplyInfo& r, const Answer& a, const Timing& t);
 
 // Non-streaming answer body.
-std::string full_body(const ReplyInfo& r, std::string_view content, std::int64_t output_tokens,
-                      bool length_limited, const Timing& t);
+std::string full_body(const ReplyInfo& r, const Answer& a, const Timing& t);
 
 enum class ErrorKind { bad_request, not_found, rate_limited, internal, unavailable, queue_full };
 // Error reply in the API's shape (status from the kind; Retry-After: 1 on 429):

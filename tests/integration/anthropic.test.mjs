@@ -567,3 +567,44 @@ describe('tool use', () => {
     assert.deepEqual(final.content, [{ type: 'tool_use', id: 'toolu_01Lyon', name: 'get_weather', input: { city: 'Lyon' } }]);
   });
 });
+
+// The simulator calls a tool when the user names it, on each wire the gateway speaks to it
+// (OpenAI, Anthropic, Ollama), and answers text after the tool's result.
+describe('tool use against the simulator, every upstream wire', () => {
+  for (const model of ['demo', 'claude', 'local']) {
+    test(`${model}: a tool_use block when asked for by name, text after the tool_result`, async () => {
+      const ask = { role: 'user', content: 'Use get_weather for Paris.' };
+      const m = await client().messages.create({ model, max_tokens: 100, tools: [WEATHER_TOOL], messages: [ask] });
+      assert.equal(m.stop_reason, 'tool_use', JSON.stringify(m));
+      assert.equal(m.content.length, 1);
+      const [use] = m.content;
+      assert.equal(use.type, 'tool_use');
+      assert.equal(use.name, 'get_weather');
+      assert.equal(typeof use.input.city, 'string');
+
+      const stream = client().messages.stream({ model, max_tokens: 100, tools: [WEATHER_TOOL], messages: [ask] });
+      const final = await stream.finalMessage();
+      assert.equal(final.stop_reason, 'tool_use');
+      assert.deepEqual(final.content.map((b) => [b.type, b.name, b.input]), [['tool_use', 'get_weather', use.input]]);
+
+      // Even with a forced choice (which an Ollama route cannot pass on).
+      const choice = model === 'local' ? {} : { tool_choice: { type: 'any' } };
+      const after = await client().messages.create({
+        model, max_tokens: 5, tools: [WEATHER_TOOL], ...choice,
+        messages: [ask, { role: 'assistant', content: m.content }, { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: 'sunny' }] }],
+      });
+      assert.deepEqual(after.content, [{ type: 'text', text: simText(5) }]);
+    });
+  }
+
+  // (Through the gateway's chat translation the stop reason comes back as end_turn: a chat
+  // completion's finish_reason "stop" does not say which sequence matched.)
+  test('stop_sequences reach the simulator: the text ends before the first occurrence', async () => {
+    const text = simText(12);
+    for (const model of ['claude', 'demo', 'local']) {
+      const m = await client().messages.create({ model, max_tokens: 12, stop_sequences: ['deep'], messages: [{ role: 'user', content: 'hi' }] });
+      assert.equal(m.content[0].text, text.slice(0, text.indexOf('deep')), model);
+      assert.notEqual(m.stop_reason, 'max_tokens', model);
+    }
+  });
+});

@@ -7,7 +7,7 @@
 // models list and embeddings.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { BAD_KEY, KEY, USER, chat, request, rawRequest, sse, startGateway, startRecorder, startSim } from './lib.mjs';
+import { BAD_KEY, KEY, USER, assembled, chat, request, rawRequest, simLogprob, simText, simTokens, sse, startGateway, startRecorder, startSim } from './lib.mjs';
 import { SOURCE, assertValid, schemaNames, validate, validator } from './openai_schema.mjs';
 
 let gw;
@@ -212,11 +212,12 @@ after(async () => {
 
 // Every kind of route. The OpenAI-compatible kind twice: in front of a `sluice sim` process,
 // and of a fake that answers as the OpenAI API does (field for field). `tools`: its upstream
-// calls a tool when offered one (the simulators answer text only); `fails`: its upstream
-// answers FAIL with its API's error and FAIL_MIDWAY with a stream that breaks off.
+// calls a tool when offered one (the simulators call one only when asked: see "the
+// simulator's answers" below); `fails`: its upstream answers FAIL with its API's error and
+// FAIL_MIDWAY with a stream that breaks off.
 const ROUTES = [
-  { kind: 'simulated', alias: 'simulated' },
-  { kind: 'openai (sluice sim)', alias: 'openai-sim' },
+  { kind: 'simulated', alias: 'simulated', sim: true },
+  { kind: 'openai (sluice sim)', alias: 'openai-sim', sim: true },
   { kind: 'openai (OpenAI-shaped fake)', alias: 'openai-fake', tools: true, fails: true },
   { kind: 'ollama', alias: 'ollama', tools: true, fails: true },
   { kind: 'anthropic', alias: 'anthropic', tools: true, fails: true },
@@ -465,7 +466,7 @@ for (const route of ROUTES) {
         assertStreamedUsage(chunks, `${route.kind}: streamed tool call`);
       });
     } else {
-      test('tools offered (the simulator answers text): still a valid completion and stream', async () => {
+      test('tools offered but not asked for (the simulator answers text): still a valid completion and stream', async () => {
         const body = { model: route.alias, messages: TOOL_MESSAGES, tools: [WEATHER_TOOL], max_tokens: 4 };
         const s = await sse(`${gw.url}/v1/chat/completions`, { ...body, stream: true });
         assertChunksValid(chunksOf(s, `${route.kind}: tools offered, streamed`), `${route.kind}: tools offered, streamed`);
@@ -495,6 +496,133 @@ for (const route of ROUTES) {
         assertChunksValid(events.slice(0, -1), `${route.kind}: chunks before the error`);
       });
     }
+  });
+}
+
+// ---- the simulator's answers: tool calls, JSON, log probabilities, stop ------------------
+// Through both simulator routes (in-process and a `sluice sim` process behind an openai
+// route): what the simulator answers for the features clients use is still a valid
+// CreateChatCompletionResponse / every chunk a valid CreateChatCompletionStreamResponse.
+
+const ASKS_FOR_TOOL = [{ role: 'user', content: 'Use get_weather for Paris, please.' }];
+const SCHEMA_FORMAT = {
+  type: 'json_schema',
+  json_schema: {
+    name: 'forecast',
+    strict: true,
+    schema: {
+      type: 'object',
+      properties: { city: { type: 'string' }, days: { type: 'integer' }, rain: { type: 'boolean' }, temps: { type: 'array', items: { type: 'number' } } },
+      required: ['city', 'days', 'rain', 'temps'],
+      additionalProperties: false,
+    },
+  },
+};
+
+function assertForecast(text, what) {
+  const o = JSON.parse(text);
+  assert.equal(typeof o.city, 'string', what);
+  assert.ok(Number.isInteger(o.days), what);
+  assert.equal(typeof o.rain, 'boolean', what);
+  assert.ok(Array.isArray(o.temps) && o.temps.every((t) => typeof t === 'number'), what);
+}
+
+for (const route of ROUTES.filter((r) => r.sim)) {
+  describe(`${route.kind} route: the simulator's answers`, () => {
+    test('a tool call asked for by name: a valid completion with tool_calls, arguments from the schema', async () => {
+      const r = await chat(gw, { model: route.alias, messages: ASKS_FOR_TOOL, tools: [WEATHER_TOOL], max_tokens: 100 });
+      assert.equal(r.status, 200, r.text);
+      assertValid(COMPLETION, r.json, `${route.kind}: a tool call`);
+      const choice = r.json.choices[0];
+      assert.equal(choice.finish_reason, 'tool_calls');
+      assert.equal(choice.message.content, null);
+      const [call] = choice.message.tool_calls;
+      assert.equal(call.type, 'function');
+      assert.equal(call.function.name, 'get_weather');
+      assert.match(call.id, /^call_/);
+      assert.equal(typeof JSON.parse(call.function.arguments).city, 'string');
+    });
+
+    test('a tool call, streamed (tool_choice required): valid chunks that assemble the call', async () => {
+      const r = await sse(`${gw.url}/v1/chat/completions`, {
+        model: route.alias,
+        messages: USER,
+        tools: [WEATHER_TOOL],
+        tool_choice: 'required',
+        max_tokens: 100,
+        stream: true,
+        stream_options: { include_usage: true },
+      });
+      const chunks = chunksOf(r, `${route.kind}: streamed tool call`);
+      assertChunksValid(chunks, `${route.kind}: streamed tool call`);
+      assert.deepEqual(finishOf(chunks), ['tool_calls']);
+      const calls = streamedCalls(chunks);
+      assert.equal(calls.length, 1, JSON.stringify(calls));
+      assert.equal(calls[0].name, 'get_weather');
+      assert.ok(calls[0].id);
+      assert.equal(typeof JSON.parse(calls[0].arguments).city, 'string');
+      assertStreamedUsage(chunks, `${route.kind}: streamed tool call`);
+      // One token per chunk: the head and each piece of the arguments.
+      assert.equal(chunks.at(-1).usage.completion_tokens, chunks.filter((c) => c.choices[0]?.delta?.tool_calls).length);
+    });
+
+    test('after the tool result, text again', async () => {
+      const messages = [
+        ...ASKS_FOR_TOOL,
+        { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+        { role: 'tool', tool_call_id: 'call_1', content: 'sunny, 21 C' },
+      ];
+      const r = await chat(gw, { model: route.alias, messages, tools: [WEATHER_TOOL], max_tokens: 6 });
+      assert.equal(r.status, 200, r.text);
+      assertValid(COMPLETION, r.json, `${route.kind}: the answer after a tool result`);
+      assert.equal(r.json.choices[0].message.content, simText(6));
+      assert.equal(r.json.choices[0].message.tool_calls, undefined);
+    });
+
+    test('a json_schema response format: a valid completion and stream whose content is such an object', async () => {
+      const body = { model: route.alias, messages: USER, response_format: SCHEMA_FORMAT, max_tokens: 200 };
+      const r = await chat(gw, body);
+      assert.equal(r.status, 200, r.text);
+      assertValid(COMPLETION, r.json, `${route.kind}: json_schema`);
+      assert.equal(r.json.choices[0].finish_reason, 'stop');
+      assertForecast(r.json.choices[0].message.content, `${route.kind}: json_schema`);
+      const s = await sse(`${gw.url}/v1/chat/completions`, { ...body, stream: true });
+      const chunks = chunksOf(s, `${route.kind}: json_schema streamed`);
+      assertChunksValid(chunks, `${route.kind}: json_schema streamed`);
+      assert.ok(chunks.length > 10, 'streamed piece by piece');
+      assert.equal(assembled(s.events), r.json.choices[0].message.content);
+    });
+
+    test('logprobs: valid, one entry per token, in the completion and in each chunk', async () => {
+      const body = { model: route.alias, messages: USER, max_tokens: 4, logprobs: true, top_logprobs: 3, seed: 5 };
+      const r = await chat(gw, body);
+      assert.equal(r.status, 200, r.text);
+      assertValid(COMPLETION, r.json, `${route.kind}: logprobs`);
+      const { content } = r.json.choices[0].logprobs;
+      assert.deepEqual(content.map((e) => e.token), simTokens(4, 5));
+      assert.deepEqual(content.map((e) => e.logprob), [0, 1, 2, 3].map((i) => simLogprob(i, 5)));
+      for (const e of content) {
+        assert.deepEqual(e.bytes, [...Buffer.from(e.token)]);
+        assert.equal(e.top_logprobs.length, 3);
+        assert.equal(e.top_logprobs[0].token, e.token);
+      }
+      const s = await sse(`${gw.url}/v1/chat/completions`, { ...body, stream: true });
+      const chunks = chunksOf(s, `${route.kind}: logprobs streamed`);
+      assertChunksValid(chunks, `${route.kind}: logprobs streamed`);
+      const streamed = chunks.flatMap((c) => c.choices[0]?.logprobs?.content ?? []);
+      assert.deepEqual(streamed, content);
+    });
+
+    test('stop: the content ends before it, finish_reason stop', async () => {
+      const text = simText(30, 9);
+      const cut = text.indexOf(' ', text.indexOf(' ') + 1);  // the stop: the third word with its space
+      const stop = text.slice(cut, text.indexOf(' ', cut + 1));
+      const r = await chat(gw, { model: route.alias, messages: USER, seed: 9, max_tokens: 30, stop: [stop] });
+      assert.equal(r.status, 200, r.text);
+      assertValid(COMPLETION, r.json, `${route.kind}: stop`);
+      assert.equal(r.json.choices[0].message.content, text.slice(0, text.indexOf(stop)));
+      assert.equal(r.json.choices[0].finish_reason, 'stop');
+    });
   });
 }
 

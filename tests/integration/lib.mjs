@@ -465,11 +465,103 @@ export function chat(gw, body, opts = {}) {
 
 export const USER = [{ role: 'user', content: 'Say something.' }];
 
-// "tok0 tok1 ... tok{n-1} ": the simulator's deterministic output.
-export function simText(n) {
-  let s = '';
-  for (let i = 0; i < n; i++) s += `tok${i} `;
-  return s;
+// ---- the simulator's text (src/sim/answer.cpp, docs/simulator.md) ----------------------
+// The same generator as the simulator's, token for token: change both together.
+
+// Its vocabulary, in order.
+export const SIM_WORDS = [
+  'the', 'of', 'and', 'to', 'in', 'is', 'that', 'for', 'it', 'as', 'was', 'with', 'be', 'by', 'on', 'not', 'this',
+  'are', 'or', 'from', 'at', 'which', 'but', 'have', 'an', 'had', 'they', 'you', 'were', 'their', 'one', 'all', 'we',
+  'can', 'her', 'has', 'there', 'been', 'if', 'more', 'when', 'will', 'would', 'who', 'so', 'no', 'she', 'other',
+  'its', 'may', 'these', 'about', 'them', 'some', 'time', 'could', 'into', 'than', 'only', 'two', 'new', 'first',
+  'any', 'then', 'like', 'our', 'what', 'also', 'over', 'most', 'made', 'after', 'such', 'many', 'well', 'where',
+  'people', 'very', 'must', 'through', 'before', 'years', 'between', 'way', 'each', 'great', 'because', 'those',
+  'same', 'state', 'both', 'work', 'good', 'long', 'world', 'down', 'under', 'still', 'just', 'life', 'own', 'should',
+  'might', 'back', 'here', 'day', 'part', 'place', 'while', 'even', 'much', 'house', 'small', 'number', 'against',
+  'high', 'old', 'water', 'system', 'case', 'group', 'found', 'never', 'since', 'home', 'point', 'come', 'take',
+  'know', 'make', 'thought', 'three', 'large', 'light', 'hand', 'money', 'order', 'power', 'night', 'city', 'school',
+  'often', 'country', 'again', 'family', 'left', 'public', 'within', 'open', 'kind', 'change', 'word', 'less',
+  'story', 'market', 'field', 'around', 'side', 'end', 'form', 'morning', 'table', 'river', 'sound', 'road', 'door',
+  'music', 'paper', 'garden', 'window', 'letter', 'voice', 'answer', 'question', 'reason', 'color', 'idea', 'book',
+  'child', 'mother', 'father', 'friend', 'simple', 'early', 'quiet', 'warm', 'bright', 'clear', 'green', 'blue',
+  'happy', 'ready', 'strong', 'gentle', 'careful', 'sudden', 'walk', 'read', 'write', 'build', 'find', 'bring',
+  'carry', 'follow', 'learn', 'begin', 'watch', 'listen', 'speak', 'remember', 'show', 'keep', 'turn', 'move', 'hold',
+  'stand', 'leave', 'live', 'seem', 'feel', 'give', 'ask', 'call', 'try', 'need', 'use', 'tell', 'help', 'play',
+  'run', 'look', 'stay', 'grow', 'close', 'wait', 'travel', 'return', 'explain', 'decide', 'share', 'plan', 'visit',
+  'mean', 'consider', 'evening', 'summer', 'winter', 'mountain', 'ocean', 'forest', 'village', 'street', 'station',
+  'island', 'bridge', 'kitchen', 'picture', 'journey', 'history', 'science', 'nature', 'language', 'machine',
+  'problem', 'project', 'moment', 'weather', 'season', 'energy', 'future', 'memory', 'pattern', 'signal', 'surface',
+  'bird', 'tree', 'stone', 'cloud', 'rain', 'snow', 'wind', 'fire', 'earth', 'star', 'moon', 'sun', 'sea', 'lake',
+  'hill', 'valley', 'path', 'corner', 'edge', 'center', 'circle', 'line', 'shape', 'size', 'weight', 'speed',
+  'distance', 'minute', 'hour', 'week', 'month', 'year', 'today', 'tomorrow', 'yesterday', 'always', 'sometimes',
+  'usually', 'almost', 'nearly', 'quite', 'rather', 'perhaps', 'together', 'alone', 'above', 'below', 'inside',
+  'outside', 'behind', 'beside', 'toward', 'across', 'along', 'among', 'during', 'until', 'without', 'every',
+  'another', 'several', 'few', 'enough', 'little', 'different', 'important', 'possible', 'certain', 'common',
+  'special', 'whole', 'free', 'full', 'real', 'true', 'sure', 'late', 'young', 'next', 'last', 'best', 'better',
+  'dark', 'deep', 'wide', 'soft', 'fresh', 'quick', 'slow', 'heavy', 'short', 'tall', 'round', 'flat', 'empty',
+  'rich', 'poor', 'safe', 'busy', 'calm', 'cold', 'hot', 'dry', 'wet',
+];
+
+// A request's seed (a Number or a BigInt, negative too) folded to 32 bits, as
+// sim::fold_seed: of its 64-bit two's complement, the low half XOR (the high half *
+// 0x9E3779B9 mod 2^32).
+export function simSeed(seed = 0) {
+  const b = BigInt.asUintN(64, BigInt(seed));
+  return (Number(b & 0xffffffffn) ^ Math.imul(Number(b >> 32n), 0x9e3779b9)) >>> 0;
+}
+
+// mulberry32, as sim::Rng.
+function simRng(state) {
+  let a = state >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1) >>> 0;
+    t = ((t + Math.imul(t ^ (t >>> 7), t | 61)) ^ t) >>> 0;
+    return (t ^ (t >>> 14)) >>> 0;
+  };
+}
+
+// The simulator's tokens for `seed` (default 0, as for a request without one): sentences of
+// 4 to 12 words, capitalised, ending with '.', a comma after one word in 11; token 0 has no
+// leading space, the others one.
+export function simTokens(n, seed = 0) {
+  const next = simRng(simSeed(seed));
+  const out = [];
+  let left = 0;
+  for (let i = 0; i < n; i++) {
+    const start = left === 0;
+    if (start) left = 4 + (next() % 9);
+    const r = next();
+    let w = SIM_WORDS[r % SIM_WORDS.length];
+    if (start) w = w[0].toUpperCase() + w.slice(1);
+    left--;
+    if (left === 0) w += '.';
+    else if (left >= 2 && (r >>> 16) % 11 === 0) w += ',';
+    out.push(i === 0 ? w : ` ${w}`);
+  }
+  return out;
+}
+
+// The text of an answer of n tokens: what the simulator says without a stop, a format or
+// a tool call.
+export function simText(n, seed = 0) {
+  return simTokens(n, seed).join('');
+}
+
+// lowbias32, as sim::hash32.
+function simHash(x) {
+  x = (x ^ (x >>> 16)) >>> 0;
+  x = Math.imul(x, 0x7feb352d) >>> 0;
+  x = (x ^ (x >>> 15)) >>> 0;
+  x = Math.imul(x, 0x846ca68b) >>> 0;
+  return (x ^ (x >>> 16)) >>> 0;
+}
+
+// The log probability the simulator gives token `index` (logprobs: true).
+export function simLogprob(index, seed = 0) {
+  const h = simHash((simSeed(seed) ^ simHash(index >>> 0)) >>> 0);
+  return -(10 + (h % 691)) / 1000;
 }
 
 // ---- SSE -----------------------------------------------------------------------------

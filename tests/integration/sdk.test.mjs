@@ -2,7 +2,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
-import { BAD_KEY, KEY, KEY_LIMITED, simText, startGateway, startRecorder, startSim } from './lib.mjs';
+import { BAD_KEY, KEY, KEY_LIMITED, simText, simTokens, startGateway, startRecorder, startSim } from './lib.mjs';
 
 let gw;
 let sim429;
@@ -13,7 +13,7 @@ const messages = [{ role: 'user', content: 'Hello from the SDK test.' }];
 // A recording upstream that sends two tokens and then destroys the connection.
 function drop(req, res) {
   res.writeHead(200, { 'content-type': 'text/event-stream' });
-  for (const text of ['tok0 ', 'tok1 ']) {
+  for (const text of simTokens(2)) {
     res.write(
       `data: ${JSON.stringify({
         id: 'chatcmpl-d',
@@ -208,6 +208,6 @@ describe('openai SDK: errors map to the SDK classes', () => {
         return true;
       },
     );
-    assert.equal(content, 'tok0 tok1 ', 'the content before the failure was delivered');
+    assert.equal(content, simText(2), 'the content before the failure was delivered');
   });
 });

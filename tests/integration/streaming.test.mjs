@@ -14,6 +14,7 @@ import {
   request,
   sse,
   simText,
+  simTokens,
   startGateway,
   startRecorder,
   startSim,
@@ -38,13 +39,12 @@ function script(req, res, json) {
     const chunk = (delta, finish) =>
       `data: ${JSON.stringify({ id: 'chatcmpl-l', object: 'chat.completion.chunk', created: 1, model: 'x', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
     const t = setTimeout(() => {
-      res.end(chunk({ role: 'assistant', content: 'tok0 ' }, null) + chunk({}, 'stop') + 'data: [DONE]\n\n');
+      res.end(chunk({ role: 'assistant', content: simText(1) }, null) + chunk({}, 'stop') + 'data: [DONE]\n\n');
     }, 1500);
     res.on('close', () => clearTimeout(t));
     return true;
   }
-  for (let i = 0; i < 3; i++) {
-    const text = `tok${i} `;
+  for (const text of simTokens(3)) {
     res.write(
       ollama
         ? `${JSON.stringify({ model: 'x', message: { role: 'assistant', content: text }, done: false })}\n`
@@ -158,7 +158,7 @@ describe('heartbeat', () => {
     const firstData = r.raw.indexOf('data:');
     const before = r.raw.slice(0, firstData).match(/^: keep-alive$/gm) ?? [];
     assert.ok(before.length >= 2, `${before.length} heartbeats before the first token:\n${r.raw}`);
-    assert.equal(assembled(r.events), 'tok0 ');
+    assert.equal(assembled(r.events), simText(1));
   });
 
   test('": keep-alive" comments are sent in long gaps between tokens', async () => {

@@ -132,11 +132,6 @@ TEST(Duration, ParsesUnitsAndIntegerMillis) {
   }
 }
 
-TEST(TokenText, Deterministic) {
-  EXPECT_EQ(token_text(0), "tok0 ");
-  EXPECT_EQ(token_text(12), "tok12 ");
-}
-
 // ---------------------------------------------------------------------------------------
 // Settings
 

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "sim/answer.hpp"
 #include "sim/embeddings.hpp"
 #include "sim/engine.hpp"
 #include "sim/sim.hpp"
@@ -291,7 +292,7 @@ TEST_F(SimServerTest, OpenAiNonStream) {
   auto b = json::parse(r.body).as_object();
   EXPECT_EQ(b.at("model").as_string(), "gpt-sim");  // any model is accepted and echoed
   auto ch = b.at("choices").as_array()[0].as_object();
-  EXPECT_EQ(ch.at("message").as_object().at("content").as_string(), "tok0 tok1 tok2 ");
+  EXPECT_EQ(ch.at("message").as_object().at("content").as_string(), sim_text(3));
   EXPECT_EQ(ch.at("finish_reason").as_string(), "length");
   auto u = b.at("usage").as_object();
   EXPECT_EQ(u.at("completion_tokens").as_int64(), 3);
@@ -324,7 +325,7 @@ TEST_F(SimServerTest, OpenAiStreamOneChunkPerToken) {
     EXPECT_EQ(delta.contains("role"), i == 0);
     content += delta.at("content").as_string();
   }
-  EXPECT_EQ(content, "tok0 tok1 tok2 tok3 ");
+  EXPECT_EQ(content, sim_text(4));
   auto tail = sse_frames(r.chunks[4]);
   ASSERT_EQ(tail.size(), 3u);
   EXPECT_EQ(json::parse(tail[0].data).as_object().at("choices").as_array()[0].as_object().at("finish_reason").as_string(), "length");
@@ -340,11 +341,15 @@ TEST_F(SimServerTest, OllamaStreamAndNonStream) {
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.headers["content-type"], "application/x-ndjson");
   ASSERT_EQ(r.chunks.size(), 4u);  // stream is the default for /api/chat
+  std::string streamed;
   for (int i = 0; i < 3; ++i) {
     auto o = json::parse(r.chunks[i]).as_object();
     EXPECT_FALSE(o.at("done").as_bool());
-    EXPECT_EQ(o.at("message").as_object().at("content").as_string(), "tok" + std::to_string(i) + " ");
+    const auto piece = o.at("message").as_object().at("content").as_string();
+    EXPECT_EQ(piece.size() > 0 && piece[0] == ' ', i > 0) << piece;  // one word per line
+    streamed += piece;
   }
+  EXPECT_EQ(streamed, sim_text(3));
   auto fin = json::parse(r.chunks[3]).as_object();
   EXPECT_TRUE(fin.at("done").as_bool());
   EXPECT_EQ(fin.at("done_reason").as_string(), "length");
@@ -359,7 +364,7 @@ TEST_F(SimServerTest, OllamaStreamAndNonStream) {
   auto o = json::parse(r.body).as_object();
   EXPECT_TRUE(o.at("done").as_bool());
   EXPECT_EQ(o.at("done_reason").as_string(), "stop");
-  EXPECT_EQ(o.at("message").as_object().at("content").as_string(), "tok0 tok1 tok2 tok3 tok4 tok5 ");
+  EXPECT_EQ(o.at("message").as_object().at("content").as_string(), sim_text(6));
   EXPECT_EQ(o.at("eval_count").as_int64(), 6);
   EXPECT_TRUE(wait_until([&] { return server_->stats().completed == 2u; }));
 }
@@ -384,15 +389,106 @@ TEST_F(SimServerTest, AnthropicStreamAndNonStream) {
   EXPECT_EQ(events, (std::vector<std::string>{"message_start", "content_block_start", "ping",
                                               "content_block_delta", "content_block_delta",
                                               "content_block_stop", "message_delta", "message_stop"}));
-  EXPECT_EQ(text, "tok0 tok1 ");
+  EXPECT_EQ(text, sim_text(2));
 
   r = call(port_, "POST", "/v1/messages", R"({"model":"claude-sim","messages":[{"role":"user","content":"hi"}]})");
   ASSERT_EQ(r.status, 200) << r.body;
   auto b = json::parse(r.body).as_object();
   EXPECT_EQ(b.at("type").as_string(), "message");
   EXPECT_EQ(b.at("stop_reason").as_string(), "end_turn");
-  EXPECT_EQ(b.at("content").as_array()[0].as_object().at("text").as_string(), "tok0 tok1 tok2 tok3 tok4 tok5 ");
+  EXPECT_EQ(b.at("content").as_array()[0].as_object().at("text").as_string(), sim_text(6));
   EXPECT_EQ(b.at("usage").as_object().at("output_tokens").as_int64(), 6);
+}
+
+const char* kToolsBody = R"({"model":"gpt-sim","stream":true,"messages":[{"role":"user","content":"use get_weather for Paris"}],
+  "tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]})";
+
+TEST_F(SimServerTest, OpenAiToolCallStreamedOneChunkPerToken) {
+  start();
+  auto r = call(port_, "POST", "/v1/chat/completions", kToolsBody);
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_GE(r.chunks.size(), 4u);
+  std::string args, id;
+  for (std::size_t i = 0; i + 1 < r.chunks.size(); ++i) {
+    auto fs = sse_frames(r.chunks[i]);
+    ASSERT_EQ(fs.size(), 1u) << "one token per chunk";
+    auto d = json::parse(fs[0].data).as_object().at("choices").as_array()[0].as_object().at("delta").as_object();
+    auto tc = d.at("tool_calls").as_array()[0].as_object();
+    if (i == 0) id = std::string(tc.at("id").as_string());
+    args += tc.at("function").as_object().at("arguments").as_string();
+  }
+  EXPECT_TRUE(id.starts_with("call_")) << id;
+  EXPECT_TRUE(json::parse(args).as_object().at("city").is_string()) << args;
+  auto tail = sse_frames(r.chunks.back());
+  EXPECT_EQ(json::parse(tail[0].data).as_object().at("choices").as_array()[0].as_object().at("finish_reason"), "tool_calls");
+
+  // The tool's result last: text again.
+  auto t = call(port_, "POST", "/v1/chat/completions",
+                R"({"model":"m","max_tokens":4,"tools":[{"type":"function","function":{"name":"get_weather"}}],"messages":[
+                  {"role":"user","content":"use get_weather"},
+                  {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},
+                  {"role":"tool","tool_call_id":"c1","content":"sunny"}]})");
+  auto ch = json::parse(t.body).as_object().at("choices").as_array()[0].as_object();
+  EXPECT_EQ(ch.at("message").as_object().at("content").as_string(), sim_text(4));
+  EXPECT_EQ(ch.at("finish_reason"), "length");
+}
+
+TEST_F(SimServerTest, OllamaToolCallIsOneLineAfterItsTokens) {
+  auto s = fast();
+  s.inter_token = 10ms;
+  start(s);
+  const auto t0 = Clock::now();
+  auto r = call(port_, "POST", "/api/chat",
+                R"({"model":"m","messages":[{"role":"user","content":"get_weather?"}],"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.chunks.size(), 2u);  // the call, then the final object
+  auto line = json::parse(r.chunks[0]).as_object();
+  auto fn = line.at("message").as_object().at("tool_calls").as_array()[0].as_object().at("function").as_object();
+  EXPECT_TRUE(fn.at("arguments").as_object().at("city").is_string());
+  auto fin = json::parse(r.chunks[1]).as_object();
+  const auto n = fin.at("eval_count").as_int64();
+  EXPECT_GE(n, 5);
+  // Its tokens took their time: (n - 1) inter-token gaps.
+  EXPECT_GE(Clock::now() - t0, (n - 1) * 10ms);
+}
+
+TEST_F(SimServerTest, StopJsonAndLogprobsOverHttp) {
+  start();
+  // Anthropic stop_sequences, streamed.
+  auto r = call(port_, "POST", "/v1/messages",
+                R"({"model":"c","max_tokens":50,"stream":true,"stop_sequences":[" wet"],"messages":[{"role":"user","content":"hi"}]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::string text;
+  for (auto& f : sse_frames(r.body)) {
+    auto d = json::parse(f.data).as_object();
+    if (f.event == "content_block_delta") text += d.at("delta").as_object().at("text").as_string();
+    if (f.event == "message_delta") {
+      EXPECT_EQ(d.at("delta").as_object().at("stop_reason"), "stop_sequence");
+      EXPECT_EQ(d.at("delta").as_object().at("stop_sequence"), " wet");
+      EXPECT_EQ(d.at("usage").as_object().at("output_tokens"), 4);
+    }
+  }
+  EXPECT_EQ(text, "Science home call, or");
+
+  // A JSON schema, with a seed.
+  r = call(port_, "POST", "/v1/chat/completions",
+           R"({"model":"m","seed":11,"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"n":{"type":"integer"},"s":{"type":"string"}},"required":["n","s"]}}}})");
+  auto content = json::parse(r.body).as_object().at("choices").as_array()[0].as_object().at("message").as_object().at("content");
+  auto obj = json::parse(content.as_string()).as_object();
+  EXPECT_TRUE(obj.at("n").is_int64());
+  EXPECT_TRUE(obj.at("s").is_string());
+
+  // Log probabilities in each streamed chunk.
+  r = call(port_, "POST", "/v1/chat/completions",
+           R"({"model":"m","stream":true,"max_tokens":3,"logprobs":true,"top_logprobs":4,"messages":[{"role":"user","content":"hi"}]})");
+  ASSERT_EQ(r.chunks.size(), 4u);
+  for (int i = 0; i < 3; ++i) {
+    auto c = json::parse(sse_frames(r.chunks[i])[0].data).as_object().at("choices").as_array()[0].as_object();
+    auto e = c.at("logprobs").as_object().at("content").as_array()[0].as_object();
+    EXPECT_EQ(e.at("token"), c.at("delta").as_object().at("content"));
+    EXPECT_EQ(e.at("logprob").to_number<double>(), token_logprob(0, i));
+    EXPECT_EQ(e.at("top_logprobs").as_array().size(), 4u);
+  }
 }
 
 TEST_F(SimServerTest, FaultHeaderErrorsInEachShape) {

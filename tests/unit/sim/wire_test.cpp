@@ -35,6 +35,14 @@ ReplyInfo info(Api api, bool include_usage = false) {
   return r;
 }
 
+// A text answer of these tokens.
+Answer text_answer(std::vector<std::string> pieces, Finish finish) {
+  Answer a;
+  for (const auto& p : pieces) a.content.add(p);
+  a.finish = finish;
+  return a;
+}
+
 }  // namespace
 
 TEST(ParseRequest, OpenAiFields) {
@@ -82,20 +90,21 @@ TEST(ParseRequest, RejectsBadBodies) {
 
 TEST(OpenAiWire, StreamChunks) {
   auto r = info(Api::openai, true);
-  auto f0 = frames(stream_token(r, 0, "tok0 "));
+  const Answer two = text_answer({"Hello", " world"}, Finish::length);
+  auto f0 = frames(stream_token(r, two, 0));
   ASSERT_EQ(f0.size(), 1u);
   auto c0 = json::parse(f0[0].data).as_object();
   EXPECT_EQ(c0.at("object").as_string(), "chat.completion.chunk");
   EXPECT_EQ(c0.at("id").as_string(), "chatcmpl-1");
   auto d0 = c0.at("choices").as_array()[0].as_object().at("delta").as_object();
   EXPECT_EQ(d0.at("role").as_string(), "assistant");
-  EXPECT_EQ(d0.at("content").as_string(), "tok0 ");
+  EXPECT_EQ(d0.at("content").as_string(), "Hello");
 
-  auto f1 = frames(stream_token(r, 1, "tok1 "));
+  auto f1 = frames(stream_token(r, two, 1));
   auto d1 = json::parse(f1[0].data).as_object().at("choices").as_array()[0].as_object().at("delta").as_object();
   EXPECT_FALSE(d1.contains("role"));
 
-  auto end = frames(stream_end(r, 2, true, {}));
+  auto end = frames(stream_end(r, two, {}));
   ASSERT_EQ(end.size(), 3u);
   auto fin = json::parse(end[0].data).as_object();
   EXPECT_EQ(fin.at("choices").as_array()[0].as_object().at("finish_reason").as_string(), "length");
@@ -107,32 +116,32 @@ TEST(OpenAiWire, StreamChunks) {
   EXPECT_EQ(end[2].data, "[DONE]");
 
   r.include_usage = false;
-  end = frames(stream_end(r, 2, false, {}));
+  end = frames(stream_end(r, text_answer({"Hello", " world"}, Finish::stop), {}));
   ASSERT_EQ(end.size(), 2u);
   EXPECT_EQ(json::parse(end[0].data).as_object().at("choices").as_array()[0].as_object().at("finish_reason").as_string(), "stop");
 }
 
 TEST(OpenAiWire, FullBody) {
-  auto b = json::parse(full_body(info(Api::openai), "tok0 tok1 ", 2, false, {})).as_object();
+  auto b = json::parse(full_body(info(Api::openai), text_answer({"Hello", " world"}, Finish::stop), {})).as_object();
   EXPECT_EQ(b.at("object").as_string(), "chat.completion");
   auto ch = b.at("choices").as_array()[0].as_object();
-  EXPECT_EQ(ch.at("message").as_object().at("content").as_string(), "tok0 tok1 ");
+  EXPECT_EQ(ch.at("message").as_object().at("content").as_string(), "Hello world");
   EXPECT_EQ(ch.at("finish_reason").as_string(), "stop");
   EXPECT_EQ(b.at("usage").as_object().at("completion_tokens").as_int64(), 2);
 }
 
 TEST(OllamaWire, NdjsonLines) {
   auto r = info(Api::ollama);
-  std::string line = stream_token(r, 0, "tok0 ");
+  std::string line = stream_token(r, text_answer({"Hello"}, Finish::stop), 0);
   ASSERT_EQ(line.back(), '\n');
   auto o = json::parse(line).as_object();
   EXPECT_EQ(o.at("model").as_string(), "m1");
   EXPECT_FALSE(o.at("done").as_bool());
-  EXPECT_EQ(o.at("message").as_object().at("content").as_string(), "tok0 ");
+  EXPECT_EQ(o.at("message").as_object().at("content").as_string(), "Hello");
   EXPECT_EQ(o.at("created_at").as_string().size(), std::string("2024-01-01T00:00:00.000000000Z").size());
 
   Timing t{5000, 1000, 2000, 3000};
-  auto fin = json::parse(stream_end(r, 3, true, t)).as_object();
+  auto fin = json::parse(stream_end(r, text_answer({"a", " b", " c"}, Finish::length), t)).as_object();
   EXPECT_TRUE(fin.at("done").as_bool());
   EXPECT_EQ(fin.at("done_reason").as_string(), "length");
   EXPECT_EQ(fin.at("message").as_object().at("content").as_string(), "");
@@ -143,14 +152,15 @@ TEST(OllamaWire, NdjsonLines) {
   EXPECT_EQ(fin.at("prompt_eval_duration").as_int64(), 2000);
   EXPECT_EQ(fin.at("eval_duration").as_int64(), 3000);
 
-  auto full = json::parse(full_body(r, "tok0 ", 1, false, t)).as_object();
-  EXPECT_EQ(full.at("message").as_object().at("content").as_string(), "tok0 ");
+  auto full = json::parse(full_body(r, text_answer({"Hello"}, Finish::stop), t)).as_object();
+  EXPECT_EQ(full.at("message").as_object().at("content").as_string(), "Hello");
   EXPECT_EQ(full.at("done_reason").as_string(), "stop");
 }
 
 TEST(AnthropicWire, EventSequence) {
   auto r = info(Api::anthropic);
-  std::string all = stream_token(r, 0, "tok0 ") + stream_token(r, 1, "tok1 ") + stream_end(r, 2, false, {});
+  const Answer a = text_answer({"Hello", " world"}, Finish::stop);
+  std::string all = stream_token(r, a, 0) + stream_token(r, a, 1) + stream_end(r, a, {});
   auto fs = frames(all);
   std::vector<std::string> types;
   for (auto& f : fs) {
@@ -166,19 +176,19 @@ TEST(AnthropicWire, EventSequence) {
   EXPECT_EQ(start.at("usage").as_object().at("input_tokens").as_int64(), 12);
   auto delta = json::parse(fs[4].data).as_object().at("delta").as_object();
   EXPECT_EQ(delta.at("type").as_string(), "text_delta");
-  EXPECT_EQ(delta.at("text").as_string(), "tok1 ");
+  EXPECT_EQ(delta.at("text").as_string(), " world");
   auto md = json::parse(fs[6].data).as_object();
   EXPECT_EQ(md.at("delta").as_object().at("stop_reason").as_string(), "end_turn");
   EXPECT_EQ(md.at("usage").as_object().at("output_tokens").as_int64(), 2);
 }
 
 TEST(AnthropicWire, FullBody) {
-  auto b = json::parse(full_body(info(Api::anthropic), "tok0 ", 1, true, {})).as_object();
+  auto b = json::parse(full_body(info(Api::anthropic), text_answer({"Hello"}, Finish::length), {})).as_object();
   EXPECT_EQ(b.at("type").as_string(), "message");
   EXPECT_EQ(b.at("role").as_string(), "assistant");
   EXPECT_EQ(b.at("stop_reason").as_string(), "max_tokens");
   EXPECT_TRUE(b.at("stop_sequence").is_null());
-  EXPECT_EQ(b.at("content").as_array()[0].as_object().at("text").as_string(), "tok0 ");
+  EXPECT_EQ(b.at("content").as_array()[0].as_object().at("text").as_string(), "Hello");
   EXPECT_EQ(b.at("usage").as_object().at("output_tokens").as_int64(), 1);
 }
 
@@ -217,4 +227,194 @@ TEST(Listings, ModelsAndTags) {
   EXPECT_EQ(t0.at("model").as_string(), "llama3");
   EXPECT_EQ(t0.at("digest").as_string().size(), 64u);
   EXPECT_TRUE(t0.at("details").is_object());
+}
+
+// ---------------------------------------------------------------------------------------
+// Tool calls, stop sequences and log probabilities on the wire
+
+namespace {
+
+// A call of get_weather with arguments {"city": "Paris"} in 5 pieces (6 tokens).
+Answer tool_answer(Finish finish = Finish::tool_calls) {
+  Answer a;
+  a.tool_call = ToolCall{"call_abc", "get_weather"};
+  for (const char* p : {"{", "\"city\":", " \"Paris\"", "}"}) a.content.add(p);
+  a.finish = finish;
+  return a;
+}
+
+json::object chunk_choice(const sluice::sim::testing::SseFrame& f) {
+  return json::parse(f.data).as_object().at("choices").as_array()[0].as_object();
+}
+
+}  // namespace
+
+TEST(OpenAiWire, ToolCallStreamedAndWhole) {
+  auto r = info(Api::openai, true);
+  const Answer a = tool_answer();
+  ASSERT_EQ(a.tokens(), 5);
+  // Token 0: the head with id, type and name; then one arguments piece per token.
+  auto head = chunk_choice(frames(stream_token(r, a, 0))[0]);
+  auto d0 = head.at("delta").as_object();
+  EXPECT_EQ(d0.at("role"), "assistant");
+  EXPECT_TRUE(d0.at("content").is_null());
+  auto tc0 = d0.at("tool_calls").as_array()[0].as_object();
+  EXPECT_EQ(tc0.at("index"), 0);
+  EXPECT_EQ(tc0.at("id"), "call_abc");
+  EXPECT_EQ(tc0.at("type"), "function");
+  EXPECT_EQ(tc0.at("function").as_object().at("name"), "get_weather");
+  EXPECT_EQ(tc0.at("function").as_object().at("arguments"), "");
+  std::string args;
+  for (std::int64_t i = 1; i < a.tokens(); ++i) {
+    auto d = chunk_choice(frames(stream_token(r, a, i))[0]).at("delta").as_object();
+    EXPECT_FALSE(d.contains("role"));
+    auto tc = d.at("tool_calls").as_array()[0].as_object();
+    EXPECT_EQ(tc.at("index"), 0);
+    EXPECT_FALSE(tc.contains("id"));
+    args += tc.at("function").as_object().at("arguments").as_string();
+  }
+  EXPECT_EQ(args, "{\"city\": \"Paris\"}");
+  auto end = frames(stream_end(r, a, {}));
+  EXPECT_EQ(chunk_choice(end[0]).at("finish_reason"), "tool_calls");
+  EXPECT_EQ(json::parse(end[1].data).as_object().at("usage").as_object().at("completion_tokens"), 5);
+
+  auto b = json::parse(full_body(info(Api::openai), a, {})).as_object();
+  auto ch = b.at("choices").as_array()[0].as_object();
+  EXPECT_EQ(ch.at("finish_reason"), "tool_calls");
+  auto m = ch.at("message").as_object();
+  EXPECT_TRUE(m.at("content").is_null());
+  auto call = m.at("tool_calls").as_array()[0].as_object();
+  EXPECT_EQ(call.at("id"), "call_abc");
+  EXPECT_FALSE(call.contains("index"));
+  EXPECT_EQ(call.at("function").as_object().at("arguments"), "{\"city\": \"Paris\"}");
+  // Cut by the limit: finish "length", the arguments as far as they came.
+  Answer cut = tool_answer(Finish::length);
+  cut.content.truncate(2);
+  ch = json::parse(full_body(info(Api::openai), cut, {})).as_object().at("choices").as_array()[0].as_object();
+  EXPECT_EQ(ch.at("finish_reason"), "length");
+  EXPECT_EQ(ch.at("message").as_object().at("tool_calls").as_array()[0].as_object().at("function").as_object().at("arguments"),
+            "{\"city\":");
+}
+
+TEST(OpenAiWire, LogprobsInTheBodyAndInEachChunk) {
+  auto r = info(Api::openai);
+  r.logprobs = true;
+  r.top_logprobs = 2;
+  Answer a;
+  for (const char* p : {"Science", " home"}) a.content.add(p);
+  a.seed = 0;
+  auto b = json::parse(full_body(r, a, {})).as_object();
+  auto lp = b.at("choices").as_array()[0].as_object().at("logprobs").as_object();
+  EXPECT_TRUE(lp.at("refusal").is_null());
+  auto content = lp.at("content").as_array();
+  ASSERT_EQ(content.size(), 2u);
+  auto e1 = content[1].as_object();
+  EXPECT_EQ(e1.at("token"), " home");
+  EXPECT_EQ(e1.at("logprob").to_number<double>(), token_logprob(0, 1));
+  EXPECT_EQ(e1.at("bytes"), json::parse("[32,104,111,109,101]"));
+  auto top = e1.at("top_logprobs").as_array();
+  ASSERT_EQ(top.size(), 2u);
+  EXPECT_EQ(top[0].as_object().at("token"), " home");
+  EXPECT_TRUE(top[1].as_object().contains("bytes"));
+  EXPECT_LT(top[1].as_object().at("logprob").to_number<double>(), e1.at("logprob").to_number<double>());
+  // Written in plain decimals.
+  EXPECT_NE(full_body(r, a, {}).find("\"logprob\":-0.664,"), std::string::npos);
+
+  for (std::int64_t i = 0; i < 2; ++i) {
+    auto c = chunk_choice(frames(stream_token(r, a, i))[0]);
+    auto entries = c.at("logprobs").as_object().at("content").as_array();
+    ASSERT_EQ(entries.size(), 1u);
+    EXPECT_EQ(entries[0].as_object().at("token").as_string(), a.token(i));
+    EXPECT_EQ(c.at("delta").as_object().at("content").as_string(), a.token(i));
+    EXPECT_EQ(c.at("delta").as_object().contains("role"), i == 0);
+  }
+  EXPECT_TRUE(chunk_choice(frames(stream_end(r, a, {}))[0]).at("logprobs").is_null());
+  // Not asked: null.
+  r.logprobs = false;
+  EXPECT_TRUE(json::parse(full_body(r, a, {})).as_object().at("choices").as_array()[0].as_object().at("logprobs").is_null());
+  EXPECT_TRUE(chunk_choice(frames(stream_token(r, a, 1))[0]).at("logprobs").is_null());
+}
+
+TEST(AnthropicWire, ToolUseStreamedAndWhole) {
+  auto r = info(Api::anthropic);
+  Answer a = tool_answer();
+  a.tool_call->id = "toolu_abc";
+  std::string all;
+  for (std::int64_t i = 0; i < a.tokens(); ++i) all += stream_token(r, a, i);
+  all += stream_end(r, a, {});
+  std::vector<std::string> types;
+  std::string partial;
+  for (const auto& f : frames(all)) {
+    types.push_back(f.event);
+    auto d = json::parse(f.data).as_object();
+    if (f.event == "content_block_start") {
+      auto block = d.at("content_block").as_object();
+      EXPECT_EQ(block.at("type"), "tool_use");
+      EXPECT_EQ(block.at("id"), "toolu_abc");
+      EXPECT_EQ(block.at("name"), "get_weather");
+      EXPECT_TRUE(block.at("input").as_object().empty());
+    }
+    if (f.event == "content_block_delta") {
+      EXPECT_EQ(d.at("delta").as_object().at("type"), "input_json_delta");
+      partial += d.at("delta").as_object().at("partial_json").as_string();
+    }
+    if (f.event == "message_delta") {
+      EXPECT_EQ(d.at("delta").as_object().at("stop_reason"), "tool_use");
+      EXPECT_EQ(d.at("usage").as_object().at("output_tokens"), 5);
+    }
+  }
+  EXPECT_EQ(types, (std::vector<std::string>{"message_start", "content_block_start", "ping", "content_block_delta",
+                                             "content_block_delta", "content_block_delta", "content_block_delta",
+                                             "content_block_stop", "message_delta", "message_stop"}));
+  EXPECT_EQ(json::parse(partial), json::parse(R"({"city":"Paris"})"));
+
+  auto b = json::parse(full_body(r, a, {})).as_object();
+  EXPECT_EQ(b.at("stop_reason"), "tool_use");
+  auto block = b.at("content").as_array()[0].as_object();
+  EXPECT_EQ(block.at("type"), "tool_use");
+  EXPECT_EQ(block.at("input"), json::parse(R"({"city":"Paris"})"));
+  // Cut short: the input is {} and the stop reason max_tokens.
+  Answer cut = tool_answer(Finish::length);
+  cut.content.truncate(2);
+  b = json::parse(full_body(r, cut, {})).as_object();
+  EXPECT_EQ(b.at("stop_reason"), "max_tokens");
+  EXPECT_TRUE(b.at("content").as_array()[0].as_object().at("input").as_object().empty());
+}
+
+TEST(AnthropicWire, StopSequenceNamed) {
+  auto r = info(Api::anthropic);
+  Answer a;
+  a.content.add("Hello");
+  a.finish = Finish::stop_sequence;
+  a.stop_sequence = "\n\nHuman:";
+  auto b = json::parse(full_body(r, a, {})).as_object();
+  EXPECT_EQ(b.at("stop_reason"), "stop_sequence");
+  EXPECT_EQ(b.at("stop_sequence"), "\n\nHuman:");
+  auto fs = frames(stream_token(r, a, 0) + stream_end(r, a, {}));
+  auto md = json::parse(fs[fs.size() - 2].data).as_object();
+  EXPECT_EQ(md.at("delta").as_object().at("stop_reason"), "stop_sequence");
+  EXPECT_EQ(md.at("delta").as_object().at("stop_sequence"), "\n\nHuman:");
+  // OpenAI and Ollama say "stop".
+  EXPECT_EQ(json::parse(full_body(info(Api::openai), a, {})).as_object().at("choices").as_array()[0].as_object().at("finish_reason"), "stop");
+  EXPECT_EQ(json::parse(full_body(info(Api::ollama), a, {})).as_object().at("done_reason"), "stop");
+}
+
+TEST(OllamaWire, ToolCallInOneLineWithObjectArguments) {
+  auto r = info(Api::ollama);
+  const Answer a = tool_answer();
+  // Only the last token's line carries the call, whole.
+  for (std::int64_t i = 0; i + 1 < a.tokens(); ++i) EXPECT_EQ(stream_token(r, a, i), "") << i;
+  auto line = json::parse(stream_token(r, a, a.tokens() - 1)).as_object();
+  EXPECT_FALSE(line.at("done").as_bool());
+  auto m = line.at("message").as_object();
+  EXPECT_EQ(m.at("content"), "");
+  auto fn = m.at("tool_calls").as_array()[0].as_object().at("function").as_object();
+  EXPECT_EQ(fn.at("name"), "get_weather");
+  EXPECT_EQ(fn.at("arguments"), json::parse(R"({"city":"Paris"})"));
+  auto fin = json::parse(stream_end(r, a, {})).as_object();
+  EXPECT_EQ(fin.at("done_reason"), "stop");
+  EXPECT_EQ(fin.at("eval_count"), 5);
+  auto full = json::parse(full_body(r, a, {})).as_object();
+  EXPECT_EQ(full.at("message").as_object().at("tool_calls").as_array()[0].as_object().at("function").as_object().at("arguments"),
+            json::parse(R"({"city":"Paris"})"));
 }
