@@ -63,23 +63,30 @@ struct RunState {
   bool abort = false;  // the abort fault fired: drop the connection
 };
 
+// What every request goes through after fault selection: the hang fault (until the client
+// goes), then a decoding slot (a full queue is answered). nullopt: the request is over.
+asio::awaitable<std::optional<Engine::Slot>> enter(Engine& eng, http::Exchange& ex, Api api, const Fault& fault,
+                                                   RunState& st) {
+  if (fault.kind == FaultKind::hang) {
+    eng.count(Engine::Counter::hung);
+    co_await sleep_until(Clock::time_point::max());  // until the client goes (or shutdown)
+    co_return std::nullopt;
+  }
+  std::optional<Engine::Slot> slot = co_await eng.acquire();
+  if (!slot) {
+    eng.count(Engine::Counter::rejected_queue_full);
+    st.finished = true;
+    co_await reply_error(ex, api, ErrorKind::queue_full, "queue full");
+  }
+  co_return slot;
+}
+
 // Everything after fault selection: hang, slot, TTFT, tokens, the answer.
 asio::awaitable<void> serve(std::shared_ptr<Engine> eng, http::Exchange& ex, GenRequest req,
                             config::SimSettings s, Fault fault, Clock::time_point arrival,
                             RunState& st) {
-  if (fault.kind == FaultKind::hang) {
-    eng->count(Engine::Counter::hung);
-    co_await sleep_until(Clock::time_point::max());  // until the client goes (or shutdown)
-    co_return;
-  }
-
-  std::optional<Engine::Slot> slot = co_await eng->acquire();
-  if (!slot) {
-    eng->count(Engine::Counter::rejected_queue_full);
-    st.finished = true;
-    co_await reply_error(ex, req.api, ErrorKind::queue_full, "queue full");
-    co_return;
-  }
+  std::optional<Engine::Slot> slot = co_await enter(*eng, ex, req.api, fault, st);
+  if (!slot) co_return;
   const Clock::time_point slot_time = Clock::now();
 
   ReplyInfo info;
@@ -244,18 +251,8 @@ asio::awaitable<void> handle_generation(std::shared_ptr<Engine> eng, http::Excha
 asio::awaitable<void> serve_embeddings(std::shared_ptr<Engine> eng, http::Exchange& ex, EmbedRequest req,
                                        config::SimSettings s, Fault fault, Clock::time_point arrival,
                                        RunState& st) {
-  if (fault.kind == FaultKind::hang) {
-    eng->count(Engine::Counter::hung);
-    co_await sleep_until(Clock::time_point::max());  // until the client goes (or shutdown)
-    co_return;
-  }
-  std::optional<Engine::Slot> slot = co_await eng->acquire();
-  if (!slot) {
-    eng->count(Engine::Counter::rejected_queue_full);
-    st.finished = true;
-    co_await reply_error(ex, req.api, ErrorKind::queue_full, "queue full");
-    co_return;
-  }
+  std::optional<Engine::Slot> slot = co_await enter(*eng, ex, req.api, fault, st);
+  if (!slot) co_return;
   const Clock::time_point slot_time = Clock::now();
   const auto prefill =
       std::chrono::duration_cast<nanoseconds>(s.ttft) +
