@@ -237,11 +237,11 @@ json::object response_object(const llm::ChatRequest& req, std::string_view statu
   r["reasoning"] = json::object{{"effort", echo(req, "reasoning_effort", nullptr)}, {"summary", nullptr}};
   r["service_tier"] = echo(req, "service_tier", "default");
   r["store"] = echo(req, "store", true);
-  r["temperature"] = echo(req, "temperature", 1.0);
+  r["temperature"] = echo(req, "temperature", 1);
   r["text"] = echo(req, "text", json::object{{"format", json::object{{"type", "text"}}}});
   r["tool_choice"] = echo(req, "tool_choice", "auto");
   r["tools"] = echo(req, "tools", json::array{});
-  r["top_p"] = echo(req, "top_p", 1.0);
+  r["top_p"] = echo(req, "top_p", 1);
   r["truncation"] = echo(req, "truncation", "disabled");
   if (const auto* u = extra_field(req, "user"); u && u->is_string()) r["user"] = *u;
   if (usage) {
