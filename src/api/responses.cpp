@@ -114,9 +114,17 @@ std::optional<RequestError> convert_items(const json::array& items, json::array&
           json::object{{"role", "tool"}, {"tool_call_id", *call_id}, {"content", std::move(std::get<json::value>(c))}});
     } else if (type == "reasoning") {
       continue;  // a previous answer's reasoning: nothing a chat upstream takes
+    } else if (type == "item_reference") {
+      // An item of a stored response (the Vercel AI SDK sends earlier answers so): a
+      // placeholder the conversations filter fills from the store, or refuses.
+      const auto* id = o->if_contains("id");
+      if (!id || !id->is_string() || id->get_string().empty()) {
+        return bad("'" + path + ".id' must be a non-empty string", path + ".id");
+      }
+      messages.push_back(json::object{{"role", "assistant"}, {"content", ""}, {std::string(kItemRef), *id}});
     } else {
       return bad("'" + path + "': items of type '" + std::string(type) +
-                     "' are not supported (message, function_call, function_call_output)",
+                     "' are not supported (message, function_call, function_call_output, item_reference)",
                  path + ".type");
     }
   }
@@ -669,6 +677,30 @@ json::array response_output_messages(const json::object& response) {
   if (!calls.empty()) m["tool_calls"] = std::move(calls);
   messages.push_back(std::move(m));
   return messages;
+}
+
+std::string response_of_item(std::string_view item_id) {
+  std::string_view rest;
+  if (item_id.starts_with("msg_")) rest = item_id.substr(4);
+  else if (item_id.starts_with("fc_")) rest = item_id.substr(3);
+  else return {};
+  rest = rest.substr(0, rest.find('_'));
+  if (rest.empty()) return {};
+  return "resp_" + std::string(rest);
+}
+
+std::optional<json::object> output_item_message(const json::object& response, std::string_view item_id) {
+  const auto* output = response.if_contains("output");
+  if (!output || !output->is_array()) return std::nullopt;
+  for (const auto& item : output->get_array()) {
+    const auto* o = item.if_object();
+    if (!o || str(o->if_contains("id")) != item_id) continue;
+    json::object one{{"output", json::array{item}}};
+    auto messages = response_output_messages(one);
+    if (messages.empty()) return json::object{{"role", "assistant"}, {"content", ""}};
+    return messages.front().as_object();
+  }
+  return std::nullopt;
 }
 
 std::string input_item_list(std::string_view items_json, std::string_view response_id) {

@@ -6,6 +6,7 @@
 // Responses stream events. Stored responses and previous_response_id are the conversations
 // filter's (filters/conversations.cpp). No I/O here; public for the tests and fuzzing.
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -35,6 +36,18 @@ std::string chat_to_response(const llm::Completion& done, const llm::ChatRequest
 // response.completed or response.incomplete, or an error event).
 std::unique_ptr<llm::StreamTranslator> make_responses_output(std::unique_ptr<llm::StreamTranslator> inner,
                                                              const llm::ChatRequest& req);
+
+// The field of a placeholder message that stands for an `item_reference` input item
+// (its value the item's id) until the conversations filter resolves it from the store.
+inline constexpr std::string_view kItemRef = "sluice_item_reference";
+
+// The stored response an item id (msg_..., fc_...) of ours belongs to ("resp_..."), or
+// empty when it is not one of ours.
+std::string response_of_item(std::string_view item_id);
+
+// A stored Response's output item `item_id` as a chat message (assistant text, or an
+// assistant tool call); nullopt when the response has no such item.
+std::optional<boost::json::object> output_item_message(const boost::json::object& response, std::string_view item_id);
 
 // A Response object's output items -> the chat messages that continue the conversation
 // (an assistant message with its text and tool calls). Empty when there is none.

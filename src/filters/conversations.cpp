@@ -6,6 +6,8 @@
 // items. A response of one tenant is never found by another. Before admission, so the
 // quota reserves the whole conversation. The store may be Redis: the look-up waits.
 #include <boost/json.hpp>
+#include <map>
+#include <optional>
 #include <string>
 
 #include "api/responses.hpp"
@@ -21,6 +23,16 @@ namespace sluice::filters {
 namespace {
 
 namespace json = boost::json;
+
+// Whether the request's input holds item references (placeholders, see api::kItemRef).
+bool references_items(const llm::ChatRequest& chat) {
+  const auto* messages = chat.body.if_contains("messages");
+  if (!messages || !messages->is_array()) return false;
+  for (const auto& m : messages->get_array()) {
+    if (m.is_object() && m.get_object().contains(api::kItemRef)) return true;
+  }
+  return false;
+}
 
 bool instructed(const llm::ChatRequest& chat) {
   const auto* i = chat.extra.if_contains("instructions");
@@ -40,10 +52,50 @@ class Conversations final : public Filter {
     const auto* store = r.chat.extra.if_contains("store");
     if (!(store && store->is_bool() && !store->get_bool()) && r.keep_answer) *r.keep_answer = true;
     const auto* prev = r.chat.extra.if_contains("previous_response_id");
-    return prev && prev->is_string() ? Next::wait : Next::go;
+    return (prev && prev->is_string()) || references_items(r.chat) ? Next::wait : Next::go;
   }
 
-  boost::asio::awaitable<Next> wait(Phase, Request& r, void*, Stop& stop) override {
+  boost::asio::awaitable<Next> wait(Phase p, Request& r, void* s, Stop& stop) override {
+    if (!co_await resolve_references(r, stop)) co_return Next::stop;
+    const auto* prev = r.chat.extra.if_contains("previous_response_id");
+    if (!prev || !prev->is_string()) {
+      llm::recount_prompt(r.chat);
+      co_return Next::go;
+    }
+    co_return co_await continue_conversation(p, r, s, stop);
+  }
+
+  // Each item_reference placeholder becomes the stored item it names (the tenant's only).
+  boost::asio::awaitable<bool> resolve_references(Request& r, Stop& stop) {
+    auto& messages = r.chat.body["messages"].as_array();
+    std::map<std::string, json::object> responses;  // fetched once each
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+      auto* m = messages[i].if_object();
+      const auto* ref = m ? m->if_contains(api::kItemRef) : nullptr;
+      if (!ref || !ref->is_string()) continue;
+      const std::string item(ref->get_string());
+      const std::string resp = api::response_of_item(item);
+      auto it = responses.find(resp);
+      if (it == responses.end() && !resp.empty()) {
+        auto stored = co_await store_->get(r.key.tenant, resp);
+        boost::system::error_code ec;
+        json::value v = stored ? json::parse(stored->response, ec, {}, parse_options()) : json::value();
+        it = responses.emplace(resp, !ec && v.is_object() ? std::move(v.as_object()) : json::object{}).first;
+      }
+      std::optional<json::object> found;
+      if (it != responses.end()) found = api::output_item_message(it->second, item);
+      if (!found) {
+        stop.reason = Reason::invalid_request;
+        stop.message = "item '" + item + "' was not found among the stored responses";
+        stop.param = "input";
+        co_return false;
+      }
+      messages[i] = std::move(*found);
+    }
+    co_return true;
+  }
+
+  boost::asio::awaitable<Next> continue_conversation(Phase, Request& r, void*, Stop& stop) {
     const std::string id(r.chat.extra.at("previous_response_id").get_string());
     auto stored = co_await store_->get(r.key.tenant, id);
     boost::system::error_code ec;

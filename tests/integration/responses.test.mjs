@@ -202,7 +202,8 @@ describe('responses: refused', () => {
     for (const [body, param] of [
       [{ model: 'demo', input: 'x', background: true }, 'background'],
       [{ model: 'demo', input: 'x', tools: [{ type: 'web_search' }] }, 'tools[0].type'],
-      [{ model: 'demo', input: [{ type: 'item_reference', id: 'x' }] }, 'input[0].type'],
+      [{ model: 'demo', input: [{ type: 'file_search_call', id: 'x' }] }, 'input[0].type'],
+      [{ model: 'demo', input: [{ type: 'item_reference', id: 'msg_nope' }] }, 'input'],
       [{ model: 'demo', input: 'x', previous_response_id: 'resp_nope' }, 'previous_response_id'],
       [{ model: 'demo', input: 'x', text: { format: { type: 'yaml' } } }, 'text.format.type'],
       [{ model: 'demo' }, 'input'],
@@ -231,6 +232,31 @@ describe('responses: the Vercel AI SDK', () => {
       for await (const t of streamed.textStream) text += t;
       assert.equal(text, simText(3));
     }
+  });
+
+  test('openai(model), a second turn: the earlier answer, sent as an item_reference, is found in the store', async () => {
+    const n = upstream.requests.length;
+    const first = await generateText({ model: provider()('tools'), prompt: 'Hello.', maxRetries: 0 });
+    assert.equal(first.text, 'It is sunny.');
+    const second = await generateText({
+      model: provider()('tools'),
+      messages: [{ role: 'user', content: 'Hello.' }, ...first.response.messages, { role: 'user', content: 'And tomorrow?' }],
+      maxRetries: 0,
+    });
+    assert.equal(second.text, 'It is sunny.');
+    assert.deepEqual(sentSince(n)[1].messages, [
+      { role: 'user', content: 'Hello.' },
+      { role: 'assistant', content: 'It is sunny.' },
+      { role: 'user', content: 'And tomorrow?' },
+    ]);
+    // An item of the key's tenant is found; another tenant's is not.
+    const mine = await client().responses.create({ model: 'tools', input: 'Hi.' });
+    const ref = { model: 'tools', input: [{ type: 'item_reference', id: mine.output[0].id }, { role: 'user', content: 'More?' }] };
+    const own = await request(`${gw.url}/v1/responses`, { method: 'POST', key: KEY, body: ref });
+    assert.equal(own.status, 200, own.text);
+    const r = await request(`${gw.url}/v1/responses`, { method: 'POST', key: OTHER, body: ref });
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.json.error.param, 'input');
   });
 
   test('openai(model) with a tool: the call reaches the SDK', async () => {

@@ -71,7 +71,8 @@ TEST(ResponsesRequest, WhatCannotBeHonouredIsRefusedNamingTheField) {
       {R"({"model":"m","input":"x","background":true})", "background"},
       {R"({"model":"m","input":"x","conversation":"c"})", "conversation"},
       {R"({"model":"m","input":"x","tools":[{"type":"file_search"}]})", "tools[0].type"},
-      {R"({"model":"m","input":[{"type":"item_reference","id":"x"}]})", "input[0].type"},
+      {R"({"model":"m","input":[{"type":"item_reference"}]})", "input[0].id"},
+      {R"({"model":"m","input":[{"type":"computer_call","id":"x"}]})", "input[0].type"},
       {R"({"model":"m","input":[{"role":"user","content":[{"type":"input_file","file_id":"f"}]}]})", "input[0].content[0].type"},
       {R"({"model":"m","input":"x","text":{"format":{"type":"yaml"}}})", "text.format.type"},
       {R"({"model":"m","input":"x","truncation":"sometimes"})", "truncation"},
@@ -177,6 +178,29 @@ TEST(ResponsesStream, AFailureAfterTheStartEndsWithAnErrorAndResponseFailedInSeq
   EXPECT_EQ(events[events.size() - 2].at("code"), "upstream_idle_timeout");
   EXPECT_EQ(events.back().at("type"), "response.failed");
   EXPECT_EQ(events.back().at("response").at("status"), "failed");
+}
+
+}  // namespace
+
+namespace {
+
+TEST(ResponsesItems, AReferenceNamesItsResponseAndItsItem) {
+  EXPECT_EQ(response_of_item("msg_0123abcd"), "resp_0123abcd");
+  EXPECT_EQ(response_of_item("msg_0123abcd_2"), "resp_0123abcd");
+  EXPECT_EQ(response_of_item("fc_0123abcd_0"), "resp_0123abcd");
+  EXPECT_EQ(response_of_item("rs_0123"), "");
+  EXPECT_EQ(response_of_item("msg_"), "");
+  const auto response = json::parse(R"({"output":[
+      {"type":"message","id":"msg_a","content":[{"type":"output_text","text":"Hi"}]},
+      {"type":"function_call","id":"fc_a_0","call_id":"c1","name":"f","arguments":"{}"}]})").as_object();
+  EXPECT_EQ(output_item_message(response, "msg_a"), json::parse(R"({"role":"assistant","content":"Hi"})"));
+  const auto call = output_item_message(response, "fc_a_0");
+  ASSERT_TRUE(call);
+  EXPECT_EQ(call->at("tool_calls").at(0).at("id"), "c1");
+  EXPECT_FALSE(output_item_message(response, "msg_b"));
+  // The placeholder a reference becomes, until the store fills it.
+  auto c = chat_of(R"({"model":"m","input":[{"type":"item_reference","id":"msg_a"},{"role":"user","content":"q"}]})");
+  EXPECT_EQ(c["messages"].at(0).at(kItemRef), "msg_a");
 }
 
 }  // namespace
