@@ -253,7 +253,9 @@ class WorkerHandler {
       }
     } else if (path.starts_with("/v1/responses/")) {
       ctx.rec.to_sinks = false;  // a read of what was stored (the access log keeps the line)
-      if (method != "GET" && method != "HEAD" && method != "DELETE") {
+      if (method == "POST") {  // (cancel, input_tokens: not served)
+        co_await local_reply(ex, ctx, Reason::not_found, "no route for POST " + recorded_text(path));
+      } else if (method != "GET" && method != "HEAD" && method != "DELETE") {
         co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET or DELETE for " + std::string(path));
       } else if (auto denied = authenticate(ex, ctx)) {
         co_await auth_failure(ex, ctx, *denied);
@@ -496,6 +498,11 @@ class WorkerHandler {
                                                              recorded_text(ex.request().path()));
         co_return;
       }
+    }
+    if (const auto q = ex.request().target().find("stream=true"); q != std::string_view::npos) {
+      co_await local_reply(ex, ctx, Reason::option_not_allowed,
+                           "a stored response is answered whole: streaming it again is not supported", "stream");
+      co_return;
     }
     std::optional<conversations::StoredResponse> stored;
     if (conversations_ && !id.empty()) stored = co_await conversations_->get(ctx.key->tenant, std::string(id));

@@ -216,6 +216,13 @@ describe('responses: refused', () => {
     }
     const r = await request(`${gw.url}/v1/responses/resp_unknown`, { key: KEY });
     assert.equal(r.status, 404);
+    // Not served: cancel, input token counts (404, not 405); a stored response streamed again.
+    for (const path of ['/v1/responses/resp_x/cancel', '/v1/responses/input_tokens']) {
+      assert.equal((await request(`${gw.url}${path}`, { method: 'POST', key: KEY, body: {} })).status, 404, path);
+    }
+    const again = await request(`${gw.url}/v1/responses/resp_x?stream=true`, { key: KEY });
+    assert.equal(again.status, 400);
+    assert.equal(again.json.error.param, 'stream');
   });
 });
 
