@@ -152,11 +152,12 @@ bool parse_openai_input(const json::value* in, std::vector<EmbedInput>& out, std
     error = "'input' may hold at most " + std::to_string(kMaxEmbeddingInputs) + " inputs";
     return false;
   }
-  if (a.front().is_number()) {  // one input of token ids
+  // One input of token ids.
+  auto token_input = [&](const json::array& ids) {
     EmbedInput e;
     e.is_tokens = true;
-    e.tokens.reserve(a.size());
-    for (const auto& t : a) {
+    e.tokens.reserve(ids.size());
+    for (const auto& t : ids) {
       std::int64_t id = 0;
       if (!get_token(t, id)) {
         error = "'input' token ids must be integers >= 0";
@@ -166,7 +167,8 @@ bool parse_openai_input(const json::value* in, std::vector<EmbedInput>& out, std
     }
     out.push_back(std::move(e));
     return true;
-  }
+  };
+  if (a.front().is_number()) return token_input(a);
   out.reserve(a.size());
   const bool strings = a.front().is_string();
   for (const auto& item : a) {
@@ -182,18 +184,7 @@ bool parse_openai_input(const json::value* in, std::vector<EmbedInput>& out, std
       error = kShape;
       return false;
     }
-    EmbedInput e;
-    e.is_tokens = true;
-    e.tokens.reserve(item.get_array().size());
-    for (const auto& t : item.get_array()) {
-      std::int64_t id = 0;
-      if (!get_token(t, id)) {
-        error = "'input' token ids must be integers >= 0";
-        return false;
-      }
-      e.tokens.push_back(id);
-    }
-    out.push_back(std::move(e));
+    if (!token_input(item.get_array())) return false;
   }
   return true;
 }
@@ -284,17 +275,9 @@ std::vector<float> embed(const EmbedInput& in, int dimensions) {
 
 std::optional<EmbedRequest> parse_embed_request(Api api, std::string_view body, std::string& error) {
   const bool ollama = api == Api::ollama;
-  json::error_code ec;
-  json::value v = json::parse(body, ec);
-  if (ec) {
-    error = "request body is not valid JSON";
-    return std::nullopt;
-  }
-  if (!v.is_object()) {
-    error = "request body must be a JSON object";
-    return std::nullopt;
-  }
-  const json::object& o = v.get_object();
+  std::optional<json::value> v = parse_body(body, error);
+  if (!v) return std::nullopt;
+  const json::object& o = v->get_object();
   EmbedRequest r;
   r.api = ollama ? Api::ollama : Api::openai;
 

@@ -228,11 +228,18 @@ asio::awaitable<void> run_or_client_gone(Engine& eng, http::Exchange& ex, asio::
   }
 }
 
-asio::awaitable<void> handle_generation(std::shared_ptr<Engine> eng, http::Exchange& ex, Api api) {
+// A request of either kind: counted, parsed (a bad one is answered 400), a fault picked,
+// then served, or dropped when the client leaves first.
+template <class Req>
+asio::awaitable<void> handle_request(std::shared_ptr<Engine> eng, http::Exchange& ex, Api api, Engine::Counter counter,
+                                     std::optional<Req> (*parse)(Api, std::string_view, std::string&),
+                                     asio::awaitable<void> (*serve_it)(std::shared_ptr<Engine>, http::Exchange&, Req,
+                                                                       config::SimSettings, Fault, Clock::time_point,
+                                                                       RunState&)) {
   const Clock::time_point arrival = Clock::now();
-  eng->count(Engine::Counter::requests);
+  eng->count(counter);
   std::string err;
-  std::optional<GenRequest> req = parse_request(api, ex.request().body(), err);
+  std::optional<Req> req = parse(api, ex.request().body(), err);
   if (!req) {
     co_await reply_error(ex, api, ErrorKind::bad_request, err);
     co_return;
@@ -241,7 +248,7 @@ asio::awaitable<void> handle_generation(std::shared_ptr<Engine> eng, http::Excha
   std::optional<Fault> fault = co_await pick_fault(*eng, ex, api, s);
   if (!fault) co_return;
   RunState st;
-  co_await run_or_client_gone(*eng, ex, serve(eng, ex, std::move(*req), s, *fault, arrival, st), st);
+  co_await run_or_client_gone(*eng, ex, serve_it(eng, ex, std::move(*req), s, *fault, arrival, st), st);
 }
 
 // An embeddings request after fault selection: hang, slot, the prefill delay, the answer.
@@ -290,21 +297,6 @@ asio::awaitable<void> serve_embeddings(std::shared_ptr<Engine> eng, http::Exchan
   st.finished = true;
 }
 
-asio::awaitable<void> handle_embeddings(std::shared_ptr<Engine> eng, http::Exchange& ex, Api api) {
-  const Clock::time_point arrival = Clock::now();
-  eng->count(Engine::Counter::embeddings);
-  std::string err;
-  std::optional<EmbedRequest> req = parse_embed_request(api, ex.request().body(), err);
-  if (!req) {
-    co_await reply_error(ex, api, ErrorKind::bad_request, err);
-    co_return;
-  }
-  const config::SimSettings s = eng->settings();
-  std::optional<Fault> fault = co_await pick_fault(*eng, ex, api, s);
-  if (!fault) co_return;
-  RunState st;
-  co_await run_or_client_gone(*eng, ex, serve_embeddings(eng, ex, std::move(*req), s, *fault, arrival, st), st);
-}
 
 http::Response json_reply(int status, std::string body) {
   http::Response r;
@@ -359,7 +351,8 @@ asio::awaitable<void> handle(std::shared_ptr<Shared> sh, http::Exchange& ex) {
   if (path == "/v1/embeddings" || path == "/api/embed") {
     const Api api = path == "/api/embed" ? Api::ollama : Api::openai;
     if (rq.method() == "POST") {
-      co_await handle_embeddings(sh->engine, ex, api);
+      co_await handle_request<EmbedRequest>(sh->engine, ex, api, Engine::Counter::embeddings, parse_embed_request,
+                                            serve_embeddings);
       co_return;
     }
     http::Response r = error_response(api, ErrorKind::bad_request, "method not allowed");
@@ -372,7 +365,7 @@ asio::awaitable<void> handle(std::shared_ptr<Shared> sh, http::Exchange& ex) {
                     : path == "/v1/messages" ? Api::anthropic
                                              : Api::openai;
     if (rq.method() == "POST") {
-      co_await handle_generation(sh->engine, ex, api);
+      co_await handle_request<GenRequest>(sh->engine, ex, api, Engine::Counter::requests, parse_request, serve);
       co_return;
     }
     http::Response r = error_response(api, ErrorKind::bad_request, "method not allowed");

@@ -72,12 +72,9 @@ bool get_int(const json::value& v, std::int64_t& out) {
 
 }  // namespace
 
-std::optional<GenRequest> parse_request(Api api, std::string_view body, std::string& error) {
-  // Small bodies parse into this buffer without a heap allocation.
-  unsigned char scratch[4096];
-  json::monotonic_resource mr(scratch, sizeof scratch);
+std::optional<json::value> parse_body(std::string_view body, std::string& error, json::storage_ptr sp) {
   json::error_code ec;
-  json::value v = json::parse(body, ec, &mr);
+  json::value v = json::parse(body, ec, std::move(sp));
   if (ec) {
     error = "request body is not valid JSON";
     return std::nullopt;
@@ -86,7 +83,16 @@ std::optional<GenRequest> parse_request(Api api, std::string_view body, std::str
     error = "request body must be a JSON object";
     return std::nullopt;
   }
-  const json::object& o = v.get_object();
+  return v;
+}
+
+std::optional<GenRequest> parse_request(Api api, std::string_view body, std::string& error) {
+  // Small bodies parse into this buffer without a heap allocation.
+  unsigned char scratch[4096];
+  json::monotonic_resource mr(scratch, sizeof scratch);
+  std::optional<json::value> v = parse_body(body, error, &mr);
+  if (!v) return std::nullopt;
+  const json::object& o = v->get_object();
   GenRequest r;
   r.api = api;
   r.stream = api == Api::ollama;

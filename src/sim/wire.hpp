@@ -57,6 +57,10 @@ struct GenRequest {
 // Anthropic "system" text. Returns nullopt and sets `error` when the body is unusable.
 std::optional<GenRequest> parse_request(Api api, std::string_view body, std::string& error);
 
+// A request body as a JSON object (stored in `sp`); nullopt, with `error` said as the
+// simulator answers it, when it is not JSON or not an object.
+std::optional<boost::json::value> parse_body(std::string_view body, std::string& error, boost::json::storage_ptr sp = {});
+
 // The identity of one answer.
 struct ReplyInfo {
   Api api = Api::openai;
