@@ -58,6 +58,7 @@ before(async () => {
     ],
     models: [
       { alias: 'demo', provider: 'simulated', sim: { ttft: '1ms', inter_token: '1ms', jitter: 0 } },
+      { alias: 'slow', provider: 'simulated', sim: { ttft: '1ms', inter_token: '100ms', jitter: 0 } },
       { alias: 'tools', provider: 'openai', base_url: `${upstream.url}/v1`, model: 'real-model' },
     ],
   });
@@ -193,6 +194,30 @@ describe('responses: stored conversations', () => {
     for await (const e of stream) if (e.type === 'response.created') id = e.response.id;
     const got = await client().responses.retrieve(id);
     assert.equal(got.output[0].content[0].text, simText(3));
+  });
+});
+
+describe('responses: a client that leaves mid-stream', () => {
+  test('the stream is released (no open stream, nothing in flight) and nothing is stored', async () => {
+    const ac = new AbortController();
+    const res = await fetch(`${gw.url}/v1/responses`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'slow', input: 'Take your time.', stream: true, max_output_tokens: 200 }),
+      signal: ac.signal,
+    });
+    assert.equal(res.status, 200);
+    const reader = res.body.getReader();
+    let text = '';
+    while (!text.includes('response.output_text.delta')) text += new TextDecoder().decode((await reader.read()).value);
+    const id = /"id":"(resp_[0-9a-f]+)"/.exec(text)[1];
+    ac.abort();
+    await waitFor(async () => (await gw.metric('sluice_streams_open')) === 0 && (await gw.metric('sluice_requests_in_flight')) === 0, {
+      what: 'the stream released',
+    });
+    const line = await gw.logFor(res.headers.get('x-request-id'));
+    assert.equal(line.status, 499);
+    await assert.rejects(client().responses.retrieve(id), (e) => e instanceof OpenAI.NotFoundError);
   });
 });
 
