@@ -1,7 +1,20 @@
 // The client APIs' endpoints: one line per endpoint, each served by its API's codec.
 #include "api/codec.hpp"
 
+#include <stdexcept>
+
 namespace sluice::api {
+
+// An API without a native backend kind: native_on() is false, so these are never called.
+llm::UpstreamCall Codec::native_call(const llm::ChatRequest&, const config::Backend&) const {
+  throw std::logic_error("this client API has no native backends");
+}
+std::optional<llm::Completion> Codec::native_answer(std::string, const llm::ChatRequest&) const {
+  throw std::logic_error("this client API has no native backends");
+}
+std::unique_ptr<llm::StreamTranslator> Codec::native_stream(const llm::ChatRequest&) const {
+  throw std::logic_error("this client API has no native backends");
+}
 
 std::string Codec::token_count(std::int64_t tokens) const {
   return R"({"input_tokens":)" + std::to_string(tokens) + "}";

@@ -7,12 +7,17 @@
 // the endpoint table (codec.cpp). See docs/phases.md, "Client APIs". No I/O here.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 
 #include "common/reason.hpp"
 #include "llm/chat.hpp"
+
+namespace sluice::config {
+struct Backend;
+}
 
 namespace sluice::api {
 
@@ -57,6 +62,19 @@ class Codec {
   // An upstream's client error passed through (an OpenAI-shaped error body) in this
   // API's shape, keeping the upstream's message.
   virtual std::string upstream_error(int status, std::string chat_error_body) const = 0;
+
+  // A backend that serves this API itself (the Responses API on a backend with
+  // native_responses): the request goes to it in the client's own form and its answer
+  // comes back in it, with the features only it has (built-in tools, reasoning items).
+  // native_on says whether `backend` is one; the three others are called only then.
+  virtual bool native_on(const config::Backend&) const { return false; }
+  // The call (request.native, for the backend's model; the conversation already resolved).
+  virtual llm::UpstreamCall native_call(const llm::ChatRequest& req, const config::Backend& backend) const;
+  // A whole 2xx answer -> the client's body (in Completion::body) with its usage and
+  // finish; nullopt when the body is not one.
+  virtual std::optional<llm::Completion> native_answer(std::string body, const llm::ChatRequest& req) const;
+  // The relay of a streamed answer: the client's events, with the counters of any stream.
+  virtual std::unique_ptr<llm::StreamTranslator> native_stream(const llm::ChatRequest& req) const;
 
   // GET /v1/models and /v1/models/{id} in this API's shapes.
   virtual void model(std::string& out, const ModelEntry& m) const = 0;

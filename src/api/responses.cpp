@@ -11,6 +11,7 @@
 #include "api/openai.hpp"
 #include "api/reencode.hpp"
 #include "common/text.hpp"
+#include "config/backend.hpp"
 #include "llm/json_parse.hpp"
 
 namespace sluice::api {
@@ -28,8 +29,20 @@ std::string_view str(const json::value* v) {
   return v && v->is_string() ? std::string_view(v->get_string()) : std::string_view();
 }
 
-// One content part of an input message -> a chat content part.
-std::variant<json::value, RequestError> convert_part(const json::value& v, const std::string& path) {
+// What only a backend serving the Responses API itself can do (a built-in tool, a file
+// input, an item type chat has no place for): the first one is noted, and it is left out
+// of the chat form (which then serves the limits, the token counts and the filters). A
+// route whose backends do not all serve the API natively refuses the request naming it.
+struct NativeOnly {
+  std::optional<RequestError> first;
+  void note(std::string message, std::string param) {
+    if (!first) first = bad(std::move(message), std::move(param), Reason::option_not_allowed);
+  }
+};
+
+// One content part of an input message -> a chat content part; null for one chat cannot
+// hold (noted in `native`).
+std::variant<json::value, RequestError> convert_part(const json::value& v, const std::string& path, NativeOnly& native) {
   const auto* o = v.if_object();
   const auto* type = o ? o->if_contains("type") : nullptr;
   if (!type || !type->is_string()) return bad("'" + path + ".type' must be a string", path + ".type");
@@ -42,26 +55,30 @@ std::variant<json::value, RequestError> convert_part(const json::value& v, const
   if (t == "input_image") {
     const auto* url = o->if_contains("image_url");
     if (!url || !url->is_string()) {
-      return bad("'" + path + ".image_url' must be a string (file_id images are not supported)", path + ".image_url");
+      native.note("'" + path + "': images by file_id need a backend that serves the Responses API", path + ".image_url");
+      return json::value(nullptr);
     }
     json::object image{{"url", *url}};
     if (const auto* d = o->if_contains("detail"); d && d->is_string()) image["detail"] = *d;
     return json::value(json::object{{"type", "image_url"}, {"image_url", std::move(image)}});
   }
-  return bad("'" + path + "': content of type '" + std::string(t) + "' is not supported (input_text, input_image)",
-             path + ".type");
+  native.note("'" + path + "': content of type '" + std::string(t) +
+                  "' needs a backend that serves the Responses API (translated: input_text, input_image)",
+              path + ".type");
+  return json::value(nullptr);
 }
 
 // An input message's content: a string, or parts (one text part stays a string).
-std::variant<json::value, RequestError> convert_content(const json::value& v, const std::string& path) {
+std::variant<json::value, RequestError> convert_content(const json::value& v, const std::string& path,
+                                                        NativeOnly& native) {
   if (v.is_string()) return v;
   if (!v.is_array()) return bad("'" + path + "' must be a string or an array of content parts", path);
   json::array parts;
   const auto& a = v.get_array();
   for (std::size_t i = 0; i < a.size(); ++i) {
-    auto p = convert_part(a[i], path + "[" + std::to_string(i) + "]");
+    auto p = convert_part(a[i], path + "[" + std::to_string(i) + "]", native);
     if (auto* e = std::get_if<RequestError>(&p)) return std::move(*e);
-    parts.push_back(std::move(std::get<json::value>(p)));
+    if (!std::get<json::value>(p).is_null()) parts.push_back(std::move(std::get<json::value>(p)));
   }
   if (parts.size() == 1 && parts[0].as_object().at("type") == "text") return parts[0].as_object().at("text");
   return json::value(std::move(parts));
@@ -69,7 +86,7 @@ std::variant<json::value, RequestError> convert_content(const json::value& v, co
 
 // Input items -> chat messages, appended. Consecutive function calls become one assistant
 // message's tool_calls (joined to the assistant message just before them).
-std::optional<RequestError> convert_items(const json::array& items, json::array& messages) {
+std::optional<RequestError> convert_items(const json::array& items, json::array& messages, NativeOnly& native) {
   for (std::size_t i = 0; i < items.size(); ++i) {
     const std::string path = "input[" + std::to_string(i) + "]";
     const auto* o = items[i].if_object();
@@ -81,7 +98,7 @@ std::optional<RequestError> convert_items(const json::array& items, json::array&
       if (!role || !role->is_string()) return bad("'" + path + ".role' must be a string", path + ".role");
       const auto* content = o->if_contains("content");
       if (!content) return bad("'" + path + ".content' is required", path + ".content");
-      auto c = convert_content(*content, path + ".content");
+      auto c = convert_content(*content, path + ".content", native);
       if (auto* e = std::get_if<RequestError>(&c)) return std::move(*e);
       messages.push_back(json::object{{"role", *role}, {"content", std::move(std::get<json::value>(c))}});
     } else if (type == "function_call") {
@@ -108,7 +125,7 @@ std::optional<RequestError> convert_items(const json::array& items, json::array&
       const auto* output = o->if_contains("output");
       if (!call_id || !call_id->is_string()) return bad("'" + path + ".call_id' must be a string", path + ".call_id");
       if (!output) return bad("'" + path + ".output' is required", path + ".output");
-      auto c = convert_content(*output, path + ".output");
+      auto c = convert_content(*output, path + ".output", native);
       if (auto* e = std::get_if<RequestError>(&c)) return std::move(*e);
       messages.push_back(
           json::object{{"role", "tool"}, {"tool_call_id", *call_id}, {"content", std::move(std::get<json::value>(c))}});
@@ -122,17 +139,20 @@ std::optional<RequestError> convert_items(const json::array& items, json::array&
         return bad("'" + path + ".id' must be a non-empty string", path + ".id");
       }
       messages.push_back(json::object{{"role", "assistant"}, {"content", ""}, {std::string(kItemRef), *id}});
+    } else if (!type.empty()) {
+      native.note("'" + path + "': items of type '" + std::string(type) +
+                      "' need a backend that serves the Responses API (translated: message, function_call, "
+                      "function_call_output, reasoning, item_reference)",
+                  path + ".type");
     } else {
-      return bad("'" + path + "': items of type '" + std::string(type) +
-                     "' are not supported (message, function_call, function_call_output, item_reference)",
-                 path + ".type");
+      return bad("'" + path + ".type' must be a string", path + ".type");
     }
   }
   return std::nullopt;
 }
 
 // Function tools -> chat tools.
-std::optional<RequestError> convert_tools(const json::value& v, json::object& chat) {
+std::optional<RequestError> convert_tools(const json::value& v, json::object& chat, NativeOnly& native) {
   if (v.is_null()) return std::nullopt;
   if (!v.is_array()) return bad("'tools' must be an array", "tools");
   json::array tools;
@@ -142,9 +162,12 @@ std::optional<RequestError> convert_tools(const json::value& v, json::object& ch
     const auto* o = a[i].if_object();
     if (!o) return bad("'" + path + "' must be an object", path);
     const std::string_view type = str(o->if_contains("type"));
+    if (type.empty()) return bad("'" + path + ".type' must be a string", path + ".type");
     if (type != "function") {
-      return bad("'" + path + "': tools of type '" + std::string(type) + "' are not supported (function tools only)",
-                 path + ".type");
+      native.note("'" + path + "': tools of type '" + std::string(type) +
+                      "' need a backend that serves the Responses API (translated: function tools)",
+                  path + ".type");
+      continue;
     }
     const auto* name = o->if_contains("name");
     if (!name || !name->is_string()) return bad("'" + path + ".name' must be a string", path + ".name");
@@ -158,7 +181,7 @@ std::optional<RequestError> convert_tools(const json::value& v, json::object& ch
   return std::nullopt;
 }
 
-std::optional<RequestError> convert_tool_choice(const json::value& v, json::object& chat) {
+std::optional<RequestError> convert_tool_choice(const json::value& v, json::object& chat, NativeOnly& native) {
   if (v.is_null()) return std::nullopt;
   if (v.is_string()) {
     chat["tool_choice"] = v;  // none, auto, required: checked as chat's
@@ -167,6 +190,12 @@ std::optional<RequestError> convert_tool_choice(const json::value& v, json::obje
   const auto* o = v.if_object();
   if (o && str(o->if_contains("type")) == "function" && o->if_contains("name") && o->at("name").is_string()) {
     chat["tool_choice"] = json::object{{"type", "function"}, {"function", json::object{{"name", o->at("name")}}}};
+    return std::nullopt;
+  }
+  if (o && !str(o->if_contains("type")).empty() && str(o->if_contains("type")) != "function") {
+    native.note("'tool_choice' of type '" + std::string(str(o->if_contains("type"))) +
+                    "' needs a backend that serves the Responses API",
+                "tool_choice.type");
     return std::nullopt;
   }
   return bad("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"name\": ...}",
@@ -264,16 +293,11 @@ json::object response_object(const llm::ChatRequest& req, std::string_view statu
   return r;
 }
 
-std::string item_suffix(const llm::ChatRequest& req) {
-  std::string_view id = str(extra_field(req, "id"));
-  if (id.starts_with("resp_")) id.remove_prefix(5);
-  return std::string(id);
-}
 
 json::object message_item(const llm::ChatRequest& req, std::string_view status, std::string_view text,
                           std::string id = {}) {
   return json::object{{"type", "message"},
-                      {"id", id.empty() ? "msg_" + item_suffix(req) : std::move(id)},
+                      {"id", id.empty() ? "msg_" + response_suffix(req) : std::move(id)},
                       {"status", status},
                       {"role", "assistant"},
                       {"content", json::array{json::object{{"type", "output_text"},
@@ -285,7 +309,7 @@ json::object message_item(const llm::ChatRequest& req, std::string_view status, 
 json::object call_item(const llm::ChatRequest& req, std::size_t n, std::string_view status, std::string_view call_id,
                        std::string_view name, std::string_view arguments) {
   return json::object{{"type", "function_call"},
-                      {"id", "fc_" + item_suffix(req) + "_" + std::to_string(n)},
+                      {"id", "fc_" + response_suffix(req) + "_" + std::to_string(n)},
                       {"call_id", call_id},
                       {"name", name},
                       {"arguments", arguments},
@@ -348,7 +372,7 @@ class ResponsesOutput final : public ChunkReencoder {
   void close_call(std::string& out, Call& c) {
     if (!c.open) return;
     c.open = false;
-    const std::string item_id = "fc_" + item_suffix(req_) + "_" + std::to_string(c.n);
+    const std::string item_id = "fc_" + response_suffix(req_) + "_" + std::to_string(c.n);
     send(out, "response.function_call_arguments.done",
          {{"item_id", item_id}, {"output_index", c.output_index}, {"name", c.name}, {"arguments", c.arguments}});
     auto item = call_item(req_, c.n, "completed", c.call_id, c.name, c.arguments);
@@ -361,7 +385,7 @@ class ResponsesOutput final : public ChunkReencoder {
     if (text_index_ < 0) {
       // A message item (the first is msg_<id>, one after a tool call msg_<id>_<n>).
       text_index_ = static_cast<std::int64_t>(items_.size());
-      text_id_ = "msg_" + item_suffix(req_) + (messages_ ? "_" + std::to_string(messages_) : std::string());
+      text_id_ = "msg_" + response_suffix(req_) + (messages_ ? "_" + std::to_string(messages_) : std::string());
       items_.emplace_back();
       const auto idx = static_cast<std::size_t>(text_index_);
       auto item = message_item(req_, "in_progress", "", text_id_);
@@ -391,7 +415,7 @@ class ResponsesOutput final : public ChunkReencoder {
       Call c;
       c.output_index = items_.size();
       c.n = calls_.size();
-      c.call_id = f.id.empty() ? "call_" + item_suffix(req_) + "_" + std::to_string(c.n) : std::string(f.id);
+      c.call_id = f.id.empty() ? "call_" + response_suffix(req_) + "_" + std::to_string(c.n) : std::string(f.id);
       c.name = f.name;
       items_.emplace_back();
       it = calls_.emplace(f.index, std::move(c)).first;
@@ -402,7 +426,7 @@ class ResponsesOutput final : public ChunkReencoder {
     if (!f.arguments.empty()) {
       it->second.arguments += f.arguments;
       send(out, "response.function_call_arguments.delta",
-           {{"item_id", "fc_" + item_suffix(req_) + "_" + std::to_string(it->second.n)},
+           {{"item_id", "fc_" + response_suffix(req_) + "_" + std::to_string(it->second.n)},
             {"output_index", it->second.output_index},
             {"delta", f.arguments}});
     }
@@ -476,8 +500,25 @@ class Responses final : public OpenAiCodec {
     if (auto* err = std::get_if<RequestError>(&conv)) return std::move(*err);
     auto& c = std::get<ResponsesConversion>(conv);
     auto parsed = llm::parse_chat_request(c.chat, cfg);
-    if (auto* req = std::get_if<llm::ChatRequest>(&parsed)) req->extra = std::move(c.extra);
+    if (auto* req = std::get_if<llm::ChatRequest>(&parsed)) {
+      req->extra = std::move(c.extra);
+      req->native = std::move(c.native);
+      if (c.native_only) {
+        req->extra[kNativeOnly] = json::object{{"message", c.native_only->message}, {"param", c.native_only->param}};
+      }
+    }
     return parsed;
+  }
+
+  bool native_on(const config::Backend& b) const override { return b.native_responses; }
+  llm::UpstreamCall native_call(const llm::ChatRequest& req, const config::Backend& b) const override {
+    return responses_native_call(req, b);
+  }
+  std::optional<llm::Completion> native_answer(std::string body, const llm::ChatRequest& req) const override {
+    return responses_native_answer(std::move(body), req);
+  }
+  std::unique_ptr<llm::StreamTranslator> native_stream(const llm::ChatRequest& req) const override {
+    return responses_native_stream(req);
   }
 
   std::string answer(llm::Completion& done, const llm::ChatRequest& req, std::string_view) const override {
@@ -509,8 +550,9 @@ std::variant<ResponsesConversion, RequestError> responses_to_chat(std::string_vi
   po.max_depth = 64;
   json::value v = llm::detail::parse_json(body, ec, {}, po);
   if (ec || !v.is_object()) return bad("request body must be a JSON object", "", Reason::bad_json);
-  const auto& in = v.get_object();
+  auto& in = v.as_object();
   ResponsesConversion out;
+  NativeOnly native;
   json::object chat;
   json::array messages;
   // Echoed in the answer as the client sent them.
@@ -538,7 +580,7 @@ std::variant<ResponsesConversion, RequestError> responses_to_chat(std::string_vi
       if (val.is_string()) {
         messages.push_back(json::object{{"role", "user"}, {"content", val}});
       } else if (val.is_array()) {
-        if (auto e = convert_items(val.get_array(), messages)) return std::move(*e);
+        if (auto e = convert_items(val.get_array(), messages, native)) return std::move(*e);
       } else {
         return bad("'input' must be a string or an array of input items", "input");
       }
@@ -553,9 +595,9 @@ std::variant<ResponsesConversion, RequestError> responses_to_chat(std::string_vi
     } else if (k == "max_output_tokens") {
       if (!val.is_null()) chat["max_completion_tokens"] = val;
     } else if (k == "tools") {
-      if (auto e = convert_tools(val, chat)) return std::move(*e);
+      if (auto e = convert_tools(val, chat, native)) return std::move(*e);
     } else if (k == "tool_choice") {
-      if (auto e = convert_tool_choice(val, chat)) return std::move(*e);
+      if (auto e = convert_tool_choice(val, chat, native)) return std::move(*e);
     } else if (k == "text") {
       if (auto e = convert_text(val, chat)) return std::move(*e);
     } else if (k == "reasoning") {
@@ -571,12 +613,12 @@ std::variant<ResponsesConversion, RequestError> responses_to_chat(std::string_vi
       if (!val.is_null() && (!val.is_string() || val.get_string().empty())) {
         return bad("'previous_response_id' must be a non-empty string", "previous_response_id");
       }
-    } else if (k == "top_logprobs") {
-      if (!val.is_null() && !(val.is_int64() && val.get_int64() == 0)) {
-        return bad("'top_logprobs' is not supported", "top_logprobs", Reason::option_not_allowed);
-      }
-    } else if (k == "background" || k == "conversation" || k == "prompt" || k == "context_management" ||
-               k == "max_tool_calls") {
+    } else if (k == "top_logprobs" || k == "prompt" || k == "context_management" || k == "max_tool_calls") {
+      if (val.is_null() || (k == "top_logprobs" && val.is_int64() && val.get_int64() == 0)) continue;
+      native.note("'" + std::string(k) + "' needs a backend that serves the Responses API", std::string(k));
+    } else if (k == "background" || k == "conversation") {
+      // The gateway keeps conversations itself (previous_response_id) and answers while
+      // the client waits.
       if (val.is_null() || (val.is_bool() && !val.get_bool())) continue;
       return bad("'" + std::string(k) + "' is not supported by this gateway", std::string(k), Reason::option_not_allowed);
     } else {
@@ -598,10 +640,16 @@ std::variant<ResponsesConversion, RequestError> responses_to_chat(std::string_vi
   } else if (input && input->is_array()) {
     items = input->get_array();
   }
-  out.extra["input_items"] = std::move(items);
+  out.extra["input_items"] = items;
   out.extra["id"] = "resp_" + unguessable_id();
   out.extra["created_at"] = unix_now();
   out.chat = json::serialize(chat);
+  // The request as a backend serving the API itself takes it: its input as items; the
+  // conversation is the gateway's (previous_response_id is resolved into the input).
+  in["input"] = std::move(items);
+  in.erase("previous_response_id");
+  out.native = std::move(in);
+  out.native_only = std::move(native.first);
   return out;
 }
 
@@ -627,7 +675,7 @@ std::string chat_to_response(const llm::Completion& done, const llm::ChatRequest
             const auto* fo = fn ? fn->if_object() : nullptr;
             if (!fo) continue;
             std::string call_id(str(co->if_contains("id")));
-            if (call_id.empty()) call_id = "call_" + item_suffix(req) + "_" + std::to_string(n);
+            if (call_id.empty()) call_id = "call_" + response_suffix(req) + "_" + std::to_string(n);
             output.push_back(
                 call_item(req, n, "completed", call_id, str(fo->if_contains("name")), str(fo->if_contains("arguments"))));
             ++n;
@@ -679,28 +727,45 @@ json::array response_output_messages(const json::object& response) {
   return messages;
 }
 
+std::string response_suffix(const llm::ChatRequest& req) {
+  std::string_view id = str(req.extra.if_contains("id"));
+  if (id.starts_with("resp_")) id.remove_prefix(5);
+  return std::string(id);
+}
+
 std::string response_of_item(std::string_view item_id) {
-  std::string_view rest;
-  if (item_id.starts_with("msg_")) rest = item_id.substr(4);
-  else if (item_id.starts_with("fc_")) rest = item_id.substr(3);
-  else return {};
+  const auto at = item_id.find('_');
+  if (at == std::string_view::npos || at == 0) return {};
+  std::string_view rest = item_id.substr(at + 1);
   rest = rest.substr(0, rest.find('_'));
   if (rest.empty()) return {};
   return "resp_" + std::string(rest);
 }
 
-std::optional<json::object> output_item_message(const json::object& response, std::string_view item_id) {
+const json::object* output_item(const json::object& response, std::string_view item_id) {
   const auto* output = response.if_contains("output");
-  if (!output || !output->is_array()) return std::nullopt;
+  if (!output || !output->is_array()) return nullptr;
   for (const auto& item : output->get_array()) {
     const auto* o = item.if_object();
-    if (!o || str(o->if_contains("id")) != item_id) continue;
-    json::object one{{"output", json::array{item}}};
-    auto messages = response_output_messages(one);
-    if (messages.empty()) return json::object{{"role", "assistant"}, {"content", ""}};
-    return messages.front().as_object();
+    if (o && str(o->if_contains("id")) == item_id) return o;
   }
-  return std::nullopt;
+  return nullptr;
+}
+
+std::optional<json::object> output_item_message(const json::object& response, std::string_view item_id) {
+  const json::object* item = output_item(response, item_id);
+  if (!item) return std::nullopt;
+  json::object one{{"output", json::array{*item}}};
+  auto messages = response_output_messages(one);
+  if (messages.empty()) return json::object{{"role", "assistant"}, {"content", ""}};
+  return messages.front().as_object();
+}
+
+json::array items_to_messages(const json::array& items) {
+  json::array messages;
+  NativeOnly skipped;  // what chat cannot hold is left out
+  if (convert_items(items, messages, skipped)) return {};
+  return messages;
 }
 
 std::string input_item_list(std::string_view items_json, std::string_view response_id) {

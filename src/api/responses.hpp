@@ -16,15 +16,24 @@
 
 #include "llm/chat.hpp"
 
+namespace sluice::config {
+struct Backend;
+}
+
 namespace sluice::api {
 
-// A CreateResponse body -> the chat body (JSON) and what the answer echoes (`extra`: id,
-// instructions, store, previous_response_id, metadata, tools, tool_choice, text...).
-// Fields the gateway cannot honour (background, conversation, prompt templates, tools
-// other than functions, input files...) are refused naming the field.
+// A CreateResponse body -> the chat body (JSON), what the answer echoes (`extra`: id,
+// instructions, store, previous_response_id, metadata, tools, tool_choice, text...) and
+// the request as a backend serving the API itself takes it (`native`: input as items,
+// without previous_response_id). Fields the gateway cannot honour (background,
+// conversation) are refused naming the field; what only such a backend can serve (tools
+// other than functions, input files, prompt templates...) is left out of the chat form
+// and named in `native_only`.
 struct ResponsesConversion {
   std::string chat;
   boost::json::object extra;
+  boost::json::object native;
+  std::optional<llm::RequestError> native_only;
 };
 std::variant<ResponsesConversion, llm::RequestError> responses_to_chat(std::string_view body);
 
@@ -37,17 +46,38 @@ std::string chat_to_response(const llm::Completion& done, const llm::ChatRequest
 std::unique_ptr<llm::StreamTranslator> make_responses_output(std::unique_ptr<llm::StreamTranslator> inner,
                                                              const llm::ChatRequest& req);
 
+// The Responses API on a backend that serves it itself (responses_native.cpp): the call
+// (the request's native form for the backend's model, store false), the answer and the
+// stream relayed with the gateway's ids (the response's, and item ids that name it) and
+// the client's model, store and previous_response_id.
+llm::UpstreamCall responses_native_call(const llm::ChatRequest& req, const config::Backend& backend);
+std::optional<llm::Completion> responses_native_answer(std::string body, const llm::ChatRequest& req);
+std::unique_ptr<llm::StreamTranslator> responses_native_stream(const llm::ChatRequest& req);
+
+// The part of the response id its items' ids carry ("resp_<r>": "<r>").
+std::string response_suffix(const llm::ChatRequest& req);
+
+// The field of `extra` that names what only a backend serving the API itself can do
+// ({"message","param"}: the wire_support filter refuses it elsewhere).
+inline constexpr std::string_view kNativeOnly = "native_only";
+
 // The field of a placeholder message that stands for an `item_reference` input item
 // (its value the item's id) until the conversations filter resolves it from the store.
 inline constexpr std::string_view kItemRef = "sluice_item_reference";
 
-// The stored response an item id (msg_..., fc_...) of ours belongs to ("resp_..."), or
-// empty when it is not one of ours.
+// The stored response an item id of ours (msg_<r>, fc_<r>_<n>, rs_<r>_<n>...) belongs to
+// ("resp_<r>"), or empty when it is not one of ours.
 std::string response_of_item(std::string_view item_id);
 
-// A stored Response's output item `item_id` as a chat message (assistant text, or an
-// assistant tool call); nullopt when the response has no such item.
+// A stored Response's output item `item_id`, or null.
+const boost::json::object* output_item(const boost::json::object& response, std::string_view item_id);
+// The same as a chat message (assistant text, or an assistant tool call); nullopt when the
+// response has no such item.
 std::optional<boost::json::object> output_item_message(const boost::json::object& response, std::string_view item_id);
+
+// Items of a stored conversation (inputs and outputs) -> chat messages; what chat cannot
+// hold (reasoning, built-in tool calls) is left out.
+boost::json::array items_to_messages(const boost::json::array& items);
 
 // A Response object's output items -> the chat messages that continue the conversation
 // (an assistant message with its text and tool calls). Empty when there is none.

@@ -31,6 +31,9 @@ struct Backend {
   int weight = 1;              // for the weighted policies (>= 1)
   int max_in_flight = 0;       // requests in flight to this backend, shared by every route using it (0 = unlimited)
   bool probe = true;           // whether the active health probe runs for it (when health.interval is set)
+  // It serves OpenAI's Responses API itself (provider openai): /v1/responses requests are
+  // passed to it in their own form (api::Codec::native_on) instead of translated to chat.
+  bool native_responses = false;
 
   bool operator==(const Backend&) const = default;
 };

@@ -18,16 +18,22 @@ namespace net = boost::asio;
 
 namespace {
 
-// One Redis value: "<len of response>:<len of messages>:" then the three texts.
+// One Redis value: "i:<len of response>:<len of items>:" then the three texts. (A value
+// without the "i:" of the conversation as items is an earlier form: not found.)
+constexpr std::string_view kForm = "i:";
+
 std::string encode(const StoredResponse& r) {
-  std::string v = std::to_string(r.response.size()) + ":" + std::to_string(r.messages.size()) + ":";
+  std::string v(kForm);
+  v += std::to_string(r.response.size()) + ":" + std::to_string(r.items.size()) + ":";
   v += r.response;
-  v += r.messages;
+  v += r.items;
   v += r.input_items;
   return v;
 }
 
 std::optional<StoredResponse> decode(std::string_view v) {
+  if (!v.starts_with(kForm)) return std::nullopt;
+  v.remove_prefix(kForm.size());
   std::size_t a = 0, b = 0;
   const char* p = v.data();
   const char* end = v.data() + v.size();

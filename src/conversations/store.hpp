@@ -20,12 +20,15 @@ namespace sluice::conversations {
 
 struct StoredResponse {
   std::string response;     // the Response object (JSON), as GET /v1/responses/{id} answers it
-  std::string messages;     // the conversation in chat form (JSON array): the inputs so far and this answer
+  // The conversation as Responses items (JSON array): the inputs so far (item references
+  // resolved) and this answer's output items. Continued as chat messages or, to a backend
+  // that serves the Responses API itself, as they are.
+  std::string items;
   std::string input_items;  // this request's input items (JSON array), for .../input_items
   // Not (yet) in Redis: stored while Redis was down, its SET still in flight, or refused.
   // This instance's memory answers for it until Redis confirms it.
   bool local_only = false;
-  std::size_t bytes() const noexcept { return response.size() + messages.size() + input_items.size() + 128; }
+  std::size_t bytes() const noexcept { return response.size() + items.size() + input_items.size() + 128; }
 };
 
 // One worker's view of the store (used on that worker's thread only).

@@ -1,10 +1,12 @@
 // The Responses API's stored conversations (POST /v1/responses): a request with
-// previous_response_id continues the stored conversation of that response (its messages
-// go before the new input, after the new instructions; the previous instructions do not
-// carry over, as in OpenAI's API), and an answered request with `store` (the default) is
-// stored for its tenant: the Response object, the conversation in chat form, the input
-// items. A response of one tenant is never found by another. Before admission, so the
+// previous_response_id continues the stored conversation of that response (its items go
+// before the new input, in the chat form after the new instructions; the previous
+// instructions do not carry over, as in OpenAI's API), and an answered request with
+// `store` (the default) is stored for its tenant: the Response object, the conversation
+// as Responses items (so it continues on a backend that serves the API itself as on one
+// that is sent chat), the input items. A response of one tenant is never found by another. Before admission, so the
 // quota reserves the whole conversation. The store may be Redis: the look-up waits.
+#include <algorithm>
 #include <boost/json.hpp>
 #include <map>
 #include <optional>
@@ -32,6 +34,13 @@ bool references_items(const llm::ChatRequest& chat) {
     if (m.is_object() && m.get_object().contains(api::kItemRef)) return true;
   }
   return false;
+}
+
+// The request's input items in the native form (decoded as an array).
+json::array& input(Request& r) {
+  auto& in = r.chat.native["input"];
+  if (!in.is_array()) in = json::array{};
+  return in.as_array();
 }
 
 bool instructed(const llm::ChatRequest& chat) {
@@ -65,33 +74,37 @@ class Conversations final : public Filter {
     co_return co_await continue_conversation(p, r, s, stop);
   }
 
-  // Each item_reference placeholder becomes the stored item it names (the tenant's only).
+  // Each item_reference (a placeholder message in the chat form, an item in the native
+  // form) becomes the stored item it names (the tenant's only).
   boost::asio::awaitable<bool> resolve_references(Request& r, Stop& stop) {
+    Fetched responses;
+    auto missing = [&stop](std::string_view item) {
+      stop.reason = Reason::invalid_request;
+      stop.message = "item '" + std::string(item) + "' was not found among the stored responses";
+      stop.param = "input";
+      return false;
+    };
     auto& messages = r.chat.body["messages"].as_array();
-    std::map<std::string, json::object> responses;  // fetched once each
-    for (std::size_t i = 0; i < messages.size(); ++i) {
-      auto* m = messages[i].if_object();
-      const auto* ref = m ? m->if_contains(api::kItemRef) : nullptr;
+    for (auto& m : messages) {
+      const auto* ref = m.is_object() ? m.get_object().if_contains(api::kItemRef) : nullptr;
       if (!ref || !ref->is_string()) continue;
       const std::string item(ref->get_string());
-      const std::string resp = api::response_of_item(item);
-      auto it = responses.find(resp);
-      if (it == responses.end() && !resp.empty()) {
-        auto stored = co_await store_->get(r.key.tenant, resp);
-        boost::system::error_code ec;
-        json::value v = stored ? json::parse(stored->response, ec, {}, parse_options()) : json::value();
-        it = responses.emplace(resp, !ec && v.is_object() ? std::move(v.as_object()) : json::object{}).first;
-      }
-      std::optional<json::object> found;
-      if (it != responses.end()) found = api::output_item_message(it->second, item);
-      if (!found) {
-        stop.reason = Reason::invalid_request;
-        stop.message = "item '" + item + "' was not found among the stored responses";
-        stop.param = "input";
-        co_return false;
-      }
-      messages[i] = std::move(*found);
+      const json::object* found = co_await find(r, responses, item);
+      if (!found) co_return missing(item);
+      auto as_chat = api::items_to_messages(json::array{*found});
+      m = as_chat.empty() ? json::object{{"role", "assistant"}, {"content", ""}} : std::move(as_chat.front());
     }
+    for (auto& i : input(r)) {
+      auto* o = i.if_object();
+      if (!o || !o->contains("type") || o->at("type") != "item_reference") continue;
+      const auto* id = o->if_contains("id");
+      const std::string item(id && id->is_string() ? std::string_view(id->get_string()) : std::string_view());
+      const json::object* found = co_await find(r, responses, item);
+      if (!found) co_return missing(item);
+      i = for_upstream(*found);  // null: left out, below
+    }
+    auto& in = input(r);
+    in.erase(std::remove_if(in.begin(), in.end(), [](const json::value& v) { return v.is_null(); }), in.end());
     co_return true;
   }
 
@@ -99,7 +112,7 @@ class Conversations final : public Filter {
     const std::string id(r.chat.extra.at("previous_response_id").get_string());
     auto stored = co_await store_->get(r.key.tenant, id);
     boost::system::error_code ec;
-    json::value earlier = stored ? json::parse(stored->messages, ec, {}, parse_options()) : json::value();
+    json::value earlier = stored ? json::parse(stored->items, ec, {}, parse_options()) : json::value();
     if (!stored || ec || !earlier.is_array()) {
       stop.reason = Reason::invalid_request;
       stop.message = "previous response '" + id + "' was not found";
@@ -107,17 +120,28 @@ class Conversations final : public Filter {
       co_return Next::stop;
     }
     // A conversation goes upstream whole: it is held to the size of one request body.
-    if (stored->messages.size() + r.ex.request().body().size() > max_bytes_) {
+    if (stored->items.size() + r.ex.request().body().size() > max_bytes_) {
       stop.reason = Reason::invalid_request;
       stop.message = "the conversation of previous response '" + id + "' with this input is over " +
                      std::to_string(max_bytes_) + " bytes (limits.max_body_bytes): start a new one";
       stop.param = "previous_response_id";
       co_return Next::stop;
     }
+    // The chat form: after this request's instructions (a first system message), before
+    // its input.
     auto& messages = r.chat.body["messages"].as_array();
-    // After this request's instructions (a first system message), before its input.
+    auto earlier_messages = api::items_to_messages(earlier.as_array());
     auto at = messages.begin() + (instructed(r.chat) && !messages.empty() ? 1 : 0);
-    messages.insert(at, earlier.as_array().begin(), earlier.as_array().end());
+    messages.insert(at, earlier_messages.begin(), earlier_messages.end());
+    // The native form: before its input.
+    auto& in = input(r);
+    json::array before;
+    for (const auto& item : earlier.as_array()) {
+      if (auto o = item.is_object() ? for_upstream(item.get_object()) : json::value(); !o.is_null()) {
+        before.push_back(std::move(o));
+      }
+    }
+    in.insert(in.begin(), before.begin(), before.end());
     llm::recount_prompt(r.chat);
     co_return Next::go;
   }
@@ -131,19 +155,47 @@ class Conversations final : public Filter {
     if (ec || !response.is_object()) return;
     const auto* id = response.as_object().if_contains("id");
     if (!id || !id->is_string()) return;
-    // The conversation so far without this request's instructions, then this answer.
-    json::array messages = r.chat.body.at("messages").as_array();
-    if (instructed(r.chat) && !messages.empty()) messages.erase(messages.begin());
-    for (auto& m : api::response_output_messages(response.as_object())) messages.push_back(std::move(m));
+    // The conversation so far (without this request's instructions), then this answer.
+    json::array items = input(r);
+    if (const auto* output = response.as_object().if_contains("output"); output && output->is_array()) {
+      for (const auto& item : output->get_array()) items.push_back(item);
+    }
     conversations::StoredResponse s;
     s.response = *r.answer;
-    s.messages = json::serialize(messages);
-    const auto* items = r.chat.extra.if_contains("input_items");
-    s.input_items = items ? json::serialize(*items) : "[]";
+    s.items = json::serialize(items);
+    const auto* listed = r.chat.extra.if_contains("input_items");
+    s.input_items = listed ? json::serialize(*listed) : "[]";
     store_->put(r.key.tenant, std::string(id->get_string()), std::move(s));
   }
 
  private:
+  using Fetched = std::map<std::string, json::object>;  // stored responses, fetched once each
+
+  // The stored output item `item` of the tenant, or null.
+  boost::asio::awaitable<const json::object*> find(Request& r, Fetched& responses, const std::string& item) {
+    const std::string resp = api::response_of_item(item);
+    if (resp.empty()) co_return nullptr;
+    auto it = responses.find(resp);
+    if (it == responses.end()) {
+      auto stored = co_await store_->get(r.key.tenant, resp);
+      boost::system::error_code ec;
+      json::value v = stored ? json::parse(stored->response, ec, {}, parse_options()) : json::value();
+      it = responses.emplace(resp, !ec && v.is_object() ? std::move(v.as_object()) : json::object{}).first;
+    }
+    co_return api::output_item(it->second, item);
+  }
+
+  // A stored item as an input item for a backend that stores nothing of it (store false):
+  // without the gateway's id, which it would look up; a reasoning item only with its
+  // encrypted content (else null: left out).
+  static json::value for_upstream(const json::object& item) {
+    const auto* type = item.if_contains("type");
+    if (type && *type == "reasoning" && !item.contains("encrypted_content")) return nullptr;
+    json::object o = item;
+    if (!(type && *type == "reasoning")) o.erase("id");
+    return o;
+  }
+
   // As deep as a request may be (the parsers of client bodies allow 64 levels).
   static json::parse_options parse_options() {
     json::parse_options o;

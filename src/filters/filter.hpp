@@ -71,6 +71,8 @@ struct RouteView {
   std::span<const config::Provider> wires;
   // Those whose route refuses the fields they cannot honour (no drop_params).
   std::span<const config::Provider> strict_wires;
+  // Whether all of them serve the client's API natively (api::Codec::native_on).
+  bool native = false;
   tokenizer::Encoding encoding{};
 };
 

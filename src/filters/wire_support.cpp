@@ -3,10 +3,14 @@
 // refused before anything is counted, naming the field and the model: embeddings from an
 // Anthropic route, token ids to Ollama, a field with no translation (n > 1, logprobs,
 // reasoning_effort... on Ollama and Anthropic) unless the route drops those (drop_params).
-// Generation requests only (count_tokens sends nothing).
+// What only a backend serving the client's API itself can do is refused unless every
+// backend of the route is one. Generation requests only (count_tokens sends nothing).
 #include <algorithm>
 #include <string>
 
+#include <boost/json/object.hpp>
+
+#include "api/responses.hpp"
 #include "config/models.hpp"
 #include "filters/filter.hpp"
 #include "filters/registry.hpp"
@@ -16,6 +20,11 @@ namespace sluice::filters {
 
 namespace {
 
+std::string text(const boost::json::object& o, std::string_view k) {
+  const auto* v = o.if_contains(k);
+  return v && v->is_string() ? std::string(v->get_string()) : std::string();
+}
+
 class WireSupport final : public Filter {
  public:
   std::string_view name() const override { return "wire_support"; }
@@ -23,6 +32,16 @@ class WireSupport final : public Filter {
 
   Next on(Phase, Request& r, void*, Stop& stop) override {
     if (r.kind != Kind::generate) return Next::go;
+    // What only a backend serving the client's API itself can do (a built-in tool of the
+    // Responses API...), unless every backend that may serve the route is one.
+    if (const auto* n = r.chat.extra.if_contains(api::kNativeOnly); n && n->is_object() && !r.route.native) {
+      const auto& o = n->get_object();
+      stop.reason = Reason::option_not_allowed;
+      stop.message = "model '" + r.chat.model + "' cannot serve this request: " + text(o, "message") +
+                     " (a backend that does is set with native_responses)";
+      stop.param = text(o, "param");
+      return Next::stop;
+    }
     for (const config::Provider wire : r.route.wires) {
       // A wire reached only through routes that drop such fields (drop_params) refuses
       // only what it cannot serve at all.

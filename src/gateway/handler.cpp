@@ -580,11 +580,32 @@ class WorkerHandler {
                             .chat = creq,
                             .api = ctx.codec->name(),
                             .ex = ex,
-                            .route = {.config = rr.route, .wires = rr.wires, .strict_wires = rr.strict_wires, .encoding = rr.encoding},
+                            .route = {.config = rr.route,
+                                      .wires = rr.wires,
+                                      .strict_wires = rr.strict_wires,
+                                      .native = served_natively(rr, *ctx.codec),
+                                      .encoding = rr.encoding},
                             .reply_headers = ctx.headers,
                             .rec = ctx.rec,
                             .answer = &ctx.answer,
                             .keep_answer = &ctx.keep_answer};
+  }
+
+  // Whether every backend that may serve the route (its own, its canary's, its fallbacks')
+  // serves the client's API itself.
+  static bool served_natively(const RouteRuntime& rr, const api::Codec& codec) {
+    auto all = [&codec](const RouteRuntime* set) {
+      if (!set) return true;
+      for (const auto& m : set->members) {
+        if (!codec.native_on(m->cfg)) return false;
+      }
+      return true;
+    };
+    if (!all(&rr) || !all(rr.canary)) return false;
+    for (const auto* f : rr.fallbacks) {
+      if (!all(f)) return false;
+    }
+    return true;
   }
 
   // One phase of the chain; false when a filter ended the request. Its end hooks then run
@@ -962,8 +983,10 @@ class WorkerHandler {
   // Phases 7..13: the upstream call and the relay.
   awaitable<std::optional<Failure>> relay(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
                                           const BackendRuntime& be) {
-    // Upstream request: the adapter rewrites the body; credentials and trace go in headers.
-    auto call = llm::build_call(be.wire, creq, be.cfg);
+    // Upstream request: the adapter rewrites the body (or the codec, for a backend that
+    // serves the client's API itself); credentials and trace go in headers.
+    const bool native = ctx.codec->native_on(be.cfg);
+    auto call = native ? ctx.codec->native_call(creq, be.cfg) : llm::build_call(be.wire, creq, be.cfg);
     http::ClientRequest ureq;
     ureq.target = std::move(call.target);
     ureq.body = std::move(call.body);
@@ -973,7 +996,7 @@ class WorkerHandler {
 
     const auto& to = cfg_.timeouts;
     const auto deadline = ctx.start + to.total;
-    if (creq.stream) co_return co_await stream_exchange(ex, ctx, creq, be, ureq, deadline);
+    if (creq.stream) co_return co_await stream_exchange(ex, ctx, creq, be, native, ureq, deadline);
 
     // Non-streaming: the answer arrives whole, so only the total deadline bounds it. A
     // watch on the client connection aborts the upstream exchange if the client leaves
@@ -1022,7 +1045,7 @@ class WorkerHandler {
       co_return Failure{Reason::upstream_error, "upstream answered HTTP " + std::to_string(answer->status),
                         std::move(*answer)};
     }
-    co_return co_await reply_whole(ex, ctx, creq, be.wire, std::get<std::string>(outcome));
+    co_return co_await reply_whole(ex, ctx, creq, be.wire, native, std::get<std::string>(outcome));
   }
 
   // How a failed upstream exchange is reported (before any byte reached the client).
@@ -1099,8 +1122,9 @@ class WorkerHandler {
   }
 
   awaitable<std::optional<Failure>> reply_whole(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
-                                                 config::Provider wire, std::string& text) {
-    auto done = llm::read_answer(wire, std::move(text), creq, ctx.request_id);
+                                                 config::Provider wire, bool native, std::string& text) {
+    auto done = native ? ctx.codec->native_answer(std::move(text), creq)
+                       : llm::read_answer(wire, std::move(text), creq, ctx.request_id);
     if (!done) co_return Failure{Reason::upstream_bad_response, "upstream sent a body that is not a completion", {}};
     const double gen_ms = ms_since(ctx.start);
     // Settlement's rule (settled_prompt): an invalid completion count falls back to the
@@ -1114,7 +1138,7 @@ class WorkerHandler {
       ctx.rec.tokens_per_s = ctx.rec.completion_tokens * 1000.0 / gen_ms;
     }
     ctx.rec.status = 200;
-    std::string body = ctx.codec->answer(*done, creq, ctx.request_id);
+    std::string body = native ? std::move(done->body) : ctx.codec->answer(*done, creq, ctx.request_id);
     if (ctx.keep_answer) ctx.answer = body;
     http::Response r = json_reply(200, std::move(body), ctx);
     if (!co_await ex.reply(std::move(r))) ctx.rec.client_cancelled = true;
@@ -1130,11 +1154,11 @@ class WorkerHandler {
   // at once. The response head goes out with the first frame (or the first heartbeat), so
   // a failure before that is still a plain HTTP error.
   awaitable<std::optional<Failure>> stream_exchange(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
-                                                     const BackendRuntime& be, const http::ClientRequest& ureq,
-                                                     Clock::time_point deadline) {
+                                                     const BackendRuntime& be, bool native,
+                                                     const http::ClientRequest& ureq, Clock::time_point deadline) {
     const auto& to = cfg_.timeouts;
-    auto translator = llm::make_stream(be.wire, creq, ctx.request_id);
-    translator = ctx.codec->stream(std::move(translator), creq, ctx.request_id);
+    auto translator = native ? ctx.codec->native_stream(creq)
+                             : ctx.codec->stream(llm::make_stream(be.wire, creq, ctx.request_id), creq, ctx.request_id);
     // With token quotas, the relayed output is counted with the tokenizer (what a client
     // that leaves before the usage chunk pays); otherwise content chunks approximate it.
     if (ctx.rec.reserved_tokens >= 0) translator->count_output(&g_.tokens, ctx.encoding);

@@ -41,6 +41,10 @@ struct ChatRequest {
   // upstream (the Responses API: the response id, instructions, store,
   // previous_response_id, the tools as the client wrote them...).
   boost::json::object extra;
+  // The request in its client API's own form, for a backend that serves that API itself
+  // (the Responses API: a CreateResponse body, its input an array of items); empty when
+  // the API has no such backend kind.
+  boost::json::object native;
 };
 
 struct RequestError {

@@ -130,6 +130,12 @@ const Table<Backend>& backend_table() {
                   "short form: `backend_max_in_flight`.")
               .read_at(-1),
           boolean("probe", &Backend::probe, "Whether the active health probe runs for it (when `routing.health.interval` is set)."),
+          boolean("native_responses", &Backend::native_responses,
+                  "The backend serves OpenAI's Responses API itself (`POST <base_url>/responses`: OpenAI, vLLM): "
+                  "`/v1/responses` requests are passed to it in their own form, with the features only it can "
+                  "serve (built-in tools, reasoning items), instead of translated to chat completions. Only for "
+                  "provider `openai`. See `docs/api.md`, \"Responses\".")
+              .short_form(),
       }};
   return t;
 }
@@ -196,7 +202,11 @@ void read_backend(Loader& l, const YAML::Node& n, const std::string& path, const
       read_sim(l, *v, p("sim"), b.sim);
     }
   }
-  backend_table().read_fields(l, n, f, path, b, short_form, 0, INT_MAX);  // name, weight, probe
+  backend_table().read_fields(l, n, f, path, b, short_form, 0, INT_MAX);  // name, weight, probe, native_responses
+  if (b.native_responses && provider_ok && b.provider != Provider::openai) {
+    const YAML::Node* v = Loader::get(f, "native_responses");
+    l.error(p("native_responses"), v ? l.line_of(*v) : l.line_of(n), "only provider openai serves the Responses API");
+  }
 
   // Provider credential: (short form) SLUICE_MODEL_<ALIAS>_API_KEY, else api_key /
   // api_key_env, else OPENAI_API_KEY / ANTHROPIC_API_KEY for those providers.

@@ -70,10 +70,9 @@ TEST(ResponsesRequest, WhatCannotBeHonouredIsRefusedNamingTheField) {
   } cases[] = {
       {R"({"model":"m","input":"x","background":true})", "background"},
       {R"({"model":"m","input":"x","conversation":"c"})", "conversation"},
-      {R"({"model":"m","input":"x","tools":[{"type":"file_search"}]})", "tools[0].type"},
       {R"({"model":"m","input":[{"type":"item_reference"}]})", "input[0].id"},
-      {R"({"model":"m","input":[{"type":"computer_call","id":"x"}]})", "input[0].type"},
-      {R"({"model":"m","input":[{"role":"user","content":[{"type":"input_file","file_id":"f"}]}]})", "input[0].content[0].type"},
+      {R"({"model":"m","input":[{"type":7}]})", "input[0].type"},
+      {R"({"model":"m","input":"x","tools":[{"name":"f"}]})", "tools[0].type"},
       {R"({"model":"m","input":"x","text":{"format":{"type":"yaml"}}})", "text.format.type"},
       {R"({"model":"m","input":"x","truncation":"sometimes"})", "truncation"},
       {R"({"model":"m","input":"x","previous_response_id":""})", "previous_response_id"},
@@ -83,6 +82,43 @@ TEST(ResponsesRequest, WhatCannotBeHonouredIsRefusedNamingTheField) {
   };
   for (const auto& c : cases) EXPECT_EQ(refused(c.body).param, c.param) << c.body;
   EXPECT_EQ(refused("[1]").reason, Reason::bad_json);
+}
+
+// What only a backend serving the Responses API itself can do is not refused here: it is
+// named (the route refuses it unless all its backends are such), left out of the chat
+// form, and kept in the native form.
+TEST(ResponsesRequest, WhatOnlyANativeBackendCanServeIsNamedAndKept) {
+  struct Case {
+    const char* body;
+    const char* param;
+  } cases[] = {
+      {R"({"model":"m","input":"x","tools":[{"type":"web_search_preview"},{"type":"function","name":"f"}]})", "tools[0].type"},
+      {R"({"model":"m","input":[{"role":"user","content":"q"},{"type":"computer_call_output","call_id":"x"}]})", "input[1].type"},
+      {R"({"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":"a"},{"type":"input_file","file_id":"f"}]}]})",
+       "input[0].content[1].type"},
+      {R"({"model":"m","input":"x","tool_choice":{"type":"web_search_preview"}})", "tool_choice.type"},
+      {R"({"model":"m","input":"x","top_logprobs":2})", "top_logprobs"},
+      {R"({"model":"m","input":"x","prompt":{"id":"p"}})", "prompt"},
+  };
+  for (const auto& c : cases) {
+    auto r = responses_to_chat(c.body);
+    ASSERT_TRUE(std::holds_alternative<ResponsesConversion>(r)) << c.body << ": " << std::get<llm::RequestError>(r).message;
+    const auto& conv = std::get<ResponsesConversion>(r);
+    ASSERT_TRUE(conv.native_only) << c.body;
+    EXPECT_EQ(conv.native_only->param, c.param);
+    EXPECT_EQ(conv.native_only->reason, Reason::option_not_allowed);
+    EXPECT_EQ(json::serialize(conv.native.at("input")).find("item_reference"), std::string::npos);
+    EXPECT_TRUE(conv.native.at("input").is_array()) << c.body;
+  }
+  // The chat form keeps what it can hold; the native form everything, but the gateway's
+  // own previous_response_id.
+  auto r = std::get<ResponsesConversion>(responses_to_chat(
+      R"({"model":"m","input":"x","previous_response_id":"resp_1","tools":[{"type":"web_search_preview"},{"type":"function","name":"f"}]})"));
+  EXPECT_EQ(json::parse(r.chat).at("tools").as_array().size(), 1u);
+  EXPECT_EQ(r.native.at("tools").as_array().size(), 2u);
+  EXPECT_FALSE(r.native.contains("previous_response_id"));
+  EXPECT_EQ(r.native.at("input"), json::parse(R"([{"type":"message","role":"user","content":[{"type":"input_text","text":"x"}]}])"));
+  EXPECT_FALSE(std::get<ResponsesConversion>(responses_to_chat(R"({"model":"m","input":"x"})")).native_only);
 }
 
 TEST(ResponsesAnswer, ACompletionBecomesAResponseWithItsItemsAndUsage) {
@@ -188,7 +224,8 @@ TEST(ResponsesItems, AReferenceNamesItsResponseAndItsItem) {
   EXPECT_EQ(response_of_item("msg_0123abcd"), "resp_0123abcd");
   EXPECT_EQ(response_of_item("msg_0123abcd_2"), "resp_0123abcd");
   EXPECT_EQ(response_of_item("fc_0123abcd_0"), "resp_0123abcd");
-  EXPECT_EQ(response_of_item("rs_0123"), "");
+  EXPECT_EQ(response_of_item("rs_0123_1"), "resp_0123");  // any kind of item of ours
+  EXPECT_EQ(response_of_item("0123"), "");
   EXPECT_EQ(response_of_item("msg_"), "");
   const auto response = json::parse(R"({"output":[
       {"type":"message","id":"msg_a","content":[{"type":"output_text","text":"Hi"}]},

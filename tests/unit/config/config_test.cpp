@@ -480,11 +480,22 @@ TEST_F(ConfigTest, ProviderSpecificSettings) {
                 "    provider: openai\n"
                 "    base_url: http://x\n"
                 "    api_key: sk-one-111111111111\n"
-                "    api_key_env: SOME_VAR\n");     // both credential forms
+                "    api_key_env: SOME_VAR\n"      // both credential forms
+                "  - alias: d\n"
+                "    provider: ollama\n"
+                "    base_url: http://x:11434\n"
+                "    native_responses: true\n"    // 17: the Responses API is OpenAI's
+                "  - alias: e\n"
+                "    provider: openai\n"
+                "    base_url: http://x/v1\n"
+                "    native_responses: true\n");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(error_at(r, "models[0].base_url").line, 4);
   EXPECT_EQ(error_at(r, "models[1].sim").line, 8);
   EXPECT_THAT(error_at(r, "models[2]").message, HasSubstr("only one of 'api_key' and 'api_key_env'"));
+  EXPECT_EQ(error_at(r, "models[3].native_responses").line, 17);
+  EXPECT_THAT(error_at(r, "models[3].native_responses").message, HasSubstr("only provider openai"));
+  EXPECT_EQ(r.errors.size(), 4u) << all_errors(r);  // the openai backend may
 }
 
 TEST_F(ConfigTest, CaFileResolvedAgainstBaseDir) {
