@@ -629,6 +629,9 @@ std::variant<ResponsesConversion, RequestError> responses_to_chat(std::string_vi
     messages.insert(messages.begin(), json::object{{"role", "system"}, {"content", *instr}});
   }
   if (!in.contains("input")) return bad("missing required parameter 'input'", "input");
+  // Input that only a backend serving the API itself can take: the chat form (limits,
+  // counts, filters) holds an empty user message for it.
+  if (messages.empty() && native.first) messages.push_back(json::object{{"role", "user"}, {"content", ""}});
   if (messages.empty()) return bad("'input' must hold at least one item", "input");
   chat["messages"] = std::move(messages);
   // This request's input as items (GET /v1/responses/{id}/input_items).

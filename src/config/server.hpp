@@ -41,7 +41,7 @@ struct Cors {
 // Stored responses of the Responses API (store, previous_response_id): in memory on this
 // instance (the oldest dropped first beyond max_bytes), or in Redis for the whole fleet
 // with this instance's memory behind it.
-enum class ResponsesBackend : std::uint8_t { memory, redis };
+enum class ResponsesBackend : std::uint8_t { memory, redis, database };
 struct ResponsesStore {
   ResponsesBackend store = ResponsesBackend::memory;
   Millis ttl{24 * 3600 * 1000};

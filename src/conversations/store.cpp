@@ -147,7 +147,12 @@ class RedisWorker final : public WorkerStore {
 
 }  // namespace
 
-Store::Store(const config::Config& cfg) : memory_(cfg.responses.ttl, cfg.responses.max_bytes) {
+Store::Store(const config::Config& cfg, std::unique_ptr<Durable> durable)
+    : memory_(cfg.responses.ttl, cfg.responses.max_bytes) {
+  if (cfg.responses.store == config::ResponsesBackend::database && durable) {
+    database_ = database_state(std::move(durable), cfg.responses.ttl);
+    return;
+  }
   if (cfg.responses.store != config::ResponsesBackend::redis) return;
   std::string err;
   auto ep = store::parse_redis_url(cfg.redis.url, &err);
@@ -160,16 +165,20 @@ Store::Store(const config::Config& cfg) : memory_(cfg.responses.ttl, cfg.respons
   redis_->ttl = cfg.responses.ttl;
 }
 
-Store::~Store() = default;
+// The database's writes in flight end before the memory they confirm to goes.
+Store::~Store() {
+  if (database_) join_database(*database_);
+}
 
 std::unique_ptr<WorkerStore> Store::for_worker(net::any_io_executor ex) {
+  if (database_) return database_worker(database_, memory_);
   if (redis_) return std::make_unique<RedisWorker>(std::move(ex), redis_, memory_);
   return std::make_unique<MemoryWorker>(memory_);
 }
 
 std::string Store::status_json() const {
   std::string o = R"({"backend":")";
-  o += redis_ ? "redis" : "memory";
+  o += database_ ? "database" : redis_ ? "redis" : "memory";
   o += R"(","held_here":)";
   o += std::to_string(memory_.size());
   if (redis_) {
@@ -184,6 +193,10 @@ std::string Store::status_json() const {
     }
     o += R"(,"redis_up":)";
     o += all > 0 && up == all ? "true" : "false";
+  }
+  if (database_) {
+    o += R"(,"database_up":)";
+    o += database_up(*database_) ? "true" : "false";
   }
   o += '}';
   return o;

@@ -1,8 +1,9 @@
 #pragma once
 // Stored responses of the Responses API: what `store` keeps and `previous_response_id`
 // continues, by tenant. A response of one tenant is never seen by another. In this
-// process's memory, or in Redis (responses.store: redis) so that every instance of a
-// fleet sees them, with this process's memory as the fallback while Redis is down.
+// process's memory, or in Redis (responses.store: redis) or the history's database
+// (responses.store: database) so that every instance of a fleet sees them, with this
+// process's memory as the fallback while that is down.
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace sluice::config {
 struct Config;
@@ -60,21 +62,44 @@ class MemoryStore {
   std::unique_ptr<Impl> impl_;
 };
 
+// A database behind the store (responses.store: database; the gateway gives it the
+// history's). Blocking calls, made on the store's own thread, one at a time.
+class Durable {
+ public:
+  virtual ~Durable() = default;
+  // The tenant's unexpired response; nullopt when the database failed.
+  virtual std::optional<std::optional<StoredResponse>> get(std::string_view tenant, std::string_view id) = 0;
+  // Kept for `ttl`; false when the database failed.
+  virtual bool put(std::string_view tenant, std::string_view id, const StoredResponse& r, std::chrono::milliseconds ttl) = 0;
+  // Whether it was there; nullopt when the database failed.
+  virtual std::optional<bool> erase(std::string_view tenant, std::string_view id) = 0;
+  virtual bool up() const = 0;
+};
+
 // The process's store, as configured (responses.store), and its workers' views.
 class Store {
  public:
-  explicit Store(const config::Config& cfg);
+  // `durable`: the database, with responses.store: database.
+  explicit Store(const config::Config& cfg, std::unique_ptr<Durable> durable = nullptr);
   ~Store();
   std::unique_ptr<WorkerStore> for_worker(boost::asio::any_io_executor ex);
-  // For /infra: {"backend":"memory"|"redis","held":N[,"redis_up":bool]}.
+  // For /infra: {"backend":"memory"|"redis"|"database","held_here":N[,"redis_up"|"database_up":bool]}.
   std::string status_json() const;
   MemoryStore& memory() { return memory_; }
 
-  struct RedisState;  // (store.cpp)
+  struct RedisState;     // (store.cpp)
+  struct DatabaseState;  // (database.cpp)
 
  private:
   MemoryStore memory_;
-  std::shared_ptr<RedisState> redis_;  // null with responses.store: memory
+  std::shared_ptr<RedisState> redis_;        // with responses.store: redis
+  std::shared_ptr<DatabaseState> database_;  // with responses.store: database
 };
+
+// A worker's view of a database store (database.cpp).
+std::unique_ptr<WorkerStore> database_worker(std::shared_ptr<Store::DatabaseState> st, MemoryStore& memory);
+std::shared_ptr<Store::DatabaseState> database_state(std::unique_ptr<Durable> durable, std::chrono::milliseconds ttl);
+bool database_up(const Store::DatabaseState& st);
+void join_database(Store::DatabaseState& st);
 
 }  // namespace sluice::conversations

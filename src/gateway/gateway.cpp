@@ -14,6 +14,8 @@
 #include "common/reason.hpp"
 #include "events/events.hpp"
 #include "history/history.hpp"
+#include "history/responses.hpp"
+#include "conversations/store.hpp"
 #include "common/text.hpp"
 #include "gateway/state.hpp"
 #include "http/server.hpp"
@@ -21,6 +23,41 @@
 
 namespace sluice::gateway {
 namespace {
+
+// The history's database as the store of responses (responses.store: database).
+class ResponseTableStore final : public conversations::Durable {
+ public:
+  explicit ResponseTableStore(std::unique_ptr<history::ResponseTable> t) : t_(std::move(t)) {}
+  std::optional<std::optional<conversations::StoredResponse>> get(std::string_view tenant, std::string_view id) override {
+    auto row = t_->get(tenant, id, now_ms());
+    if (!row) return std::nullopt;
+    if (!*row) return std::optional<conversations::StoredResponse>();
+    auto& r = **row;
+    return conversations::StoredResponse{std::move(r.response), std::move(r.items), std::move(r.input_items)};
+  }
+  bool put(std::string_view tenant, std::string_view id, const conversations::StoredResponse& r,
+           std::chrono::milliseconds ttl) override {
+    const std::int64_t now = now_ms();
+    return t_->put(tenant, id, {r.response, r.items, r.input_items}, now + ttl.count(), now);
+  }
+  std::optional<bool> erase(std::string_view tenant, std::string_view id) override { return t_->erase(tenant, id); }
+  bool up() const override { return t_->up(); }
+
+ private:
+  static std::int64_t now_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  }
+  std::unique_ptr<history::ResponseTable> t_;
+};
+
+std::unique_ptr<conversations::Durable> response_table(const config::Config& c) {
+  if (c.responses.store != config::ResponsesBackend::database) return nullptr;
+  std::string err;
+  auto t = history::ResponseTable::create(c.history, &err);
+  if (!t) throw std::runtime_error("responses: " + err);
+  return std::make_unique<ResponseTableStore>(std::move(t));
+}
 
 std::string hostname() {
   char buf[256] = {0};
@@ -125,7 +162,7 @@ class GatewayImpl final : public Gateway {
     shared_.limiter = limiter_.get();
     gate_ = std::make_unique<limits::Gate>(c);
     shared_.gate = gate_.get();
-    conversations_ = std::make_unique<conversations::Store>(c);
+    conversations_ = std::make_unique<conversations::Store>(c, response_table(c));
     shared_.conversations = conversations_.get();
     if (!c.rate_limits.tokens.empty()) {
       auto [counter, info] = load_tokenizer(c);

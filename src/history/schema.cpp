@@ -121,7 +121,23 @@ SELECT brin_desummarize_range('requests_unix_ms_brin',
 // count their schema alike.
 constexpr std::string_view kMigration2Sqlite = "SELECT 1";
 
+// Migration 3: stored responses of the Responses API (responses.store: database), by
+// tenant; expired rows are deleted by the writes (history/responses.cpp).
+constexpr std::string_view kMigration3 = R"(
+CREATE TABLE responses (
+  tenant TEXT NOT NULL,
+  id TEXT NOT NULL,
+  expires_ms BIGINT NOT NULL,
+  response TEXT NOT NULL,
+  items TEXT NOT NULL,
+  input_items TEXT NOT NULL,
+  PRIMARY KEY (tenant, id)
+);
+CREATE INDEX responses_expires_ms ON responses (expires_ms);
+)";
+
 std::string migration_sql(Dialect d, int version) {
+  if (version == 3) return std::string(kMigration3);
   if (version == 2) return std::string(d == Dialect::sqlite ? kMigration2Sqlite : kMigration2Postgres);
   if (version != 1) return "";
   std::string sql(kMigration1);

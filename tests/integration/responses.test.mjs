@@ -9,7 +9,7 @@ import OpenAI from 'openai';
 import { createOpenAI } from '@ai-sdk/openai';
 import { generateText, streamText } from 'ai';
 
-import { KEY, request, simText, startGateway, startRecorder, startRedis, waitFor } from './lib.mjs';
+import { KEY, request, simText, startGateway, startPostgres, startRecorder, startRedis, waitFor } from './lib.mjs';
 import { assertValid } from './openai_schema.mjs';
 
 const OTHER = 'sk-other-tenant-5555666677778888';
@@ -376,5 +376,69 @@ describe('responses: a fleet sharing Redis', () => {
     assert.equal((await on(a).responses.retrieve(first.id)).id, first.id);
     await redis.start();
     await waitFor(async () => (await a.infra()).stored_responses.redis_up === true, { timeout: 10000, what: 'redis_up true' });
+  });
+});
+
+describe('responses: a fleet sharing the history database', () => {
+  let pg;
+  let a;
+  let b;
+  const config = (instance) => ({
+    instance,
+    keys: [{ name: 'app', key: KEY, tenant: 'acme' }],
+    models: [{ alias: 'tools', provider: 'openai', base_url: `${upstream.url}/v1`, model: 'real-model' }],
+    history: { url: pg.url, retry_interval: '200ms', connect_timeout: '1s' },
+    responses: { store: 'database' },
+  });
+  before(async () => {
+    pg = await startPostgres();
+    [a, b] = await Promise.all([startGateway(config('it-resp-db-a')), startGateway(config('it-resp-db-b'))]);
+  });
+  after(async () => {
+    await Promise.all([a?.stop(), b?.stop()]);
+    await pg?.stop();
+  });
+  const on = (gw) => new OpenAI({ apiKey: KEY, baseURL: `${gw.url}/v1`, maxRetries: 0, timeout: 15000 });
+
+  test('a response stored by one instance is continued by another, outlives a restart, and is deleted for all', async () => {
+    const n = upstream.requests.length;
+    const first = await on(a).responses.create({ model: 'tools', input: 'Hello from A.' });
+    const got = await waitFor(() => on(b).responses.retrieve(first.id).catch(() => null), { what: 'the response on B' });
+    assert.equal(got.output_text, first.output_text);
+    assert.equal(String(await pg.query(`SELECT count(*) FROM responses WHERE id = '${first.id}' AND tenant = 'acme'`)).trim(), '1');
+    const second = await on(b).responses.create({ model: 'tools', input: 'And on B?', previous_response_id: first.id });
+    assert.deepEqual(
+      sentSince(n)[1].messages.map((m) => m.content),
+      ['Hello from A.', 'It is sunny.', 'And on B?'],
+    );
+    // A restarted instance (nothing in its memory) still finds and continues it.
+    await a.stop();
+    a = await startGateway(config('it-resp-db-a'));
+    assert.equal((await on(a).responses.retrieve(second.id)).id, second.id);
+    const third = await on(a).responses.create({ model: 'tools', input: 'After the restart?', previous_response_id: second.id });
+    assert.equal(third.previous_response_id, second.id);
+    assert.equal(sentSince(n).at(-1).messages.length, 5);
+    const infra = (await a.infra()).stored_responses;
+    assert.equal(infra.backend, 'database');
+    assert.equal(infra.database_up, true);
+    await on(b).responses.delete(first.id);
+    await assert.rejects(on(a).responses.retrieve(first.id), (e) => e instanceof OpenAI.NotFoundError);
+  });
+
+  test('with the database down, an instance keeps and continues its own responses, and says so', async () => {
+    await pg.stop();
+    const first = await on(a).responses.create({ model: 'tools', input: 'While the database is down.' });
+    const second = await on(a).responses.create({ model: 'tools', input: 'Still there?', previous_response_id: first.id });
+    assert.equal(second.previous_response_id, first.id);
+    assert.equal((await a.infra()).stored_responses.database_up, false);
+    await assert.rejects(on(b).responses.retrieve(first.id), (e) => e instanceof OpenAI.NotFoundError);
+    await assert.rejects(on(a).responses.delete(first.id), (e) => e.status === 503 && e.code === 'store_unavailable');
+    await pg.start();
+    // Back: what is stored from now on is shared again.
+    const third = await waitFor(async () => {
+      const r = await on(a).responses.create({ model: 'tools', input: 'Back?' });
+      return (await a.infra()).stored_responses.database_up ? r : null;
+    }, { timeout: 10000, what: 'the database back' });
+    await waitFor(() => on(b).responses.retrieve(third.id).catch(() => null), { what: 'the response on B' });
   });
 });

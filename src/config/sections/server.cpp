@@ -104,7 +104,9 @@ const Table<Cors>& cors_table() {
 
 const Enum<ResponsesBackend>& responses_backend_enum() {
   static const Enum<ResponsesBackend> e{"responses backend",
-                                        {{"memory", ResponsesBackend::memory}, {"redis", ResponsesBackend::redis}}};
+                                        {{"memory", ResponsesBackend::memory},
+                                         {"redis", ResponsesBackend::redis},
+                                         {"database", ResponsesBackend::database}}};
   return e;
 }
 
@@ -113,9 +115,10 @@ const Table<ResponsesStore>& responses_table() {
       "responses",
       {
           choice("store", &ResponsesStore::store, responses_backend_enum(),
-                 "Where stored responses live: this instance's memory, or Redis (the `redis` section) so that "
-                 "every instance of a fleet reads and continues them; this instance's memory also keeps them and "
-                 "answers while Redis is down."),
+                 "Where stored responses live: this instance's memory; Redis (the `redis` section) or the history's "
+                 "database (`records.history`: SQLite, or PostgreSQL for a fleet), so that every instance sharing it "
+                 "reads and continues them (with Redis and the database, this instance's memory also keeps them and "
+                 "answers while that is down)."),
           duration("ttl", &ResponsesStore::ttl, Millis{1000},
                    "How long a stored response (`store`, the default) can be read back or continued with "
                    "`previous_response_id`."),

@@ -12,6 +12,7 @@
 
 #include "helpers.hpp"
 #include "history/db.hpp"
+#include "history/responses.hpp"
 #include "pg_server.hpp"
 
 namespace sluice::history {
@@ -508,8 +509,8 @@ TEST_P(HistoryTest, MigrationsAreAppliedOnce) {
   auto h = make();  // a second start on the same database
   ASSERT_TRUE(h);
   ASSERT_TRUE(wait_until([&] { return h->status().up; })) << h->status().last_error;
-  EXPECT_EQ(h->status().schema_version, 2);
-  EXPECT_EQ(raw_count("SELECT count(*) FROM schema_migrations"), 2);
+  EXPECT_EQ(h->status().schema_version, kSchemaVersion);
+  EXPECT_EQ(raw_count("SELECT count(*) FROM schema_migrations"), kSchemaVersion);
   EXPECT_EQ(raw_count("SELECT count(*) FROM schema_migrations WHERE version = 1"), 1);
   EXPECT_EQ(raw_count("SELECT count(*) FROM schema_migrations WHERE version = 2"), 1);
   h->consume(record(2000, "m", "k", 200, 1));
@@ -762,8 +763,8 @@ TEST_P(HistoryTest, AVersion1DatabaseIsMigratedAndKeepsWorking) {
   auto h = make();
   ASSERT_TRUE(h);
   ASSERT_TRUE(wait_until([&] { return h->status().up; })) << h->status().last_error;
-  EXPECT_EQ(h->status().schema_version, 2);
-  EXPECT_EQ(raw_count("SELECT count(*) FROM schema_migrations"), 2);
+  EXPECT_EQ(h->status().schema_version, kSchemaVersion);
+  EXPECT_EQ(raw_count("SELECT count(*) FROM schema_migrations"), kSchemaVersion);
   EXPECT_EQ(raw_count("SELECT count(*) FROM schema_migrations WHERE version = 2"), 1);
   if (GetParam() == Db::postgres) {
     EXPECT_EQ(raw_count("SELECT count(*) FROM pg_indexes WHERE indexname = 'requests_unix_ms'"), 0);
@@ -819,9 +820,9 @@ TEST_P(HistoryTest, InstancesStartingTogetherMigrateOnce) {
   for (auto& h : instances) {
     ASSERT_TRUE(h);
     ASSERT_TRUE(wait_until([&] { return h->status().up; })) << h->status().last_error;
-    EXPECT_EQ(h->status().schema_version, 2);
+    EXPECT_EQ(h->status().schema_version, kSchemaVersion);
   }
-  EXPECT_EQ(raw_count("SELECT count(*) FROM schema_migrations"), 2);
+  EXPECT_EQ(raw_count("SELECT count(*) FROM schema_migrations"), kSchemaVersion);
   EXPECT_EQ(raw_count("SELECT count(*) FROM schema_migrations WHERE version = 2"), 1);
   for (int i = 0; i < 4; ++i) instances[static_cast<std::size_t>(i)]->consume(record(2000 + i, "m", "k", 200, 1));
   for (auto& h : instances) ASSERT_TRUE(h->flush(20s)) << h->status().last_error;
@@ -876,6 +877,59 @@ TEST_P(HistoryTest, RetentionDeletesOldRows) {
   ASSERT_TRUE(wait_until([&] { return raw_count("SELECT count(*) FROM requests") == 1; }, std::chrono::seconds(90)))
       << raw_count("SELECT count(*) FROM requests") << " rows; " << h->status().last_error;
   EXPECT_EQ(raw_count("SELECT count(*) FROM requests WHERE unix_ms = " + std::to_string(now - 60'000)), 1);
+}
+
+// Stored responses of the Responses API (responses.store: database), in their own table.
+TEST_P(HistoryTest, StoredResponsesAreKeptByTenantUntilTheyExpire) {
+  std::string error;
+  auto t = ResponseTable::create(settings_, &error);
+  ASSERT_TRUE(t) << error;
+  const std::int64_t now = 1'764'446'400'000;
+  ASSERT_TRUE(t->put("acme", "resp_1", {"{\"id\":\"resp_1\"}", "[1]", "[]"}, now + 60'000, now)) << t->error();
+  EXPECT_TRUE(t->up());
+  auto got = t->get("acme", "resp_1", now);
+  ASSERT_TRUE(got && *got);
+  EXPECT_EQ((*got)->response, "{\"id\":\"resp_1\"}");
+  EXPECT_EQ((*got)->items, "[1]");
+  EXPECT_EQ((*got)->input_items, "[]");
+  // Another tenant does not find it; nor does anyone once it expired.
+  auto theirs = t->get("other", "resp_1", now);
+  ASSERT_TRUE(theirs);
+  EXPECT_FALSE(*theirs);
+  EXPECT_FALSE(t->get("acme", "resp_1", now + 60'000).value());
+  // Written again: replaced.
+  ASSERT_TRUE(t->put("acme", "resp_1", {"{}", "[2]", "[3]"}, now + 120'000, now));
+  EXPECT_EQ(t->get("acme", "resp_1", now + 60'000).value()->items, "[2]");
+  EXPECT_EQ(raw_count("SELECT count(*) FROM responses"), 1);
+  // Erased: the tenant's only.
+  EXPECT_EQ(t->erase("other", "resp_1"), std::optional<bool>(false));
+  EXPECT_EQ(t->erase("acme", "resp_1"), std::optional<bool>(true));
+  EXPECT_EQ(t->erase("acme", "resp_1"), std::optional<bool>(false));
+  // Expired rows are swept by the writes.
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(t->put("acme", "old_" + std::to_string(i), {"{}", "[]", "[]"}, now - 1, now));
+  EXPECT_LT(raw_count("SELECT count(*) FROM responses"), 200);
+  // The history's own writer shares the schema.
+  auto h = make();
+  ASSERT_TRUE(wait_until([&] { return h->status().up; })) << h->status().last_error;
+  EXPECT_EQ(h->status().schema_version, kSchemaVersion);
+}
+
+TEST(ResponseTable, ADatabaseThatCannotBeOpenedFailsEachCallAndSaysWhy) {
+  config::HistorySettings s;
+  s.backend = config::HistoryBackend::sqlite;
+  s.sqlite_path = "/proc/sluice-no-such-dir/history.db";
+  s.retry_interval = 0ms;
+  std::string error;
+  auto t = ResponseTable::create(s, &error);
+  ASSERT_TRUE(t) << error;
+  EXPECT_FALSE(t->get("a", "b", 0));
+  EXPECT_FALSE(t->put("a", "b", {}, 1, 0));
+  EXPECT_FALSE(t->erase("a", "b"));
+  EXPECT_FALSE(t->up());
+  EXPECT_NE(t->error(), "");
+  s.backend = config::HistoryBackend::none;
+  EXPECT_FALSE(ResponseTable::create(s, &error));
+  EXPECT_NE(error.find("records.history"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, HistoryTest, ::testing::Values(Db::sqlite, Db::postgres),
