@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
 #include "http/server.hpp"
@@ -113,5 +114,22 @@ std::string ollama_tags_body(const std::vector<std::string>& models);
 
 // RFC 3339 UTC with nanoseconds, as Ollama writes created_at.
 std::string rfc3339_now();
+
+// Pieces shared by the request parsers and answer writers of the APIs.
+
+// "model": a non-empty string, else false with `error` set.
+bool read_model(const boost::json::object& body, std::string& model, std::string& error);
+// An integer (an integral double too, within range); false for anything else.
+bool get_int(const boost::json::value& v, std::int64_t& out);
+// Bytes of a message "content": a string, or an array of parts whose "text" is counted.
+std::size_t content_bytes(const boost::json::value& content);
+// The text of a message "content": a string, or the "text" of its parts of type
+// `text_type` (or of no type).
+std::string content_text(const boost::json::value& content, std::string_view text_type);
+// Sets the requested output format from a format's type ("text", "json_object",
+// "json_schema") and its schema (json_schema without one: any object). False for another type.
+bool set_format(GenRequest& r, std::string_view type, const boost::json::value* schema);
+// "event: <type>\ndata: <json>\n\n"
+std::string sse_event(std::string_view type, const boost::json::object& data);
 
 }  // namespace sluice::sim
