@@ -1,6 +1,7 @@
 #include "sim/wire.hpp"
 
 #include "common/text.hpp"
+#include "sim/responses.hpp"
 
 #include <boost/json.hpp>
 #include <charconv>
@@ -110,6 +111,7 @@ std::optional<json::value> parse_body(std::string_view body, std::string& error,
 }
 
 std::optional<GenRequest> parse_request(Api api, std::string_view body, std::string& error) {
+  if (api == Api::responses) return parse_responses_request(body, error);
   // Small bodies parse into this buffer without a heap allocation.
   unsigned char scratch[4096];
   json::monotonic_resource mr(scratch, sizeof scratch);
@@ -334,6 +336,8 @@ std::optional<GenRequest> parse_request(Api api, std::string_view body, std::str
       }
       break;
     }
+    case Api::responses:
+      break;  // parse_responses_request (above)
   }
   // Read only when a tool may be called by name.
   if (last_user && !r.tools.empty()) {
@@ -638,6 +642,8 @@ std::string stream_token(const ReplyInfo& r, const Answer& a, std::int64_t index
   switch (r.api) {
     case Api::openai:
       return openai_stream_token(r, a, index);
+    case Api::responses:
+      return responses_stream_token(r, a, index);
     case Api::ollama: {
       json::object o;
       o["model"] = r.model;
@@ -679,6 +685,8 @@ std::string stream_token(const ReplyInfo& r, const Answer& a, std::int64_t index
 std::string stream_end(const ReplyInfo& r, const Answer& a, const Timing& t) {
   const std::int64_t n = a.tokens();
   switch (r.api) {
+    case Api::responses:
+      return responses_stream_end(r, a);
     case Api::openai: {
       std::string s = n == 0 ? openai_role_chunk(r, "") : std::string();
       s += sse(json::serialize(openai_chunk(r, json::object{}, json::string(openai_finish(a.finish)))));
@@ -729,6 +737,8 @@ std::string full_body(const ReplyInfo& r, const Answer& a, const Timing& t) {
   const std::int64_t n = a.tokens();
   const std::string& content = a.content.text;
   switch (r.api) {
+    case Api::responses:
+      return responses_body(r, a);
     case Api::openai: {
       // Written directly (the hot path of non-streamed benchmarks).
       std::string s;
@@ -808,7 +818,8 @@ http::Response error_response(Api api, ErrorKind kind, std::string_view message)
   resp.content_type = "application/json";
   if (kind == ErrorKind::rate_limited) resp.headers.emplace_back("Retry-After", "1");
   switch (api) {
-    case Api::openai: {
+    case Api::openai:
+    case Api::responses: {
       std::string_view type, code;
       switch (kind) {
         case ErrorKind::bad_request: type = "invalid_request_error"; code = "invalid_request"; break;
