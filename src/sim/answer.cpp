@@ -509,6 +509,21 @@ void apply_stop(Answer& a, const std::vector<std::string>& stops) {
   a.stop_sequence = *matched;
 }
 
+// The reasoning summary: the first sentence of the text for the folded seed + 1 (not the
+// answer's own first sentence), at most `cap` tokens.
+Pieces reasoning_summary(std::uint32_t seed, std::int64_t cap) {
+  Pieces p;
+  TextGen g(seed + 1);
+  std::string token;
+  while (static_cast<std::int64_t>(p.size()) < cap) {
+    token.clear();
+    g.next(token);
+    p.add(token);
+    if (g.at_sentence_end()) break;
+  }
+  return p;
+}
+
 }  // namespace
 
 std::optional<std::size_t> choose_tool(const GenRequest& req) {
@@ -532,6 +547,12 @@ Answer make_answer(const GenRequest& req, const config::SimSettings& s, std::str
   // The most tokens the answer may have: the request's limit, max_output_tokens.
   std::int64_t cap = std::max(0, s.max_output_tokens);
   if (req.max_tokens) cap = std::min(cap, std::max<std::int64_t>(0, *req.max_tokens));
+  if (req.reasoning) {
+    // Reasoning comes first and counts against the same limits (as OpenAI's
+    // max_output_tokens does): what the summary takes, the answer cannot.
+    a.reasoning = reasoning_summary(a.seed, cap);
+    cap -= static_cast<std::int64_t>(a.reasoning.size());
+  }
 
   if (auto t = choose_tool(req); t && cap >= 1) {
     const GenRequest::Tool& tool = req.tools[*t];
@@ -559,14 +580,15 @@ Answer make_answer(const GenRequest& req, const config::SimSettings& s, std::str
     }
   } else {
     const OutputPlan plan = plan_output(req.max_tokens, s);
+    const std::int64_t n = std::min(plan.tokens, cap);  // less than planned only after reasoning
     TextGen g(a.seed);
-    a.content.ends.reserve(static_cast<std::size_t>(plan.tokens));
-    a.content.text.reserve(static_cast<std::size_t>(plan.tokens) * 7);
-    for (std::int64_t i = 0; i < plan.tokens; ++i) {
+    a.content.ends.reserve(static_cast<std::size_t>(n));
+    a.content.text.reserve(static_cast<std::size_t>(n) * 7);
+    for (std::int64_t i = 0; i < n; ++i) {
       g.next(a.content.text);
       a.content.ends.push_back(static_cast<std::uint32_t>(a.content.text.size()));
     }
-    a.finish = plan.length_limited ? Finish::length : Finish::stop;
+    a.finish = plan.length_limited || n < plan.tokens ? Finish::length : Finish::stop;
   }
   apply_stop(a, req.stop);
   return a;

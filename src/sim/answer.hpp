@@ -101,12 +101,14 @@ struct ToolCall {
 // per piece; a tool call has one more, first, for its head (id and name), then one per
 // piece of its arguments.
 struct Answer {
+  Pieces reasoning;                   // a reasoning summary said before the answer (Responses)
   Pieces content;                     // text, JSON, or the tool call's arguments
   std::optional<ToolCall> tool_call;  // set: the answer is this call
   Finish finish = Finish::stop;
   std::string stop_sequence;          // Finish::stop_sequence: the one that matched
   std::uint32_t seed = 0;             // folded seed (log probabilities)
 
+  // The answer's tokens; the reasoning summary's are output tokens too but not among these.
   std::int64_t tokens() const noexcept {
     return static_cast<std::int64_t>(content.size()) + (tool_call ? 1 : 0);
   }
@@ -126,7 +128,9 @@ std::optional<std::size_t> choose_tool(const GenRequest& req);
 // plan_output's tokens. JSON and tool calls: their natural length, cut at the request's
 // limit or max_output_tokens (Finish::length). Stop sequences end text and JSON before
 // their first occurrence (a token cut in the middle keeps its part before it).
-// `call_id` is the tool call's id, if one is made.
+// `call_id` is the tool call's id, if one is made. A request with `reasoning` first gets
+// its summary: the first sentence of the text for the folded seed + 1, which takes its
+// tokens out of the same limits (at most all of them).
 Answer make_answer(const GenRequest& req, const config::SimSettings& s, std::string call_id);
 
 // Log probabilities, by position: token i has logprob -(10 + h % 691) / 1000 (h =

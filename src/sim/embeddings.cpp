@@ -92,25 +92,6 @@ bool stop_word(std::string_view w) noexcept {
   return std::find(kStopWords.begin(), kStopWords.end(), w) != kStopWords.end();
 }
 
-// An integer (an integral double too, as in wire.cpp); false for anything else.
-bool get_int(const json::value& v, std::int64_t& out) {
-  if (v.is_int64()) {
-    out = v.get_int64();
-    return true;
-  }
-  if (v.is_uint64()) {
-    out = v.get_uint64() > static_cast<std::uint64_t>(INT64_MAX) ? INT64_MAX
-                                                                  : static_cast<std::int64_t>(v.get_uint64());
-    return true;
-  }
-  if (v.is_double() && std::isfinite(v.get_double()) && std::abs(v.get_double()) < 9e18 &&
-      v.get_double() == static_cast<double>(static_cast<std::int64_t>(v.get_double()))) {
-    out = static_cast<std::int64_t>(v.get_double());
-    return true;
-  }
-  return false;
-}
-
 // A token id: an integer >= 0 (JSON integers only).
 bool get_token(const json::value& v, std::int64_t& out) {
   if (v.is_int64() && v.get_int64() >= 0) {

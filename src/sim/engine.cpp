@@ -443,6 +443,7 @@ void Engine::count(Counter c) noexcept {
   std::lock_guard lk(mu_);
   switch (c) {
     case Counter::requests: ++counters_.requests; break;
+    case Counter::responses: ++counters_.responses; break;
     case Counter::embeddings: ++counters_.embeddings; break;
     case Counter::completed: ++counters_.completed; break;
     case Counter::cancelled: ++counters_.cancelled; break;
@@ -471,6 +472,7 @@ void Engine::reset_stats() {
 std::string stats_json(const Stats& s) {
   json::object o;
   o["requests"] = s.requests;
+  o["responses"] = s.responses;
   o["embeddings"] = s.embeddings;
   o["completed"] = s.completed;
   o["cancelled"] = s.cancelled;

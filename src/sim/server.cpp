@@ -91,13 +91,14 @@ asio::awaitable<void> serve(std::shared_ptr<Engine> eng, http::Exchange& ex, Gen
 
   ReplyInfo info;
   info.api = req.api;
-  info.id = (req.api == Api::anthropic ? "msg_" : "chatcmpl-") + new_request_id();
+  info.id = (req.api == Api::anthropic ? "msg_" : req.api == Api::responses ? "resp_" : "chatcmpl-") + new_request_id();
   info.model = req.model;
   info.created = unix_now();
   info.prompt_tokens = req.prompt_tokens;
   info.include_usage = req.include_usage;
   info.logprobs = req.logprobs;
   info.top_logprobs = req.top_logprobs;
+  info.echo = req.echo;
 
   const Answer answer =
       make_answer(req, s, (req.api == Api::anthropic ? "toolu_" : "call_") + new_request_id().substr(0, 24));
@@ -117,6 +118,8 @@ asio::awaitable<void> serve(std::shared_ptr<Engine> eng, http::Exchange& ex, Gen
   if (fault.slow_first_token.count() > 0)
     deadline += eng->jittered(std::chrono::duration_cast<nanoseconds>(fault.slow_first_token), s.jitter);
   const nanoseconds itl = std::chrono::duration_cast<nanoseconds>(s.inter_token);
+  // A reasoning summary is generated before the answer: its tokens delay the first one.
+  for (std::size_t i = 0; i < answer.reasoning.size(); ++i) deadline += eng->jittered(itl, s.jitter);
 
   auto drop = [&]() {
     eng->count(Engine::Counter::aborted);
@@ -360,11 +363,14 @@ asio::awaitable<void> handle(std::shared_ptr<Shared> sh, http::Exchange& ex) {
     co_await ex.reply(std::move(r));
     co_return;
   }
-  if (path == "/v1/chat/completions" || path == "/api/chat" || path == "/v1/messages") {
+  if (path == "/v1/chat/completions" || path == "/api/chat" || path == "/v1/messages" || path == "/v1/responses") {
     const Api api = path == "/api/chat" ? Api::ollama
                     : path == "/v1/messages" ? Api::anthropic
+                    : path == "/v1/responses" ? Api::responses
                                              : Api::openai;
     if (rq.method() == "POST") {
+      // Counted as what it is too, so that a test sees which API reached the simulator.
+      if (api == Api::responses) sh->engine->count(Engine::Counter::responses);
       co_await handle_request<GenRequest>(sh->engine, ex, api, Engine::Counter::requests, parse_request, serve);
       co_return;
     }

@@ -1,8 +1,8 @@
 #pragma once
 // The upstream simulator: one timing engine (engine.hpp) served over HTTP with the
-// OpenAI, Ollama and Anthropic wire formats. Two faces, same code: `sluice sim` (run_cli)
-// and the gateway's `simulated` provider, which starts a SimServer in its own process on
-// an ephemeral 127.0.0.1 port.
+// OpenAI (chat completions and Responses), Ollama and Anthropic wire formats. Two faces,
+// same code: `sluice sim` (run_cli) and the gateway's `simulated` provider, which starts a
+// SimServer in its own process on an ephemeral 127.0.0.1 port.
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -17,6 +17,7 @@ namespace sluice::sim {
 // count arrivals; the outcome counters below them count both kinds of request.
 struct Stats {
   std::uint64_t requests = 0;             // every generation request
+  std::uint64_t responses = 0;            // of which to the Responses API (POST /v1/responses)
   std::uint64_t embeddings = 0;           // every embeddings request
   std::uint64_t completed = 0;            // full answer delivered
   std::uint64_t cancelled = 0;            // client went away before the answer was complete

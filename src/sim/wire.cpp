@@ -1,10 +1,12 @@
 #include "sim/wire.hpp"
 
 #include "common/text.hpp"
+#include "sim/responses.hpp"
 
 #include <boost/json.hpp>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 
@@ -14,7 +16,11 @@ namespace json = boost::json;
 
 namespace {
 
-// Bytes of a message "content": a string, or an array of parts whose "text" is counted.
+// A copy that owns its memory (the request is parsed into a scratch buffer).
+json::value owned(const json::value& v) { return json::value(v, json::storage_ptr()); }
+
+}  // namespace
+
 std::size_t content_bytes(const json::value& c) {
   if (c.is_string()) return c.get_string().size();
   std::size_t n = 0;
@@ -31,8 +37,7 @@ std::size_t content_bytes(const json::value& c) {
   return n;
 }
 
-// The text of a message "content": a string, or the "text" of its text parts.
-std::string content_text(const json::value& c) {
+std::string content_text(const json::value& c, std::string_view text_type) {
   if (c.is_string()) return std::string(c.get_string());
   std::string s;
   if (c.is_array()) {
@@ -42,16 +47,13 @@ std::string content_text(const json::value& c) {
       } else if (part.is_object()) {
         const auto& po = part.get_object();
         const auto* type = po.if_contains("type");
-        if (type && type->is_string() && type->get_string() != "text") continue;
+        if (type && type->is_string() && type->get_string() != text_type) continue;
         if (auto* t = po.if_contains("text"); t && t->is_string()) s += t->get_string();
       }
     }
   }
   return s;
 }
-
-// A copy that owns its memory (the request is parsed into a scratch buffer).
-json::value owned(const json::value& v) { return json::value(v, json::storage_ptr()); }
 
 bool get_int(const json::value& v, std::int64_t& out) {
   if (v.is_int64()) {
@@ -63,14 +65,36 @@ bool get_int(const json::value& v, std::int64_t& out) {
                                                                   : static_cast<std::int64_t>(v.get_uint64());
     return true;
   }
-  if (v.is_double() && v.get_double() == static_cast<double>(static_cast<std::int64_t>(v.get_double()))) {
+  if (v.is_double() && std::isfinite(v.get_double()) && std::abs(v.get_double()) < 9e18 &&
+      v.get_double() == static_cast<double>(static_cast<std::int64_t>(v.get_double()))) {
     out = static_cast<std::int64_t>(v.get_double());
     return true;
   }
   return false;
 }
 
-}  // namespace
+bool read_model(const json::object& body, std::string& model, std::string& error) {
+  const json::value* m = body.if_contains("model");
+  if (!m || !m->is_string() || m->get_string().empty()) {
+    error = "'model' must be a non-empty string";
+    return false;
+  }
+  model = std::string(m->get_string());
+  return true;
+}
+
+bool set_format(GenRequest& r, std::string_view type, const json::value* schema) {
+  if (type == "json_object") {
+    r.format = Format::json_object;
+  } else if (type == "json_schema") {
+    r.format = Format::json_schema;
+    if (schema && (schema->is_object() || schema->is_bool())) r.schema = owned(*schema);
+    else r.format = Format::json_object;  // no schema: any object
+  } else if (type != "text") {
+    return false;
+  }
+  return true;
+}
 
 std::optional<json::value> parse_body(std::string_view body, std::string& error, json::storage_ptr sp) {
   json::error_code ec;
@@ -87,6 +111,7 @@ std::optional<json::value> parse_body(std::string_view body, std::string& error,
 }
 
 std::optional<GenRequest> parse_request(Api api, std::string_view body, std::string& error) {
+  if (api == Api::responses) return parse_responses_request(body, error);
   // Small bodies parse into this buffer without a heap allocation.
   unsigned char scratch[4096];
   json::monotonic_resource mr(scratch, sizeof scratch);
@@ -97,12 +122,7 @@ std::optional<GenRequest> parse_request(Api api, std::string_view body, std::str
   r.api = api;
   r.stream = api == Api::ollama;
 
-  const json::value* model = o.if_contains("model");
-  if (!model || !model->is_string() || model->get_string().empty()) {
-    error = "'model' must be a non-empty string";
-    return std::nullopt;
-  }
-  r.model = std::string(model->get_string());
+  if (!read_model(o, r.model, error)) return std::nullopt;
 
   const json::value* messages = o.if_contains("messages");
   if (!messages || !messages->is_array()) {
@@ -227,15 +247,8 @@ std::optional<GenRequest> parse_request(Api api, std::string_view body, std::str
       if (auto* rf = o.if_contains("response_format"); rf && !rf->is_null()) {
         const json::value* type = rf->is_object() ? rf->get_object().if_contains("type") : nullptr;
         const std::string_view t = type && type->is_string() ? std::string_view(type->get_string()) : "";
-        if (t == "json_object") {
-          r.format = Format::json_object;
-        } else if (t == "json_schema") {
-          r.format = Format::json_schema;
-          const json::value* js = rf->get_object().if_contains("json_schema");
-          const json::value* schema = js && js->is_object() ? js->get_object().if_contains("schema") : nullptr;
-          if (schema && (schema->is_object() || schema->is_bool())) r.schema = owned(*schema);
-          else r.format = Format::json_object;  // no schema: any object
-        } else if (t != "text") {
+        const json::value* js = rf->is_object() ? rf->get_object().if_contains("json_schema") : nullptr;
+        if (!set_format(r, t, js && js->is_object() ? js->get_object().if_contains("schema") : nullptr)) {
           error = "'response_format.type' must be text, json_object or json_schema";
           return std::nullopt;
         }
@@ -323,16 +336,27 @@ std::optional<GenRequest> parse_request(Api api, std::string_view body, std::str
       }
       break;
     }
+    case Api::responses:
+      break;  // parse_responses_request (above)
   }
   // Read only when a tool may be called by name.
   if (last_user && !r.tools.empty()) {
-    if (auto* c = last_user->if_contains("content")) r.last_user_text = content_text(*c);
+    if (auto* c = last_user->if_contains("content")) r.last_user_text = content_text(*c, "text");
   }
   return r;
 }
 
 std::string_view stream_content_type(Api api) {
   return api == Api::ollama ? "application/x-ndjson" : "text/event-stream";
+}
+
+std::string sse_event(std::string_view type, const json::object& data) {
+  std::string s = "event: ";
+  s += type;
+  s += "\ndata: ";
+  s += json::serialize(data);
+  s += "\n\n";
+  return s;
 }
 
 std::string rfc3339_now() {
@@ -353,15 +377,6 @@ namespace {
 std::string sse(std::string_view data) {
   std::string s = "data: ";
   s += data;
-  s += "\n\n";
-  return s;
-}
-
-std::string sse_event(std::string_view type, const json::object& data) {
-  std::string s = "event: ";
-  s += type;
-  s += "\ndata: ";
-  s += json::serialize(data);
   s += "\n\n";
   return s;
 }
@@ -627,6 +642,8 @@ std::string stream_token(const ReplyInfo& r, const Answer& a, std::int64_t index
   switch (r.api) {
     case Api::openai:
       return openai_stream_token(r, a, index);
+    case Api::responses:
+      return responses_stream_token(r, a, index);
     case Api::ollama: {
       json::object o;
       o["model"] = r.model;
@@ -668,6 +685,8 @@ std::string stream_token(const ReplyInfo& r, const Answer& a, std::int64_t index
 std::string stream_end(const ReplyInfo& r, const Answer& a, const Timing& t) {
   const std::int64_t n = a.tokens();
   switch (r.api) {
+    case Api::responses:
+      return responses_stream_end(r, a);
     case Api::openai: {
       std::string s = n == 0 ? openai_role_chunk(r, "") : std::string();
       s += sse(json::serialize(openai_chunk(r, json::object{}, json::string(openai_finish(a.finish)))));
@@ -718,6 +737,8 @@ std::string full_body(const ReplyInfo& r, const Answer& a, const Timing& t) {
   const std::int64_t n = a.tokens();
   const std::string& content = a.content.text;
   switch (r.api) {
+    case Api::responses:
+      return responses_body(r, a);
     case Api::openai: {
       // Written directly (the hot path of non-streamed benchmarks).
       std::string s;
@@ -797,7 +818,8 @@ http::Response error_response(Api api, ErrorKind kind, std::string_view message)
   resp.content_type = "application/json";
   if (kind == ErrorKind::rate_limited) resp.headers.emplace_back("Retry-After", "1");
   switch (api) {
-    case Api::openai: {
+    case Api::openai:
+    case Api::responses: {
       std::string_view type, code;
       switch (kind) {
         case ErrorKind::bad_request: type = "invalid_request_error"; code = "invalid_request"; break;

@@ -1,12 +1,14 @@
 #pragma once
 // Wire formats of the simulator: request parsing and response bodies for the OpenAI,
-// Ollama and Anthropic chat APIs. Pure functions, no I/O.
+// Ollama and Anthropic chat APIs and OpenAI's Responses API (its own file: responses.cpp).
+// Pure functions, no I/O.
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
 #include "http/server.hpp"
@@ -14,7 +16,7 @@
 
 namespace sluice::sim {
 
-enum class Api { openai, ollama, anthropic };
+enum class Api { openai, ollama, anthropic, responses };
 
 // What the content must be: text, or a JSON object (any, or one for a schema).
 enum class Format { text, json_object, json_schema };
@@ -42,6 +44,8 @@ struct GenRequest {
   bool last_is_tool_result = false;         // the last message is a tool's result
   bool logprobs = false;                    // OpenAI logprobs: true
   int top_logprobs = 0;                     // OpenAI top_logprobs (0..20)
+  bool reasoning = false;                   // Responses "reasoning" given: a summary precedes the answer
+  boost::json::object echo;                 // Responses: the request's fields its Response repeats
 };
 
 // Parses a generation request body:
@@ -53,6 +57,7 @@ struct GenRequest {
 //   (negative = no limit), options.seed, options.stop, format ("json" or a schema), tools.
 // - Anthropic /v1/messages: model, messages, system, stream (default false), max_tokens
 //   (>= 1), stop_sequences, tools (input_schema), tool_choice.
+// - OpenAI /v1/responses: see parse_responses_request (responses.hpp).
 // Prompt bytes are the message contents (strings, or the "text" of content parts) plus the
 // Anthropic "system" text. Returns nullopt and sets `error` when the body is unusable.
 std::optional<GenRequest> parse_request(Api api, std::string_view body, std::string& error);
@@ -64,13 +69,14 @@ std::optional<boost::json::value> parse_body(std::string_view body, std::string&
 // The identity of one answer.
 struct ReplyInfo {
   Api api = Api::openai;
-  std::string id;             // "chatcmpl-..." / "msg_..." (unused by Ollama)
+  std::string id;             // "chatcmpl-..." / "msg_..." / "resp_..." (unused by Ollama)
   std::string model;          // echoed from the request
   std::int64_t created = 0;   // unix seconds
   std::int64_t prompt_tokens = 0;
   bool include_usage = false;
   bool logprobs = false;      // OpenAI: log probabilities asked for
   int top_logprobs = 0;
+  boost::json::object echo;   // Responses: GenRequest::echo
 };
 
 // Durations reported by Ollama's final object (nanoseconds).
@@ -113,5 +119,22 @@ std::string ollama_tags_body(const std::vector<std::string>& models);
 
 // RFC 3339 UTC with nanoseconds, as Ollama writes created_at.
 std::string rfc3339_now();
+
+// Pieces shared by the request parsers and answer writers of the APIs.
+
+// "model": a non-empty string, else false with `error` set.
+bool read_model(const boost::json::object& body, std::string& model, std::string& error);
+// An integer (an integral double too, within range); false for anything else.
+bool get_int(const boost::json::value& v, std::int64_t& out);
+// Bytes of a message "content": a string, or an array of parts whose "text" is counted.
+std::size_t content_bytes(const boost::json::value& content);
+// The text of a message "content": a string, or the "text" of its parts of type
+// `text_type` (or of no type).
+std::string content_text(const boost::json::value& content, std::string_view text_type);
+// Sets the requested output format from a format's type ("text", "json_object",
+// "json_schema") and its schema (json_schema without one: any object). False for another type.
+bool set_format(GenRequest& r, std::string_view type, const boost::json::value* schema);
+// "event: <type>\ndata: <json>\n\n"
+std::string sse_event(std::string_view type, const boost::json::object& data);
 
 }  // namespace sluice::sim

@@ -412,12 +412,16 @@ TEST(Stats, CountAndReset) {
   EXPECT_EQ(st.errors_503, 1u);
   auto j = boost::json::parse(stats_json(st)).as_object();
   EXPECT_EQ(j.at("requests").to_number<std::uint64_t>(), 2u);
-  EXPECT_EQ(j.size(), 12u);
+  EXPECT_EQ(j.size(), 13u);
   e.count(Engine::Counter::embeddings);
   EXPECT_EQ(e.stats().embeddings, 1u);
   EXPECT_EQ(e.stats().requests, 2u);
+  e.count(Engine::Counter::responses);
+  EXPECT_EQ(e.stats().responses, 1u);
+  EXPECT_EQ(boost::json::parse(stats_json(e.stats())).as_object().at("responses").to_number<std::uint64_t>(), 1u);
   e.reset_stats();
   st = e.stats();
   EXPECT_EQ(st.requests, 0u);
+  EXPECT_EQ(st.responses, 0u);
   EXPECT_EQ(st.cancelled, 0u);
 }

@@ -210,6 +210,20 @@ Reply call(std::uint16_t port, std::string_view method, std::string_view path, s
   return r;
 }
 
+// The chunks of a stream that the server drops (the abort fault), which must end without
+// its terminating chunk.
+std::vector<std::string> dropped_stream(std::uint16_t port, std::string_view path, std::string_view body,
+                                        const std::string& fault) {
+  Conn c(port);
+  c.send_request("POST", path, body, {"x-sim-fault: " + fault});
+  EXPECT_EQ(c.read_head().status, 200);
+  bool eof = false;
+  std::vector<std::string> chunks;
+  while (auto ch = c.read_chunk(eof)) chunks.push_back(*ch);
+  EXPECT_TRUE(eof) << "the stream must end without its terminating chunk";
+  return chunks;
+}
+
 bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds limit = 10s) {
   const auto end = Clock::now() + limit;
   while (Clock::now() < end) {
@@ -531,14 +545,7 @@ TEST_F(SimServerTest, RandomFaultsFollowRates) {
 
 TEST_F(SimServerTest, AbortAfterNDropsTheStream) {
   start();
-  Conn c(port_);
-  c.send_request("POST", "/v1/chat/completions", openai_body(10, true), {"x-sim-fault: abort-after=2"});
-  auto h = c.read_head();
-  ASSERT_EQ(h.status, 200);
-  bool eof = false;
-  std::vector<std::string> chunks;
-  while (auto ch = c.read_chunk(eof)) chunks.push_back(*ch);
-  EXPECT_TRUE(eof) << "the stream must end without its terminating chunk";
+  const auto chunks = dropped_stream(port_, "/v1/chat/completions", openai_body(10, true), "abort-after=2");
   EXPECT_EQ(chunks.size(), 2u);
   for (auto& ch : chunks) EXPECT_EQ(ch.find("[DONE]"), std::string::npos);
   ASSERT_TRUE(wait_until([&] { return server_->stats().aborted == 1; }));
@@ -1008,4 +1015,82 @@ TEST_F(SimServerTest, EmbeddingsFaultsAndLatency) {
   // Random faults apply too.
   ASSERT_EQ(call(port_, "POST", "/sim/config", R"({"error_rate_503":1})").status, 200);
   EXPECT_EQ(call(port_, "POST", "/v1/embeddings", body).status, 503);
+}
+
+TEST_F(SimServerTest, ResponsesStreamedAndNotCountedAsResponses) {
+  start();
+  const std::string body = R"({"model":"gpt-sim","input":"hello there, simulator","max_output_tokens":3)";
+  auto r = call(port_, "POST", "/v1/responses", body + "}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(r.headers["content-type"].starts_with("application/json"));
+  auto o = json::parse(r.body).as_object();
+  EXPECT_TRUE(o.at("id").as_string().starts_with("resp_"));
+  EXPECT_EQ(o.at("status").as_string(), "incomplete");
+  EXPECT_EQ(o.at("output").as_array()[0].as_object().at("content").as_array()[0].as_object().at("text").as_string(),
+            sim_text(3));
+  EXPECT_EQ(o.at("usage").as_object().at("input_tokens").as_int64(), 5);
+
+  // One HTTP chunk per token (the first with everything before it), then the end.
+  r = call(port_, "POST", "/v1/responses", body + R"(,"stream":true})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers["content-type"], "text/event-stream");
+  ASSERT_EQ(r.chunks.size(), 4u);
+  EXPECT_EQ(sse_frames(r.chunks[0]).size(), 5u);
+  EXPECT_EQ(sse_frames(r.chunks[1]).size(), 1u);
+  auto tail = sse_frames(r.chunks[3]);
+  EXPECT_EQ(tail.back().event, "response.incomplete");
+  EXPECT_EQ(json::parse(tail.back().data).as_object().at("sequence_number").as_int64(), 10);
+  EXPECT_EQ(r.body.find("[DONE]"), std::string::npos);
+
+  EXPECT_EQ(call(port_, "GET", "/v1/responses").status, 405);
+  ASSERT_TRUE(wait_until([&] { return server_->stats().completed == 2u; }));
+  auto st = server_->stats();
+  EXPECT_EQ(st.responses, 2u);
+  EXPECT_EQ(st.requests, 2u);
+  call(port_, "POST", "/v1/chat/completions", kOpenAi);
+  EXPECT_EQ(server_->stats().responses, 2u);  // a chat completion is not one
+  EXPECT_EQ(json::parse(call(port_, "GET", "/sim/stats").body).as_object().at("responses").to_number<int>(), 2);
+}
+
+TEST_F(SimServerTest, ResponsesFaultsAndBadRequests) {
+  start();
+  const std::string body = R"({"model":"m","input":"hi","stream":true,"max_output_tokens":10})";
+  auto r = call(port_, "POST", "/v1/responses", body, {"x-sim-fault: error-503"});
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(json::parse(r.body).as_object().at("error").as_object().at("code").as_string(), "service_unavailable");
+  r = call(port_, "POST", "/v1/responses", R"({"model":"m","input":"hi","previous_response_id":"resp_1"})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body).as_object().at("error").as_object().at("message").as_string(),
+            "previous_response_id is not supported by this server (it stores nothing)");
+  const auto chunks = dropped_stream(port_, "/v1/responses", body, "abort-after=2");
+  EXPECT_EQ(chunks.size(), 2u);
+  for (auto& ch : chunks) EXPECT_EQ(ch.find("response.completed"), std::string::npos);
+  ASSERT_TRUE(wait_until([&] { return server_->stats().aborted == 1u; }));
+  auto st = server_->stats();
+  EXPECT_EQ(st.responses, 3u);
+  EXPECT_EQ(st.errors_503, 1u);
+  EXPECT_EQ(st.completed, 0u);
+}
+
+TEST_F(SimServerTest, ResponsesReasoningTakesTimeBeforeTheFirstToken) {
+  auto s = fast();
+  s.ttft = 1ms;
+  s.inter_token = 20ms;
+  start(s);
+  Reply r;
+  auto took = [&](std::string_view body) {
+    const auto t0 = Clock::now();
+    r = call(port_, "POST", "/v1/responses", body);
+    EXPECT_EQ(r.status, 200) << r.body;
+    return Clock::now() - t0;
+  };
+  const auto one_token = took(R"({"model":"m","input":"hi","max_output_tokens":1})");
+  const auto reasoned = took(R"({"model":"m","input":"hi","max_output_tokens":9,"reasoning":{}})");
+  const json::value b = json::parse(r.body);
+  const json::object& u = b.at("usage").as_object();
+  const auto summary = u.at("output_tokens_details").as_object().at("reasoning_tokens").as_int64();
+  ASSERT_GE(summary, 4);
+  EXPECT_LT(one_token, 1ms + summary * 20ms);
+  // Each token of the summary, then of the answer, takes its gap (no jitter, timers never early).
+  EXPECT_GE(reasoned, 1ms + (u.at("output_tokens").as_int64() - 1) * 20ms);
 }
