@@ -46,9 +46,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 4:
       fuzz::expect_json(api::anthropic_error_from_chat(400 + mode % 100, body), "translated chat error is not JSON");
       break;
-    case 5: {  // a completion as a Response (the Responses API)
+    case 5: {  // a completion as a Response (the Responses API), and a native backend's Response
       auto c = llm::read_openai_completion(std::string(body));
       if (c) fuzz::expect_json(api::chat_to_response(*c, req), "Response object is not JSON");
+      req.extra["id"] = "resp_0123";
+      auto n = api::responses_native_answer(std::string(body), req);
+      if (n) fuzz::expect_json(n->body, "relayed Response object is not JSON");
       break;
     }
     default: {  // embeddings answers: OpenAI's passed through, Ollama's translated

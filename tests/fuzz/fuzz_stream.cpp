@@ -1,6 +1,7 @@
 // The stream translators (src/llm/chat.hpp, anthropic.hpp) fed arbitrary upstream bytes:
 // OpenAI SSE (passed through), Ollama NDJSON and Anthropic SSE (translated to OpenAI
-// chunks), each also wrapped in the Anthropic output (re-encoded as Messages events). The
+// chunks), each also wrapped in the Anthropic output (re-encoded as Messages events) and
+// the Responses output; and the Responses API's own events relayed natively. The
 // input arrives in two pieces split at a position taken from it, then finish(). What the
 // gateway writes itself must be JSON in every data line.
 #include <cstdint>
@@ -28,7 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   req.prompt_tokens_estimate = 7;
   if (mode & 0x20) req.max_tokens = 16;
 
-  const int kind = (mode & 0x0f) % 9;
+  const int kind = (mode & 0x0f) % 10;
+  req.extra["id"] = "resp_0123";
   std::unique_ptr<llm::StreamTranslator> t;
   switch (kind % 3) {
     case 0: t = llm::make_openai_stream(req); break;
@@ -37,7 +39,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   const bool anthropic_out = kind >= 3 && kind < 6;
   if (anthropic_out) t = api::make_anthropic_output(std::move(t), "m", "req-1", 7);
-  if (kind >= 6) t = api::make_responses_output(std::move(t), req);  // the Responses API's events
+  if (kind >= 6 && kind < 9) t = api::make_responses_output(std::move(t), req);  // the Responses API's events
+  // A backend serving the Responses API itself: its events relayed, re-serialized with
+  // the gateway's ids.
+  if (kind == 9) t = api::responses_native_stream(req);
   // The OpenAI stream passes upstream bytes through; everything else is written by sluice.
   const bool written_by_us = kind != 0;
 
@@ -46,8 +51,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   bool ok = t->feed(bytes.substr(0, cut), out);
   if (ok && !t->done()) ok = t->feed(bytes.substr(cut), out);
   if (ok) {
-    if (!t->finish(out)) out += anthropic_out ? api::anthropic_error_event(Reason::upstream_error, "truncated")
-                                              : llm::error_frame(Reason::upstream_error, "truncated");
+    if (!t->finish(out)) {
+      const std::string own = t->error_event(Reason::upstream_error, "truncated");
+      out += !own.empty()    ? own
+             : anthropic_out ? api::anthropic_error_event(Reason::upstream_error, "truncated")
+                             : llm::error_frame(Reason::upstream_error, "truncated");
+    }
   }
   if (written_by_us) fuzz::expect_sse_json(out, "translator wrote a data line that is not JSON");
   (void)t->usage();

@@ -429,14 +429,15 @@ void read_route(Loader& l, const YAML::Node& n, const std::string& path, Route& 
 std::string endpoint_of(const Backend& b) { return host_for_display(b.host) + ":" + std::to_string(b.port); }
 
 // Default names: host:port for an external backend; when several different backends
-// (provider, scheme, path, model, credential or TLS settings) share the host:port,
+// (provider, scheme, path, model, credential, TLS settings or native_responses) share the host:port,
 // host:port/model if the model tells them apart, else provider:host:port/model if that
 // does, else host:port#k (k-th seen there, from 1). simulated:<alias>
 // (simulated:<alias>#<i> in a route with several backends) for a simulated one.
 void name_backends(Config& c) {
   auto identity = [](const Backend& b) {
     return std::string(to_string(b.provider)) + (b.tls ? " tls " : " tcp ") + b.path_prefix + " " + b.model +
-           (b.tls_verify ? " verify " : " noverify ") + b.ca_file + " " + b.api_key;
+           (b.tls_verify ? " verify " : " noverify ") + (b.native_responses ? "native " : "") + b.ca_file + " " +
+           b.api_key;
   };
   struct Seen {
     std::vector<std::string> identities;  // distinct, in config order
@@ -532,6 +533,7 @@ void check_backends(Loader& l, Config& c) {
                           (fb.probe ? "true" : "false") + ")");
         }
         if (b.tls_verify != fb.tls_verify) diffs.push_back("tls_verify");
+        if (b.native_responses != fb.native_responses) diffs.push_back("native_responses");
         if (b.ca_file != fb.ca_file) diffs.push_back("ca_file");
         if (b.api_key != fb.api_key) diffs.push_back("credential");  // never print it
         if (!diffs.empty()) {
@@ -540,7 +542,8 @@ void check_backends(Loader& l, Config& c) {
           l.error(o.path, o.line,
                 "backend " + q(name) + " differs from the one at " + where(first) + " in " + list +
                     "; backends with the same name are one backend and must agree on provider, base_url, "
-                    "model, credentials, TLS settings, max_in_flight and probe (set 'name' to tell them apart)");
+                    "model, credentials, TLS settings, native_responses, max_in_flight and probe (set 'name' to tell them "
+                    "apart)");
         }
       }
       // The in-flight limit is shared by every route using the backend: those that set

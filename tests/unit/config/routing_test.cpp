@@ -425,6 +425,26 @@ TEST_F(RoutingConfigTest, ExplicitNameKeepsItsValueAndCountsForTheModelRule) {
 // ---------------------------------------------------------------------------------------
 // Backends shared by name
 
+// One server spoken to natively by one route and in chat by another is two backends: by
+// default two names; one name for both is an error.
+TEST_F(RoutingConfigTest, ABackendServedNativelyIsNotTheSameAsOneTranslatedTo) {
+  auto two = load("models:\n"
+                  "  - {alias: n, provider: openai, base_url: 'http://h1:8000/v1', model: m, native_responses: true}\n"
+                  "  - {alias: t, provider: openai, base_url: 'http://h1:8000/v1', model: m}\n");
+  ASSERT_TRUE(two.ok()) << all_errors(two);
+  EXPECT_NE(names_of(*two.config->find_route("n")), names_of(*two.config->find_route("t")));
+  auto one = load("models:\n"
+                  "  - alias: n\n"
+                  "    backends:\n"
+                  "      - {provider: openai, base_url: 'http://h1:8000/v1', model: m, native_responses: true, name: pool}\n"
+                  "  - alias: t\n"
+                  "    backends:\n"
+                  "      - {provider: openai, base_url: 'http://h1:8000/v1', model: m, name: pool}\n");  // 7
+  ASSERT_FALSE(one.ok());
+  EXPECT_EQ(error_at(one, "models[1].backends[0]").line, 7);
+  EXPECT_THAT(error_at(one, "models[1].backends[0]").message, HasSubstr("native_responses"));
+}
+
 TEST_F(RoutingConfigTest, SharedBackendMustAgree) {
   auto r = load("models:\n"
                 "  - alias: a\n"                                                          // 2
