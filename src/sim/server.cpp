@@ -81,6 +81,19 @@ asio::awaitable<std::optional<Engine::Slot>> enter(Engine& eng, http::Exchange& 
   co_return slot;
 }
 
+// When the first token is due (an embeddings answer too): the fixed part + prefill per
+// prompt token (+ the slow first token fault), each jittered, after the slot was taken.
+Clock::time_point first_token_at(Engine& eng, const config::SimSettings& s, const Fault& fault,
+                                 std::int64_t prompt_tokens, Clock::time_point slot_time) {
+  const auto prefill = std::chrono::duration_cast<nanoseconds>(s.ttft) +
+                       nanoseconds(static_cast<std::int64_t>(s.ttft_per_prompt_token_ms * 1e6 *
+                                                             static_cast<double>(prompt_tokens)));
+  Clock::time_point at = slot_time + eng.jittered(prefill, s.jitter);
+  if (fault.slow_first_token.count() > 0)
+    at += eng.jittered(std::chrono::duration_cast<nanoseconds>(fault.slow_first_token), s.jitter);
+  return at;
+}
+
 // Everything after fault selection: hang, slot, TTFT, tokens, the answer.
 asio::awaitable<void> serve(std::shared_ptr<Engine> eng, http::Exchange& ex, GenRequest req,
                             config::SimSettings s, Fault fault, Clock::time_point arrival,
@@ -107,16 +120,9 @@ asio::awaitable<void> serve(std::shared_ptr<Engine> eng, http::Exchange& ex, Gen
   if (fault.kind == FaultKind::abort)
     abort_at = fault.abort_after >= 0 ? std::min(fault.abort_after, tokens) : tokens / 2;
 
-  // Time to first token: fixed part + prefill per prompt token (+ slow first token), each
-  // jittered. Later tokens follow every inter_token (jittered), scheduled from the
-  // previous deadline so write time does not accumulate.
-  const auto ttft_base =
-      std::chrono::duration_cast<nanoseconds>(s.ttft) +
-      nanoseconds(static_cast<std::int64_t>(s.ttft_per_prompt_token_ms * 1e6 *
-                                            static_cast<double>(req.prompt_tokens)));
-  Clock::time_point deadline = slot_time + eng->jittered(ttft_base, s.jitter);
-  if (fault.slow_first_token.count() > 0)
-    deadline += eng->jittered(std::chrono::duration_cast<nanoseconds>(fault.slow_first_token), s.jitter);
+  // Later tokens follow every inter_token (jittered), scheduled from the previous deadline
+  // so write time does not accumulate.
+  Clock::time_point deadline = first_token_at(*eng, s, fault, req.prompt_tokens, slot_time);
   const nanoseconds itl = std::chrono::duration_cast<nanoseconds>(s.inter_token);
   // A reasoning summary is generated before the answer: its tokens delay the first one.
   for (std::size_t i = 0; i < answer.reasoning.size(); ++i) deadline += eng->jittered(itl, s.jitter);
@@ -264,13 +270,7 @@ asio::awaitable<void> serve_embeddings(std::shared_ptr<Engine> eng, http::Exchan
   std::optional<Engine::Slot> slot = co_await enter(*eng, ex, req.api, fault, st);
   if (!slot) co_return;
   const Clock::time_point slot_time = Clock::now();
-  const auto prefill =
-      std::chrono::duration_cast<nanoseconds>(s.ttft) +
-      nanoseconds(static_cast<std::int64_t>(s.ttft_per_prompt_token_ms * 1e6 *
-                                            static_cast<double>(req.prompt_tokens)));
-  Clock::time_point deadline = slot_time + eng->jittered(prefill, s.jitter);
-  if (fault.slow_first_token.count() > 0)
-    deadline += eng->jittered(std::chrono::duration_cast<nanoseconds>(fault.slow_first_token), s.jitter);
+  const Clock::time_point deadline = first_token_at(*eng, s, fault, req.prompt_tokens, slot_time);
 
   std::vector<std::vector<float>> vectors;
   vectors.reserve(req.inputs.size());
