@@ -4,9 +4,11 @@
 #include "api/responses.hpp"
 
 #include <boost/json.hpp>
+#include <algorithm>
 #include <ctime>
 #include <map>
 #include <random>
+#include <span>
 
 #include "api/openai.hpp"
 #include "api/reencode.hpp"
@@ -33,9 +35,15 @@ std::string_view str(const json::value* v) {
 // input, an item type chat has no place for): the first one is noted, and it is left out
 // of the chat form (which then serves the limits, the token counts and the filters). A
 // route whose backends do not all serve the API natively refuses the request naming it.
+// Some of it uses the operator's upstream account beyond the answer (`billed`: the
+// allow_params names a route must list): built-in tools, files and stored prompts by id.
 struct NativeOnly {
   std::optional<RequestError> first;
-  void note(std::string message, std::string param) {
+  std::vector<llm::ChatRequest::Billed> billed;
+  void note(std::string message, std::string param, std::string_view billed_as = {}) {
+    if (!billed_as.empty() && std::none_of(billed.begin(), billed.end(), [&](const auto& b) { return b.kind == billed_as; })) {
+      billed.push_back({std::string(billed_as), param});
+    }
     if (!first) first = bad(std::move(message), std::move(param), Reason::option_not_allowed);
   }
 };
@@ -55,7 +63,8 @@ std::variant<json::value, RequestError> convert_part(const json::value& v, const
   if (t == "input_image") {
     const auto* url = o->if_contains("image_url");
     if (!url || !url->is_string()) {
-      native.note("'" + path + "': images by file_id need a backend that serves the Responses API", path + ".image_url");
+      native.note("'" + path + "': images by file_id need a backend that serves the Responses API", path + ".image_url",
+                  o->contains("file_id") ? "file_ids" : "");
       return json::value(nullptr);
     }
     json::object image{{"url", *url}};
@@ -64,7 +73,7 @@ std::variant<json::value, RequestError> convert_part(const json::value& v, const
   }
   native.note("'" + path + "': content of type '" + std::string(t) +
                   "' needs a backend that serves the Responses API (translated: input_text, input_image)",
-              path + ".type");
+              path + ".type", o->contains("file_id") ? "file_ids" : "");
   return json::value(nullptr);
 }
 
@@ -166,7 +175,7 @@ std::optional<RequestError> convert_tools(const json::value& v, json::object& ch
     if (type != "function") {
       native.note("'" + path + "': tools of type '" + std::string(type) +
                       "' need a backend that serves the Responses API (translated: function tools)",
-                  path + ".type");
+                  path + ".type", "builtin_tools");
       continue;
     }
     const auto* name = o->if_contains("name");
@@ -192,9 +201,8 @@ std::optional<RequestError> convert_tool_choice(const json::value& v, json::obje
     chat["tool_choice"] = json::object{{"type", "function"}, {"function", json::object{{"name", o->at("name")}}}};
     return std::nullopt;
   }
-  if (o && !str(o->if_contains("type")).empty() && str(o->if_contains("type")) != "function") {
-    native.note("'tool_choice' of type '" + std::string(str(o->if_contains("type"))) +
-                    "' needs a backend that serves the Responses API",
+  if (const std::string_view type = o ? str(o->if_contains("type")) : ""; !type.empty() && type != "function") {
+    native.note("'tool_choice' of type '" + std::string(type) + "' needs a backend that serves the Responses API",
                 "tool_choice.type");
     return std::nullopt;
   }
@@ -292,7 +300,6 @@ json::object response_object(const llm::ChatRequest& req, std::string_view statu
   }  // (while in progress it has none: the field is left out, it is not nullable)
   return r;
 }
-
 
 json::object message_item(const llm::ChatRequest& req, std::string_view status, std::string_view text,
                           std::string id = {}) {
@@ -503,9 +510,8 @@ class Responses final : public OpenAiCodec {
     if (auto* req = std::get_if<llm::ChatRequest>(&parsed)) {
       req->extra = std::move(c.extra);
       req->native = std::move(c.native);
-      if (c.native_only) {
-        req->extra[kNativeOnly] = json::object{{"message", c.native_only->message}, {"param", c.native_only->param}};
-      }
+      req->native_only = std::move(c.native_only);
+      req->native_billed = std::move(c.native_billed);
     }
     return parsed;
   }
@@ -615,7 +621,8 @@ std::variant<ResponsesConversion, RequestError> responses_to_chat(std::string_vi
       }
     } else if (k == "top_logprobs" || k == "prompt" || k == "context_management" || k == "max_tool_calls") {
       if (val.is_null() || (k == "top_logprobs" && val.is_int64() && val.get_int64() == 0)) continue;
-      native.note("'" + std::string(k) + "' needs a backend that serves the Responses API", std::string(k));
+      native.note("'" + std::string(k) + "' needs a backend that serves the Responses API", std::string(k),
+                  k == "prompt" ? "prompt" : "");
     } else if (k == "background" || k == "conversation") {
       // The gateway keeps conversations itself (previous_response_id) and answers while
       // the client waits.
@@ -634,25 +641,21 @@ std::variant<ResponsesConversion, RequestError> responses_to_chat(std::string_vi
   if (messages.empty() && native.first) messages.push_back(json::object{{"role", "user"}, {"content", ""}});
   if (messages.empty()) return bad("'input' must hold at least one item", "input");
   chat["messages"] = std::move(messages);
-  // This request's input as items (GET /v1/responses/{id}/input_items).
-  json::array items;
-  if (const auto* input = in.if_contains("input"); input && input->is_string()) {
-    items.push_back(json::object{{"type", "message"},
-                                 {"role", "user"},
-                                 {"content", json::array{json::object{{"type", "input_text"}, {"text", *input}}}}});
-  } else if (input && input->is_array()) {
-    items = input->get_array();
-  }
-  out.extra["input_items"] = items;
   out.extra["id"] = "resp_" + unguessable_id();
   out.extra["created_at"] = unix_now();
   out.chat = json::serialize(chat);
-  // The request as a backend serving the API itself takes it: its input as items; the
-  // conversation is the gateway's (previous_response_id is resolved into the input).
-  in["input"] = std::move(items);
+  // The request as a backend serving the API itself takes it: its input as items (also
+  // what GET .../input_items lists); the conversation is the gateway's
+  // (previous_response_id is resolved into the input).
+  if (auto& input = in["input"]; input.is_string()) {
+    input = json::array{json::object{{"type", "message"},
+                                     {"role", "user"},
+                                     {"content", json::array{json::object{{"type", "input_text"}, {"text", input}}}}}};
+  }
   in.erase("previous_response_id");
   out.native = std::move(in);
   out.native_only = std::move(native.first);
+  out.native_billed = std::move(native.billed);
   return out;
 }
 
@@ -767,19 +770,25 @@ std::optional<json::object> output_item_message(const json::object& response, st
 json::array items_to_messages(const json::array& items) {
   json::array messages;
   NativeOnly skipped;  // what chat cannot hold is left out
-  if (convert_items(items, messages, skipped)) return {};
+  for (const auto& item : items) {
+    // One at a time: an item chat cannot read (a malformed one an upstream answered) is
+    // left out, not the whole conversation.
+    (void)convert_items(json::array{item}, messages, skipped);
+  }
   return messages;
 }
 
-std::string input_item_list(std::string_view items_json, std::string_view response_id) {
+std::string input_item_list(std::string_view items_json, std::size_t from, std::size_t count,
+                            std::string_view response_id) {
   boost::system::error_code ec;
   json::value v = llm::detail::parse_json(items_json, ec);
   json::array data;
-  if (!ec && v.is_array()) {
+  if (!ec && v.is_array() && from <= v.as_array().size()) {
     std::string_view suffix = response_id;
     if (suffix.starts_with("resp_")) suffix.remove_prefix(5);
     std::size_t i = 0;
-    for (auto& item : v.as_array()) {
+    auto& all = v.as_array();
+    for (auto& item : std::span(all.begin() + from, std::min(count, all.size() - from))) {
       auto* o = item.if_object();
       if (!o) continue;
       json::object it = *o;

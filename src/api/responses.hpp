@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
@@ -34,6 +35,7 @@ struct ResponsesConversion {
   boost::json::object extra;
   boost::json::object native;
   std::optional<llm::RequestError> native_only;
+  std::vector<llm::ChatRequest::Billed> native_billed;
 };
 std::variant<ResponsesConversion, llm::RequestError> responses_to_chat(std::string_view body);
 
@@ -57,10 +59,6 @@ std::unique_ptr<llm::StreamTranslator> responses_native_stream(const llm::ChatRe
 // The part of the response id its items' ids carry ("resp_<r>": "<r>").
 std::string response_suffix(const llm::ChatRequest& req);
 
-// The field of `extra` that names what only a backend serving the API itself can do
-// ({"message","param"}: the wire_support filter refuses it elsewhere).
-inline constexpr std::string_view kNativeOnly = "native_only";
-
 // The field of a placeholder message that stands for an `item_reference` input item
 // (its value the item's id) until the conversations filter resolves it from the store.
 inline constexpr std::string_view kItemRef = "sluice_item_reference";
@@ -83,8 +81,10 @@ boost::json::array items_to_messages(const boost::json::array& items);
 // (an assistant message with its text and tool calls). Empty when there is none.
 boost::json::array response_output_messages(const boost::json::object& response);
 
-// A stored response's input items (JSON array) as GET .../input_items answers them: a list
-// whose items have an id and a type, message content as parts.
-std::string input_item_list(std::string_view items_json, std::string_view response_id);
+// A stored response's own input items (`count` of its conversation's items, JSON array,
+// from `from`) as GET .../input_items answers them: a list whose items have an id and a
+// type, message content as parts.
+std::string input_item_list(std::string_view items_json, std::size_t from, std::size_t count,
+                            std::string_view response_id);
 
 }  // namespace sluice::api

@@ -5,7 +5,10 @@
 // stores it under, and item ids that name that response (so item references find them),
 // and the client's own model alias, store and previous_response_id (docs/api.md,
 // "Responses").
+#include <algorithm>
 #include <boost/json.hpp>
+#include <limits>
+#include <map>
 #include <string>
 #include <unordered_map>
 
@@ -42,24 +45,43 @@ class Ids {
  public:
   explicit Ids(const llm::ChatRequest& req) : req_(req), suffix_(response_suffix(req)) {}
 
-  // Output item `index`'s id (remembered for the events that name it by item_id).
-  void item(json::object& item, std::size_t index) {
-    std::string ours = std::string(id_prefix(item)) + "_" + suffix_ + "_" + std::to_string(index);
-    if (const auto* id = item.if_contains("id"); id && id->is_string()) by_upstream_[std::string(id->get_string())] = ours;
+  // An output item's id: by its output index (nullopt: none valid), remembered for the
+  // events that name it by item_id; an item named before keeps the name it got.
+  void item(json::object& item, std::optional<std::size_t> index) {
+    const auto* id = item.if_contains("id");
+    const std::string upstream = id && id->is_string() ? std::string(id->get_string()) : std::string();
+    if (!index) {
+      if (auto it = by_upstream_.find(upstream); it != by_upstream_.end()) {
+        item["id"] = it->second;
+        return;
+      }
+    }
+    std::string ours = std::string(id_prefix(item)) + "_" + suffix_ + "_" +
+                       (index ? std::to_string(*index) : "u" + std::to_string(unplaced_++));
+    if (!upstream.empty()) by_upstream_[upstream] = ours;
     item["id"] = std::move(ours);
   }
 
-  // An event's item_id: as its item was renamed, else from its output index.
+  // An event's item_id: as its item was renamed, else as an item of its output index.
   void item_id(json::object& event) {
     auto* id = event.if_contains("item_id");
     if (!id || !id->is_string()) return;
     if (auto it = by_upstream_.find(std::string(id->get_string())); it != by_upstream_.end()) {
       *id = it->second;
-    } else if (const auto* idx = event.if_contains("output_index"); idx && idx->is_int64()) {
-      json::object named{{"id", *id}};
-      item(named, static_cast<std::size_t>(idx->get_int64()));
-      *id = named["id"];
+      return;
     }
+    json::object named{{"id", *id}};
+    item(named, output_index(event));
+    *id = named["id"];
+  }
+
+  std::size_t named() const noexcept { return by_upstream_.size(); }
+
+  // The event's output_index when it is one (a non-negative integer).
+  static std::optional<std::size_t> output_index(const json::object& event) {
+    const auto* idx = event.if_contains("output_index");
+    if (!idx || !idx->is_int64() || idx->get_int64() < 0) return std::nullopt;
+    return static_cast<std::size_t>(idx->get_int64());
   }
 
   // A Response object: its id, its output items', and what the client asked as it asked.
@@ -82,6 +104,7 @@ class Ids {
   const llm::ChatRequest& req_;
   const std::string suffix_;
   std::unordered_map<std::string, std::string> by_upstream_;
+  std::size_t unplaced_ = 0;  // items named without an output index
 };
 
 // A Response's usage and finish, for the records and settlement.
@@ -94,6 +117,23 @@ void read_outcome(const json::object& response, llm::Usage& usage, std::string& 
     usage.prompt_tokens = count(u->get_object(), "input_tokens");
     usage.completion_tokens = count(u->get_object(), "output_tokens");
   }
+  if (usage.completion_tokens < 0) {
+    // No valid count: the output's text (messages' text, calls' arguments), estimated.
+    std::string text;
+    if (const auto* output = response.if_contains("output"); output && output->is_array()) {
+      for (const auto& item : output->get_array()) {
+        const auto* o = item.if_object();
+        if (!o) continue;
+        text += str(o->if_contains("arguments"));
+        if (const auto* content = o->if_contains("content"); content && content->is_array()) {
+          for (const auto& part : content->get_array()) {
+            if (const auto* po = part.if_object()) text += str(po->if_contains("text"));
+          }
+        }
+      }
+    }
+    usage.completion_tokens = llm::estimate_tokens(text);
+  }
   finish = str(response.if_contains("status")) == "incomplete" ? "length" : "stop";
 }
 
@@ -103,10 +143,25 @@ json::value parse(std::string_view text, boost::system::error_code& ec) {
   return llm::detail::parse_json(text, ec, {}, po);
 }
 
-// The backend's events, relayed with the gateway's ids, counted as any stream is.
+// An event's type as written on its `event:` line: OpenAI's event names only (a type
+// with a line break would write lines of the upstream's own into the client's stream).
+bool event_name(std::string_view type) {
+  return !type.empty() && type.size() <= 128 && std::all_of(type.begin(), type.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_';
+  });
+}
+
+// The backend's events, relayed with the gateway's ids, counted as any stream is. What it
+// keeps (the items done, for a response.failed of its own; the latest Response) is bounded
+// by kMaxKeptBytes of the upstream's events.
 class NativeStream final : public llm::StreamTranslator {
  public:
-  explicit NativeStream(const llm::ChatRequest& req) : ids_(req) {}
+  // As large as a whole answer may be: one event can carry a whole item (an image).
+  static constexpr std::size_t kMaxEventBytes = 16u << 20;
+  static constexpr std::size_t kMaxKeptBytes = 16u << 20;
+  static constexpr std::size_t kMaxItems = 4096;
+
+  explicit NativeStream(const llm::ChatRequest& req) : ids_(req), sse_(kMaxEventBytes) {}
 
   bool feed(std::string_view bytes, std::string& out) override {
     if (failed_) return false;
@@ -139,13 +194,14 @@ class NativeStream final : public llm::StreamTranslator {
     if (ev.data == "[DONE]") return;  // not a Responses event (some servers send it)
     boost::system::error_code ec;
     json::value v = parse(ev.data, ec);
-    if (ec || !v.is_object()) {
-      fail(out, Reason::upstream_bad_response, "upstream sent an event that is not a JSON object");
+    if (ec || !v.is_object() || !event_name(str(v.as_object().if_contains("type")))) {
+      fail(out, Reason::upstream_bad_response, "upstream sent an event that is not a Responses event");
       return;
     }
     auto& event = v.as_object();
     if (const auto* seq = event.if_contains("sequence_number"); seq && seq->is_int64()) {
-      next_seq_ = std::max(next_seq_, seq->get_int64() + 1);
+      const std::int64_t n = seq->get_int64();
+      next_seq_ = std::max(next_seq_, n < std::numeric_limits<std::int64_t>::max() ? n + 1 : n);
     }
     const std::string type(str(event.if_contains("type")));
     if (auto* r = event.if_contains("response"); r && r->is_object()) {
@@ -153,10 +209,16 @@ class NativeStream final : public llm::StreamTranslator {
       snapshot_ = r->as_object();
     }
     if (auto* item = event.if_contains("item"); item && item->is_object()) {
-      if (const auto* idx = event.if_contains("output_index"); idx && idx->is_int64() && idx->get_int64() >= 0) {
-        ids_.item(item->as_object(), static_cast<std::size_t>(idx->get_int64()));
-        if (type == "response.output_item.done") done_items_.push_back(*item);
+      const auto index = Ids::output_index(event);
+      ids_.item(item->as_object(), index);
+      if (type == "response.output_item.done" && index) {
+        kept_bytes_ += ev.data.size();
+        done_items_[*index] = *item;  // once per index, the last word
       }
+    }
+    if (kept_bytes_ > kMaxKeptBytes || ids_.named() > kMaxItems) {
+      fail(out, Reason::upstream_bad_response, "upstream stream holds more output items than the gateway keeps");
+      return;
     }
     ids_.item_id(event);
     if (type.ends_with(".delta")) {
@@ -171,10 +233,11 @@ class NativeStream final : public llm::StreamTranslator {
       final_ = json::serialize(snapshot_);
       done_ = ended_ = true;
     } else if (type == "response.failed" || type == "error") {
+      // Either ends the stream (OpenAI sends nothing after them).
       const auto* e = type == "error" ? &v : snapshot_.if_contains("error");
       const std::string_view said = e && e->is_object() ? str(e->get_object().if_contains("message")) : "";
       error_ = said.empty() ? "the upstream's response failed" : std::string(said);
-      ended_ = type == "response.failed";
+      ended_ = true;
     }
   }
 
@@ -188,7 +251,9 @@ class NativeStream final : public llm::StreamTranslator {
     json::object response = snapshot_;
     response["status"] = "failed";
     response["error"] = json::object{{"code", "server_error"}, {"message", message}};
-    response["output"] = done_items_;
+    json::array output;
+    for (auto& [_, item] : done_items_) output.push_back(item);
+    response["output"] = std::move(output);
     send(out, {{"type", "response.failed"}, {"response", std::move(response)}, {"sequence_number", next_seq_++}});
   }
 
@@ -196,17 +261,42 @@ class NativeStream final : public llm::StreamTranslator {
   llm::SseParser sse_;
   std::int64_t next_seq_ = 0;
   json::object snapshot_;  // the latest Response object the events carried
-  json::array done_items_;
+  std::map<std::size_t, json::value> done_items_;  // by output index
+  std::size_t kept_bytes_ = 0;
   std::string final_;
   bool failed_ = false;  // the gateway ended it (a bad event, a failure it saw)
   bool ended_ = false;   // nothing more is relayed
 };
+
+// An input item as a backend that stores nothing takes it (store false): messages and
+// function calls without an id (it would look up the gateway's, or a stored one); a
+// reasoning item only with its encrypted content (null: left out).
+json::value for_upstream(const json::value& v) {
+  const auto* item = v.if_object();
+  if (!item) return v;
+  const std::string_view type = str(item->if_contains("type"));
+  if (type == "reasoning") return item->contains("encrypted_content") ? v : json::value(nullptr);
+  if (!item->contains("id") || !(type.empty() || type == "message" || type == "function_call" ||
+                                 type == "function_call_output")) {
+    return v;
+  }
+  json::object o = *item;
+  o.erase("id");
+  return o;
+}
 
 }  // namespace
 
 llm::UpstreamCall responses_native_call(const llm::ChatRequest& req, const config::Backend& backend) {
   json::object body = req.native;
   body["model"] = backend.model;
+  if (auto* input = body.if_contains("input"); input && input->is_array()) {
+    json::array items;
+    for (const auto& item : input->get_array()) {
+      if (auto v = for_upstream(item); !v.is_null()) items.push_back(std::move(v));
+    }
+    *input = std::move(items);
+  }
   body["store"] = false;  // the gateway stores it (and continues it on any backend)
   return {backend.path_prefix + "/responses", json::serialize(body)};
 }
@@ -216,7 +306,12 @@ std::optional<llm::Completion> responses_native_answer(std::string body, const l
   json::value v = parse(body, ec);
   if (ec || !v.is_object()) return std::nullopt;
   auto& r = v.as_object();
-  if (str(r.if_contains("object")) != "response" || !r.contains("output")) return std::nullopt;
+  // A finished answer only: a failed (or still queued) response is the upstream's failure.
+  const std::string_view status = str(r.if_contains("status"));
+  if (str(r.if_contains("object")) != "response" || !r.contains("output") ||
+      (status != "completed" && status != "incomplete")) {
+    return std::nullopt;
+  }
   Ids ids(req);
   ids.response(r);
   llm::Completion done;

@@ -9,6 +9,8 @@
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <atomic>
+
 #include "conversations/store.hpp"
 
 namespace sluice::conversations {
@@ -21,6 +23,23 @@ struct Store::DatabaseState {
   std::unique_ptr<Durable> durable;
   std::chrono::milliseconds ttl;
   net::thread_pool thread{1};  // the database's calls, one at a time
+  // Calls waiting for the thread or on it. A slow database (each call bounded by its
+  // statement timeout) would otherwise gather requests and stored answers without bound:
+  // beyond kMaxQueued a call is not made, as if the database had failed (the memory
+  // answers, and keeps what is stored).
+  static constexpr int kMaxQueued = 64;
+  std::atomic<int> queued{0};
+
+  bool enter() {
+    if (queued.fetch_add(1, std::memory_order_relaxed) < kMaxQueued) return true;
+    leave();
+    return false;
+  }
+  void leave() { queued.fetch_sub(1, std::memory_order_relaxed); }
+  struct Leave {  // however the call ends
+    DatabaseState* st;
+    ~Leave() { st->leave(); }
+  };
 };
 
 namespace {
@@ -31,8 +50,11 @@ class DatabaseWorker final : public WorkerStore {
 
   net::awaitable<std::optional<StoredResponse>> get(std::string tenant, std::string id) override {
     // (The calls hold the state by pointer: it owns the thread they run on, and joins it
-    // before it goes.)
+    // before it goes. Named lambdas, not a helper taking one: GCC 12 frees a coroutine's
+    // lambda parameter twice.)
+    if (!st_->enter()) co_return m_.get(tenant, id);
     auto call = [st = st_.get(), tenant, id]() -> net::awaitable<std::optional<std::optional<StoredResponse>>> {
+      Store::DatabaseState::Leave leave{st};
       co_return st->durable->get(tenant, id);
     };
     auto found = co_await net::co_spawn(st_->thread.get_executor(), call, net::use_awaitable);
@@ -48,11 +70,14 @@ class DatabaseWorker final : public WorkerStore {
   }
 
   void put(std::string tenant, std::string id, StoredResponse r) override {
-    StoredResponse copy = r;
+    const bool to_database = st_->enter();
+    StoredResponse copy = to_database ? r : StoredResponse{};
     r.local_only = true;  // until the database has it
     m_.put(tenant, id, std::move(r));
+    if (!to_database) return;
     net::post(st_->thread, [st = st_.get(), mem = &m_, tenant = std::move(tenant), id = std::move(id),
                             copy = std::move(copy)] {
+      Store::DatabaseState::Leave leave{st};
       if (st->durable->put(tenant, id, copy, st->ttl)) mem->confirm(tenant, id);
     });
   }
@@ -60,7 +85,9 @@ class DatabaseWorker final : public WorkerStore {
   // The database first: while it is down nothing is erased (another instance would still
   // serve it, and it would come back with the database).
   net::awaitable<std::optional<bool>> erase(std::string tenant, std::string id) override {
+    if (!st_->enter()) co_return std::nullopt;
     auto call = [st = st_.get(), tenant, id]() -> net::awaitable<std::optional<bool>> {
+      Store::DatabaseState::Leave leave{st};
       co_return st->durable->erase(tenant, id);
     };
     auto erased = co_await net::co_spawn(st_->thread.get_executor(), call, net::use_awaitable);

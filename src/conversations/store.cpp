@@ -18,32 +18,35 @@ namespace net = boost::asio;
 
 namespace {
 
-// One Redis value: "i:<len of response>:<len of items>:" then the three texts. (A value
-// without the "i:" of the conversation as items is an earlier form: not found.)
+// One Redis value: "i:<len of response>:<input_from>:<input_count>:", the response, then
+// the items. (A value without the "i:" of the conversation as items is an earlier form:
+// not found.)
 constexpr std::string_view kForm = "i:";
 
 std::string encode(const StoredResponse& r) {
   std::string v(kForm);
-  v += std::to_string(r.response.size()) + ":" + std::to_string(r.items.size()) + ":";
+  v += std::to_string(r.response.size()) + ":" + std::to_string(r.input_from) + ":" + std::to_string(r.input_count) + ":";
   v += r.response;
   v += r.items;
-  v += r.input_items;
   return v;
 }
 
 std::optional<StoredResponse> decode(std::string_view v) {
   if (!v.starts_with(kForm)) return std::nullopt;
-  v.remove_prefix(kForm.size());
-  std::size_t a = 0, b = 0;
-  const char* p = v.data();
+  const char* p = v.data() + kForm.size();
   const char* end = v.data() + v.size();
-  auto r1 = std::from_chars(p, end, a);
-  if (r1.ec != std::errc() || r1.ptr == end || *r1.ptr != ':') return std::nullopt;
-  auto r2 = std::from_chars(r1.ptr + 1, end, b);
-  if (r2.ec != std::errc() || r2.ptr == end || *r2.ptr != ':') return std::nullopt;
-  std::string_view rest(r2.ptr + 1, static_cast<std::size_t>(end - r2.ptr - 1));
-  if (a > rest.size() || b > rest.size() - a) return std::nullopt;
-  return StoredResponse{std::string(rest.substr(0, a)), std::string(rest.substr(a, b)), std::string(rest.substr(a + b))};
+  std::size_t n[3] = {};
+  for (auto& x : n) {
+    auto r = std::from_chars(p, end, x);
+    if (r.ec != std::errc() || r.ptr == end || *r.ptr != ':') return std::nullopt;
+    p = r.ptr + 1;
+  }
+  const std::string_view rest(p, static_cast<std::size_t>(end - p));
+  if (n[0] > rest.size()) return std::nullopt;
+  return StoredResponse{.response = std::string(rest.substr(0, n[0])),
+                        .items = std::string(rest.substr(n[0])),
+                        .input_from = n[1],
+                        .input_count = n[2]};
 }
 
 std::string redis_key(std::string_view tenant, std::string_view id) {

@@ -26,11 +26,12 @@ struct StoredResponse {
   // resolved) and this answer's output items. Continued as chat messages or, to a backend
   // that serves the Responses API itself, as they are.
   std::string items;
-  std::string input_items;  // this request's input items (JSON array), for .../input_items
+  // This request's own input among `items` (GET .../input_items): from, how many.
+  std::size_t input_from = 0, input_count = 0;
   // Not (yet) in Redis: stored while Redis was down, its SET still in flight, or refused.
   // This instance's memory answers for it until Redis confirms it.
   bool local_only = false;
-  std::size_t bytes() const noexcept { return response.size() + items.size() + input_items.size() + 128; }
+  std::size_t bytes() const noexcept { return response.size() + items.size() + 128; }
 };
 
 // One worker's view of the store (used on that worker's thread only).

@@ -4,7 +4,7 @@
 // instructions do not carry over, as in OpenAI's API), and an answered request with
 // `store` (the default) is stored for its tenant: the Response object, the conversation
 // as Responses items (so it continues on a backend that serves the API itself as on one
-// that is sent chat), the input items. A response of one tenant is never found by another. Before admission, so the
+// that is sent chat), with where its own input lies among them (GET .../input_items). A response of one tenant is never found by another. Before admission, so the
 // quota reserves the whole conversation. The store may be Redis: the look-up waits.
 #include <algorithm>
 #include <boost/json.hpp>
@@ -48,7 +48,13 @@ bool instructed(const llm::ChatRequest& chat) {
   return i && i->is_string();
 }
 
-class Conversations final : public Filter {
+// Per request: how many items of the stored conversation went before its input.
+struct State {
+  std::size_t earlier = 0;
+  std::size_t referenced = 0;  // bytes of the stored items its item references stand for
+};
+
+class Conversations final : public FilterWith<State> {
  public:
   Conversations(std::shared_ptr<conversations::WorkerStore> store, std::size_t max_bytes)
       : store_(std::move(store)), max_bytes_(max_bytes) {}
@@ -56,7 +62,7 @@ class Conversations final : public Filter {
   std::string_view name() const override { return "conversations"; }
   unsigned phases() const override { return bit(Phase::request) | bit(Phase::end); }
 
-  Next on(Phase, Request& r, void*, Stop&) override {
+  Next on(Phase, Request& r, State&, Stop&) override {
     if (r.api != "responses" || r.kind != Kind::generate) return Next::go;
     const auto* store = r.chat.extra.if_contains("store");
     if (!(store && store->is_bool() && !store->get_bool()) && r.keep_answer) *r.keep_answer = true;
@@ -64,19 +70,20 @@ class Conversations final : public Filter {
     return (prev && prev->is_string()) || references_items(r.chat) ? Next::wait : Next::go;
   }
 
-  boost::asio::awaitable<Next> wait(Phase p, Request& r, void* s, Stop& stop) override {
-    if (!co_await resolve_references(r, stop)) co_return Next::stop;
+  boost::asio::awaitable<Next> wait(Phase, Request& r, State& s, Stop& stop) override {
+    if (!co_await resolve_references(r, s, stop)) co_return Next::stop;
     const auto* prev = r.chat.extra.if_contains("previous_response_id");
     if (!prev || !prev->is_string()) {
       llm::recount_prompt(r.chat);
       co_return Next::go;
     }
-    co_return co_await continue_conversation(p, r, s, stop);
+    co_return co_await continue_conversation(r, s, stop);
   }
 
   // Each item_reference (a placeholder message in the chat form, an item in the native
-  // form) becomes the stored item it names (the tenant's only).
-  boost::asio::awaitable<bool> resolve_references(Request& r, Stop& stop) {
+  // form) becomes the stored item it names (the tenant's only). What they stand for goes
+  // upstream too: with the body, it is held to the size of one request body.
+  boost::asio::awaitable<bool> resolve_references(Request& r, State& s, Stop& stop) {
     Fetched responses;
     auto missing = [&stop](std::string_view item) {
       stop.reason = Reason::invalid_request;
@@ -91,6 +98,15 @@ class Conversations final : public Filter {
       const std::string item(ref->get_string());
       const json::object* found = co_await find(r, responses, item);
       if (!found) co_return missing(item);
+      // (Each reference is one placeholder: counted here, before anything is copied.)
+      s.referenced += json::serialize(*found).size();
+      if (s.referenced + r.ex.request().body().size() > max_bytes_) {
+        stop.reason = Reason::invalid_request;
+        stop.message = "the items this input references are over " + std::to_string(max_bytes_) +
+                       " bytes with it (limits.max_body_bytes)";
+        stop.param = "input";
+        co_return false;
+      }
       auto as_chat = api::items_to_messages(json::array{*found});
       m = as_chat.empty() ? json::object{{"role", "assistant"}, {"content", ""}} : std::move(as_chat.front());
     }
@@ -101,14 +117,12 @@ class Conversations final : public Filter {
       const std::string item(id && id->is_string() ? std::string_view(id->get_string()) : std::string_view());
       const json::object* found = co_await find(r, responses, item);
       if (!found) co_return missing(item);
-      i = for_upstream(*found);  // null: left out, below
+      i = *found;
     }
-    auto& in = input(r);
-    in.erase(std::remove_if(in.begin(), in.end(), [](const json::value& v) { return v.is_null(); }), in.end());
     co_return true;
   }
 
-  boost::asio::awaitable<Next> continue_conversation(Phase, Request& r, void*, Stop& stop) {
+  boost::asio::awaitable<Next> continue_conversation(Request& r, State& s, Stop& stop) {
     const std::string id(r.chat.extra.at("previous_response_id").get_string());
     auto stored = co_await store_->get(r.key.tenant, id);
     boost::system::error_code ec;
@@ -120,7 +134,7 @@ class Conversations final : public Filter {
       co_return Next::stop;
     }
     // A conversation goes upstream whole: it is held to the size of one request body.
-    if (stored->items.size() + r.ex.request().body().size() > max_bytes_) {
+    if (stored->items.size() + s.referenced + r.ex.request().body().size() > max_bytes_) {
       stop.reason = Reason::invalid_request;
       stop.message = "the conversation of previous response '" + id + "' with this input is over " +
                      std::to_string(max_bytes_) + " bytes (limits.max_body_bytes): start a new one";
@@ -135,18 +149,13 @@ class Conversations final : public Filter {
     messages.insert(at, earlier_messages.begin(), earlier_messages.end());
     // The native form: before its input.
     auto& in = input(r);
-    json::array before;
-    for (const auto& item : earlier.as_array()) {
-      if (auto o = item.is_object() ? for_upstream(item.get_object()) : json::value(); !o.is_null()) {
-        before.push_back(std::move(o));
-      }
-    }
-    in.insert(in.begin(), before.begin(), before.end());
+    in.insert(in.begin(), earlier.as_array().begin(), earlier.as_array().end());
+    s.earlier = earlier.as_array().size();
     llm::recount_prompt(r.chat);
     co_return Next::go;
   }
 
-  void end(Request& r, void*) override {
+  void end(Request& r, State& state) override {
     if (r.api != "responses" || !r.answer || r.answer->empty()) return;
     const auto* store = r.chat.extra.if_contains("store");
     if (store && store->is_bool() && !store->get_bool()) return;
@@ -157,14 +166,14 @@ class Conversations final : public Filter {
     if (!id || !id->is_string()) return;
     // The conversation so far (without this request's instructions), then this answer.
     json::array items = input(r);
+    conversations::StoredResponse s;
+    s.input_from = std::min(state.earlier, items.size());
+    s.input_count = items.size() - s.input_from;
     if (const auto* output = response.as_object().if_contains("output"); output && output->is_array()) {
       for (const auto& item : output->get_array()) items.push_back(item);
     }
-    conversations::StoredResponse s;
     s.response = *r.answer;
     s.items = json::serialize(items);
-    const auto* listed = r.chat.extra.if_contains("input_items");
-    s.input_items = listed ? json::serialize(*listed) : "[]";
     store_->put(r.key.tenant, std::string(id->get_string()), std::move(s));
   }
 
@@ -183,17 +192,6 @@ class Conversations final : public Filter {
       it = responses.emplace(resp, !ec && v.is_object() ? std::move(v.as_object()) : json::object{}).first;
     }
     co_return api::output_item(it->second, item);
-  }
-
-  // A stored item as an input item for a backend that stores nothing of it (store false):
-  // without the gateway's id, which it would look up; a reasoning item only with its
-  // encrypted content (else null: left out).
-  static json::value for_upstream(const json::object& item) {
-    const auto* type = item.if_contains("type");
-    if (type && *type == "reasoning" && !item.contains("encrypted_content")) return nullptr;
-    json::object o = item;
-    if (!(type && *type == "reasoning")) o.erase("id");
-    return o;
   }
 
   // As deep as a request may be (the parsers of client bodies allow 64 levels).

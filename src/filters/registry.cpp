@@ -17,7 +17,7 @@ Chain make_chain(const Deps& d) {
   Chain c;
   c.add(make_model_access(d));  // model_not_allowed
   c.add(make_wire_support(d));   // what the route's upstreams cannot serve (invalid_request, option_not_allowed)
-  c.add(make_billed_fields(d));  // option_not_allowed: service_tier, store, web_search_options
+  c.add(make_billed_fields(d));  // option_not_allowed: service_tier, store, web_search_options, native built-in tools...
   c.add(make_conversations(d));  // Responses API: previous_response_id continued, store kept
   c.add(make_max_messages(d));   // too_many_messages (of the whole conversation)
   c.add(make_rate_limits(d));    // rate limits and token quotas

@@ -8,9 +8,6 @@
 #include <algorithm>
 #include <string>
 
-#include <boost/json/object.hpp>
-
-#include "api/responses.hpp"
 #include "config/models.hpp"
 #include "filters/filter.hpp"
 #include "filters/registry.hpp"
@@ -19,11 +16,6 @@
 namespace sluice::filters {
 
 namespace {
-
-std::string text(const boost::json::object& o, std::string_view k) {
-  const auto* v = o.if_contains(k);
-  return v && v->is_string() ? std::string(v->get_string()) : std::string();
-}
 
 class WireSupport final : public Filter {
  public:
@@ -34,12 +26,11 @@ class WireSupport final : public Filter {
     if (r.kind != Kind::generate) return Next::go;
     // What only a backend serving the client's API itself can do (a built-in tool of the
     // Responses API...), unless every backend that may serve the route is one.
-    if (const auto* n = r.chat.extra.if_contains(api::kNativeOnly); n && n->is_object() && !r.route.native) {
-      const auto& o = n->get_object();
-      stop.reason = Reason::option_not_allowed;
-      stop.message = "model '" + r.chat.model + "' cannot serve this request: " + text(o, "message") +
+    if (r.chat.native_only && !r.route.native) {
+      stop.reason = r.chat.native_only->reason;
+      stop.message = "model '" + r.chat.model + "' cannot serve this request: " + r.chat.native_only->message +
                      " (a backend that does is set with native_responses)";
-      stop.param = text(o, "param");
+      stop.param = r.chat.native_only->param;
       return Next::stop;
     }
     for (const config::Provider wire : r.route.wires) {

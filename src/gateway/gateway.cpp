@@ -33,12 +33,17 @@ class ResponseTableStore final : public conversations::Durable {
     if (!row) return std::nullopt;
     if (!*row) return std::optional<conversations::StoredResponse>();
     auto& r = **row;
-    return conversations::StoredResponse{std::move(r.response), std::move(r.items), std::move(r.input_items)};
+    return conversations::StoredResponse{.response = std::move(r.response),
+                                         .items = std::move(r.items),
+                                         .input_from = static_cast<std::size_t>(r.input_from),
+                                         .input_count = static_cast<std::size_t>(r.input_count)};
   }
   bool put(std::string_view tenant, std::string_view id, const conversations::StoredResponse& r,
            std::chrono::milliseconds ttl) override {
     const std::int64_t now = now_ms();
-    return t_->put(tenant, id, {r.response, r.items, r.input_items}, now + ttl.count(), now);
+    return t_->put(tenant, id,
+                   {r.response, r.items, static_cast<std::int64_t>(r.input_from), static_cast<std::int64_t>(r.input_count)},
+                   now + ttl.count(), now);
   }
   std::optional<bool> erase(std::string_view tenant, std::string_view id) override { return t_->erase(tenant, id); }
   bool up() const override { return t_->up(); }

@@ -515,14 +515,14 @@ class WorkerHandler {
       if (!co_await conversations_->erase(ctx.key->tenant, std::string(id))) {
         ctx.headers.emplace_back("Retry-After", "1");
         co_await local_reply(ex, ctx, Reason::store_unavailable,
-                             "stored responses cannot be deleted while their store (Redis) is unreachable");
+                             "stored responses cannot be deleted while their store (Redis or the database) is unreachable");
         co_return;
       }
       body = R"({"id":)";
       append_json_string(body, id);
       body += R"(,"object":"response","deleted":true})";
     } else if (items) {
-      body = api::input_item_list(stored->input_items, id);
+      body = api::input_item_list(stored->items, stored->input_from, stored->input_count, id);
     } else {
       body = std::move(stored->response);
     }
@@ -1302,7 +1302,15 @@ class WorkerHandler {
                               Clock::time_point start, Clock::time_point first_token_deadline,
                               Clock::time_point deadline) {
     std::string frames;
+    // After the stream's end marker, only the body's own end is read (so the connection
+    // can be pooled), for kEndGrace at most: an upstream that keeps it open, or sends
+    // more, does not fail an answer that is whole.
+    std::optional<Clock::time_point> end_by;
     for (;;) {
+      if (tr.done()) {
+        if (!end_by) end_by = std::min(Clock::now() + kEndGrace, deadline);
+        if (live.cut || Clock::now() >= *end_by) co_return;
+      }
       if (live.cut) {
         fail(Reason::shutting_down, "the gateway is shutting down");
         co_return;
@@ -1312,11 +1320,13 @@ class WorkerHandler {
         fail(Reason::upstream_timeout, "the request ran past timeouts.total");
         co_return;
       }
-      const Ms timeout = tr.first_token_seen() ? std::min(cfg_.timeouts.idle, left_until(deadline)) : left_until(first_token_deadline);
+      const Ms timeout = end_by                  ? left_until(*end_by)
+                         : tr.first_token_seen() ? std::min(cfg_.timeouts.idle, left_until(deadline))
+                                                 : left_until(first_token_deadline);
       auto piece = co_await resp.read_some(timeout, &quiet);
       frames.clear();
       if (auto* err = std::get_if<http::ClientError>(&piece)) {
-        if (relay.client_gone) co_return;
+        if (relay.client_gone || tr.done()) co_return;  // (after the end: the answer is whole)
         if (live.cut) {
           fail(Reason::shutting_down, "the gateway is shutting down");
         } else if (err->kind == http::ClientErrc::timeout) {

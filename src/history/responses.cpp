@@ -52,10 +52,13 @@ struct ResponseTable::Impl {
 
   void fail(std::string error) {
     if (settings.backend == config::HistoryBackend::postgres) error = scrub_password(std::move(error), settings.url);
-    std::lock_guard lock(error_mu);
-    last_error = std::move(error);
+    {
+      std::lock_guard lock(error_mu);
+      last_error = std::move(error);
+    }
     up = false;
-    conn.reset();  // opened again by a later call
+    conn.reset();  // opened again by a later call, after retry_interval: the calls queued
+    next_connect = Clock::now() + settings.retry_interval;  // behind this one fail at once
   }
 
   void ok() {
@@ -86,14 +89,18 @@ std::optional<std::optional<StoredRow>> ResponseTable::get(std::string_view tena
   Connection* c = impl_->connection();
   if (!c) return std::nullopt;
   std::optional<StoredRow> found;
-  const std::string sql = "SELECT response, items, input_items FROM responses WHERE tenant = " + impl_->p(1) +
-                          " AND id = " + impl_->p(2) + " AND expires_ms > " + impl_->p(3);
+  const std::string sql = "SELECT response, items, input_from, input_count FROM responses WHERE tenant = " +
+                          impl_->p(1) + " AND id = " + impl_->p(2) + " AND expires_ms > " + impl_->p(3);
   auto e = c->query(sql, {std::string(tenant), std::string(id), now_ms}, [&](std::vector<Value>& row) {
     auto text = [&row](std::size_t i) {
       auto* s = std::get_if<std::string>(&row[i]);
       return s ? std::move(*s) : std::string();
     };
-    found = StoredRow{text(0), text(1), text(2)};
+    auto number = [&row](std::size_t i) {
+      auto* n = std::get_if<std::int64_t>(&row[i]);
+      return n ? *n : 0;
+    };
+    found = StoredRow{text(0), text(1), number(2), number(3)};
   });
   if (!e.empty()) {
     impl_->fail(std::move(e));
@@ -110,11 +117,14 @@ bool ResponseTable::put(std::string_view tenant, std::string_view id, const Stor
   if (!c) return false;
   const auto& p = [this](int n) { return impl_->p(n); };
   const std::string sql =
-      "INSERT INTO responses (tenant, id, expires_ms, response, items, input_items) VALUES (" + p(1) + ", " + p(2) +
-      ", " + p(3) + ", " + p(4) + ", " + p(5) + ", " + p(6) +
+      "INSERT INTO responses (tenant, id, expires_ms, response, items, input_from, input_count) VALUES (" + p(1) +
+      ", " + p(2) + ", " + p(3) + ", " + p(4) + ", " + p(5) + ", " + p(6) + ", " + p(7) +
       ") ON CONFLICT (tenant, id) DO UPDATE SET expires_ms = excluded.expires_ms, response = excluded.response, "
-      "items = excluded.items, input_items = excluded.input_items";
-  auto e = c->query(sql, {std::string(tenant), std::string(id), expires_ms, row.response, row.items, row.input_items}, {});
+      "items = excluded.items, input_from = excluded.input_from, input_count = excluded.input_count";
+  auto e = c->query(sql,
+                    {std::string(tenant), std::string(id), expires_ms, row.response, row.items, row.input_from,
+                     row.input_count},
+                    {});
   if (e.empty() && ++impl_->writes % kSweepEvery == 0) {
     e = c->query("DELETE FROM responses WHERE (tenant, id) IN (SELECT tenant, id FROM responses WHERE expires_ms <= " +
                      p(1) + " LIMIT " + std::to_string(kSweepRows) + ")",

@@ -18,7 +18,8 @@ struct HistorySettings;
 namespace sluice::history {
 
 struct StoredRow {
-  std::string response, items, input_items;
+  std::string response, items;
+  std::int64_t input_from = 0, input_count = 0;
 };
 
 class ResponseTable {

@@ -130,7 +130,8 @@ CREATE TABLE responses (
   expires_ms BIGINT NOT NULL,
   response TEXT NOT NULL,
   items TEXT NOT NULL,
-  input_items TEXT NOT NULL,
+  input_from BIGINT NOT NULL,
+  input_count BIGINT NOT NULL,
   PRIMARY KEY (tenant, id)
 );
 CREATE INDEX responses_expires_ms ON responses (expires_ms);

@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "common/reason.hpp"
 #include "config/backend.hpp"
@@ -26,6 +27,12 @@ namespace sluice::llm {
 enum class Task : std::uint8_t {
   chat,   // a chat completion (every generating client API)
   embed,  // embeddings of the input (llm/embeddings.hpp): the body is an embeddings request
+};
+
+struct RequestError {
+  Reason reason = Reason::invalid_request;
+  std::string message;
+  std::string param;               // offending field, e.g. "options.num_ctx"
 };
 
 struct ChatRequest {
@@ -45,12 +52,16 @@ struct ChatRequest {
   // (the Responses API: a CreateResponse body, its input an array of items); empty when
   // the API has no such backend kind.
   boost::json::object native;
-};
-
-struct RequestError {
-  Reason reason = Reason::invalid_request;
-  std::string message;
-  std::string param;               // offending field, e.g. "options.num_ctx"
+  // What only such a backend can serve (a built-in tool...), naming the field: refused
+  // unless every backend of the route is one (the wire_support filter).
+  std::optional<RequestError> native_only;
+  // What of it uses the operator's upstream account beyond the answer: the allow_params
+  // name a route must list for it (builtin_tools, file_ids, prompt; the billed_fields
+  // filter) and the first field that does.
+  struct Billed {
+    std::string kind, param;
+  };
+  std::vector<Billed> native_billed;
 };
 
 using ParseResult = std::variant<ChatRequest, RequestError>;

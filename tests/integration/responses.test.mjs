@@ -163,6 +163,9 @@ describe('responses: stored conversations', () => {
       { role: 'assistant', content: 'It is sunny.' },
       { role: 'user', content: 'And again?' },
     ]);
+    // Its input items are its own input, not the conversation it continued.
+    const items = await client().responses.inputItems.list(two.id);
+    assert.deepEqual(items.data.map((i) => i.content), [[{ type: 'input_text', text: 'And again?' }]]);
   });
 
   test('a stored response is read back, its input items listed, then deleted; another tenant never sees it', async () => {
@@ -353,6 +356,20 @@ describe('responses: a fleet sharing Redis', () => {
       on(a).responses.create({ model: 'tools', input: big, previous_response_id: two.id }),
       (e) => e instanceof OpenAI.BadRequestError && e.param === 'previous_response_id' && /max_body_bytes/.test(e.message),
     );
+  });
+
+  test('item references are held to the size of one request body with what they stand for', async () => {
+    const one = await on(a).responses.create({ model: 'tools', input: 'x'.repeat(2000) });
+    const ref = { type: 'item_reference', id: one.output[0].id };
+    const fine = await request(`${a.url}/v1/responses`, { method: 'POST', key: KEY, body: { model: 'tools', input: [ref, { role: 'user', content: 'Go on.' }] } });
+    assert.equal(fine.status, 200, fine.text);
+    // 300 references of ~70 bytes each fit in the body; what they stand for does not.
+    const many = await request(`${a.url}/v1/responses`, {
+      method: 'POST', key: KEY, body: { model: 'tools', input: [...Array(300).fill(ref), { role: 'user', content: 'Go on.' }] },
+    });
+    assert.equal(many.status, 400, many.text);
+    assert.equal(many.json.error.param, 'input');
+    assert.match(many.json.error.message, /max_body_bytes/);
   });
 
   test('a response nested as deep as a request may be is stored', async () => {

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
 
-import { KEY, request, sse, startGateway, startSim } from './lib.mjs';
+import { KEY, request, sse, startGateway, startRecorder, startSim } from './lib.mjs';
 import { assertValid } from './openai_schema.mjs';
 
 let sim;
@@ -21,7 +21,9 @@ before(async () => {
     instance: 'it-responses-native',
     keys: [{ name: 'app', key: KEY, tenant: 'acme' }],
     models: [
-      { alias: 'native', ...backend, native_responses: true },
+      // Built-in tools run on the operator's account: allowed here only.
+      { alias: 'native', ...backend, native_responses: true, allow_params: ['builtin_tools'] },
+      { alias: 'native-plain', ...backend, native_responses: true },
       { alias: 'translated', ...backend },
       // Native first, translated as its fallback: not all its backends are native.
       { alias: 'mixed', ...backend, native_responses: true, fallbacks: ['translated'] },
@@ -106,6 +108,11 @@ describe('responses natively', () => {
     const body = (model) => ({ model, input: 'Search the web.', tools: [{ type: 'web_search_preview' }] });
     const ok = await post(body('native'));
     assert.equal(ok.status, 200, ok.text);
+    // A native route that does not allow them: they would bill the operator's account.
+    const unbilled = await post(body('native-plain'));
+    assert.equal(unbilled.status, 400, unbilled.text);
+    assert.equal(unbilled.json.error.param, 'tools[0].type');
+    assert.match(unbilled.json.error.message, /'builtin_tools' is not allowed.*allow_params/);
     for (const model of ['translated', 'mixed']) {
       const r = await post(body(model));
       assert.equal(r.status, 400, r.text);
@@ -140,5 +147,46 @@ describe('responses natively', () => {
     } finally {
       await sim.configure({ abort_rate: 0 });
     }
+  });
+});
+
+// An upstream that keeps the connection open after response.completed: the answer is
+// whole, so it is relayed and stored as it is (no error after it, no idle timeout).
+describe('responses natively: an upstream that does not close after the end', () => {
+  let upstream;
+  let gw2;
+  before(async () => {
+    upstream = await startRecorder((req, res, json) => {
+      if (!req.url.endsWith('/responses')) return false;
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const response = { id: 'resp_up', object: 'response', created_at: 1, status: 'in_progress', model: json.model, output: [] };
+      const send = (e) => res.write(`event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`);
+      send({ type: 'response.created', sequence_number: 0, response });
+      send({ type: 'response.completed', sequence_number: 1, response: { ...response, status: 'completed', usage: { input_tokens: 2, output_tokens: 0, total_tokens: 2 } } });
+      setTimeout(() => res.end(), 8000);  // open well past the gateway's idle timeout
+      return true;
+    });
+    gw2 = await startGateway({
+      instance: 'it-responses-native-open',
+      keys: [{ name: 'app', key: KEY, tenant: 'acme' }],
+      models: [{ alias: 'held', provider: 'openai', base_url: `${upstream.url}/v1`, native_responses: true }],
+      timeouts: { idle: '2s' },
+    });
+  });
+  after(async () => {
+    await gw2?.stop();
+    await upstream?.close();
+  });
+
+  test('the stream ends after response.completed, with nothing after it, and is stored', async () => {
+    const started = Date.now();
+    const r = await sse(`${gw2.url}/v1/responses`, { model: 'held', input: 'Hi', stream: true }, { timeout: 15000 });
+    assert.equal(r.status, 200, r.raw);
+    const events = r.events.filter((e) => e.data !== undefined).map((e) => e.json);
+    assert.deepEqual(events.map((e) => e.type), ['response.created', 'response.completed']);
+    assert.ok(Date.now() - started < 6000, 'ended without waiting for the upstream to close');
+    const id = events[1].response.id;
+    const got = await request(`${gw2.url}/v1/responses/${id}`, { key: KEY });
+    assert.equal(got.status, 200, got.text);
   });
 });

@@ -349,14 +349,20 @@ const Table<Route>& route_table() {
               .read_at(6),
           custom<Route>("allow_params", "list", "none",
                         "Request fields that bill or store on the operator's upstream account, which clients may set "
-                        "on this model: `service_tier`, `store`, `web_search_options`. Without it a request setting "
+                        "on this model: `service_tier`, `store`, `web_search_options`; and, for backends that serve "
+                        "the Responses API natively, `builtin_tools` (web search, file search, code interpreter...), "
+                        "`file_ids` (inputs by file id) and `prompt` (stored prompts). Without it a request setting "
                         "one is refused (400 `option_not_allowed`).",
                         [](Loader& l, const YAML::Node& v, const std::string& p, Route& r) {
                           return read_list(l, v, p, "request fields",
                                            [&](const YAML::Node& a, const std::string& ap, std::string name) {
-                                             if (name != "service_tier" && name != "store" && name != "web_search_options") {
+                                             static constexpr std::string_view kKnown[] = {
+                                                 "service_tier", "store",    "web_search_options",
+                                                 "builtin_tools", "file_ids", "prompt"};
+                                             if (std::find(std::begin(kKnown), std::end(kKnown), name) == std::end(kKnown)) {
                                                l.fail(ap, a, "unknown field " + q(name) +
-                                                                 " (expected service_tier, store or web_search_options)");
+                                                                 " (expected service_tier, store, web_search_options, "
+                                                                 "builtin_tools, file_ids or prompt)");
                                                return;
                                              }
                                              r.allow_params.push_back(std::move(name));

@@ -172,3 +172,92 @@ TEST(ResponsesNative, AStreamThatBreaksEndsInItsOwnSequence) {
 }
 
 }  // namespace
+
+namespace {
+
+// A hostile or sloppy upstream: what it sends cannot reach the client unchecked.
+TEST(ResponsesNative, AnEventTypeThatIsNotAnEventNameEndsTheStream) {
+  auto req = request(R"({"model":"alias","input":"Hi","stream":true})");
+  auto tr = responses_native_stream(req);
+  std::string out;
+  EXPECT_FALSE(tr->feed(sse("x", R"({"type":"response.created\ndata: {\"type\":\"injected\"}","sequence_number":0})"), out));
+  EXPECT_EQ(out.find("injected"), std::string::npos);
+  EXPECT_EQ(events(out).front().at("type"), "error");
+}
+
+TEST(ResponsesNative, AnUpstreamErrorEventEndsTheStream) {
+  auto req = request(R"({"model":"alias","input":"Hi","stream":true})");
+  auto tr = responses_native_stream(req);
+  std::string out;
+  ASSERT_TRUE(tr->feed(sse("error", R"({"type":"error","sequence_number":0,"message":"overloaded","code":"x"})") +
+                           sse("response.output_text.delta", R"({"type":"response.output_text.delta","sequence_number":1,"delta":"late"})"),
+                       out));
+  EXPECT_EQ(events(out).size(), 1u);
+  EXPECT_TRUE(tr->finish(out));
+  EXPECT_EQ(tr->error(), "overloaded");
+}
+
+TEST(ResponsesNative, ItemsWithoutAUsableIndexStillGetTheGatewaysIds) {
+  auto req = request(R"({"model":"alias","input":"Hi","stream":true})");
+  const std::string s = suffix_of(req);
+  auto tr = responses_native_stream(req);
+  std::string out;
+  ASSERT_TRUE(tr->feed(
+      sse("response.output_item.added", R"({"type":"response.output_item.added","sequence_number":0,"item":{"type":"function_call","id":"fc_UP"}})") +
+          sse("response.function_call_arguments.delta", R"({"type":"response.function_call_arguments.delta","sequence_number":1,"item_id":"fc_UP","output_index":-1,"delta":"{"})") +
+          sse("response.output_text.delta", R"({"type":"response.output_text.delta","sequence_number":2,"item_id":"msg_OTHER","output_index":-1,"delta":"x"})"),
+      out));
+  EXPECT_EQ(out.find("_UP"), std::string::npos) << out;
+  EXPECT_EQ(out.find("OTHER"), std::string::npos) << out;
+  EXPECT_EQ(out.find("18446744073709551615"), std::string::npos) << out;
+  auto ev = events(out);
+  EXPECT_EQ(ev[0].at("item").at("id").as_string(), "fc_" + s + "_u0");
+  EXPECT_EQ(ev[1].at("item_id"), ev[0].at("item").at("id"));  // the same item, by its upstream id
+}
+
+TEST(ResponsesNative, SequenceNumbersDoNotWrapAndDoneItemsAreKeptOncePerIndex) {
+  auto req = request(R"({"model":"alias","input":"Hi","stream":true})");
+  auto tr = responses_native_stream(req);
+  std::string out;
+  const std::string done =
+      R"({"type":"response.output_item.done","sequence_number":9223372036854775807,"output_index":0,"item":{"type":"message","id":"msg_u","content":[]}})";
+  ASSERT_TRUE(tr->feed(sse("response.created", R"({"type":"response.created","sequence_number":0,"response":{"id":"r","output":[]}})") +
+                           sse("response.output_item.done", done) + sse("response.output_item.done", done),
+                       out));
+  auto ev = events(tr->error_event(Reason::upstream_stream_failed, "cut"));
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[0].at("sequence_number"), INT64_MAX);
+  EXPECT_EQ(ev[1].at("response").at("output").as_array().size(), 1u);
+}
+
+TEST(ResponsesNative, AWholeAnswerThatFailedIsNoAnswerAndOneWithoutUsageIsCounted) {
+  auto req = request(R"({"model":"alias","input":"Hi"})");
+  EXPECT_FALSE(responses_native_answer(R"({"object":"response","status":"failed","output":[]})", req));
+  EXPECT_FALSE(responses_native_answer(R"({"object":"response","status":"queued","output":[]})", req));
+  auto done = responses_native_answer(
+      R"({"object":"response","status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"A few words of output text here."}]}]})",
+      req);
+  ASSERT_TRUE(done);
+  EXPECT_GT(done->usage.completion_tokens, 3);
+  EXPECT_EQ(done->usage.prompt_tokens, -1);  // settled from the prompt's count
+}
+
+TEST(ResponsesNative, ItemsAnUpstreamWouldLookUpGoWithoutIds) {
+  auto req = request(R"({"model":"alias","input":[
+      {"type":"message","id":"msg_abc_1","role":"assistant","content":[{"type":"output_text","text":"Hi"}]},
+      {"type":"function_call","id":"fc_abc_2","call_id":"c1","name":"f","arguments":"{}"},
+      {"type":"reasoning","id":"rs_abc_0","summary":[]},
+      {"type":"reasoning","id":"rs_x","summary":[],"encrypted_content":"e"},
+      {"type":"web_search_call","id":"ws_1","status":"completed"},
+      {"role":"user","content":"Go on."}]})");
+  config::Backend b;
+  b.model = "m";
+  auto input = json::parse(responses_native_call(req, b).body).at("input").as_array();
+  ASSERT_EQ(input.size(), 5u);  // the reasoning without its encrypted content is left out
+  EXPECT_FALSE(input[0].as_object().contains("id"));
+  EXPECT_FALSE(input[1].as_object().contains("id"));
+  EXPECT_EQ(input[2].at("id"), "rs_x");
+  EXPECT_EQ(input[3].at("id"), "ws_1");  // its id is required
+}
+
+}  // namespace

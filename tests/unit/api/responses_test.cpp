@@ -241,3 +241,19 @@ TEST(ResponsesItems, AReferenceNamesItsResponseAndItsItem) {
 }
 
 }  // namespace
+
+namespace {
+
+// A stored conversation read back as chat: an item chat cannot read (one a sloppy
+// upstream answered) is left out, not the whole conversation.
+TEST(ResponsesItems, AStoredConversationLosesOnlyTheItemsChatCannotRead) {
+  auto items = json::parse(R"([
+      {"type":"message","role":"user","content":"Hi"},
+      {"type":"message","content":"no role"},
+      {"type":"reasoning","id":"rs_1","summary":[]},
+      {"type":"message","role":"assistant","content":[{"type":"output_text","text":"Hello"}]}])").as_array();
+  EXPECT_EQ(items_to_messages(items),
+            json::parse(R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello"}])"));
+}
+
+}  // namespace

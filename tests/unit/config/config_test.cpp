@@ -965,5 +965,5 @@ TEST_F(ConfigTest, AllowParamsNamesOnlyBilledFields) {
   EXPECT_TRUE(r.config->routes[1].allow_params.empty());
   r = load("models:\n  - {alias: a, provider: simulated, allow_params: [temperature]}\n");
   ASSERT_FALSE(r.ok());
-  EXPECT_THAT(error_at(r, "models[0].allow_params[0]").message, HasSubstr("expected service_tier, store or web_search_options"));
+  EXPECT_THAT(error_at(r, "models[0].allow_params[0]").message, HasSubstr("expected service_tier, store, web_search_options, builtin_tools, file_ids or prompt"));
 }

@@ -12,7 +12,7 @@ namespace {
 
 TEST(ConversationStore, PerTenantBoundedByBytesAndTime) {
   auto store = std::make_unique<MemoryStore>(std::chrono::milliseconds(200), 2000);
-  StoredResponse r{std::string(500, 'r'), "[]", "[]"};
+  StoredResponse r{std::string(500, 'r'), "[]"};
   store->put("acme", "resp_1", r);
   ASSERT_TRUE(store->get("acme", "resp_1"));
   EXPECT_FALSE(store->get("globex", "resp_1"));  // another tenant never sees it
@@ -23,7 +23,7 @@ TEST(ConversationStore, PerTenantBoundedByBytesAndTime) {
   EXPECT_FALSE(store->get("acme", "resp_1"));
   EXPECT_TRUE(store->get("acme", "resp_4"));
   EXPECT_LE(store->size(), 3u);
-  store->put("acme", "big", StoredResponse{std::string(5000, 'x'), "[]", "[]"});  // larger than the bound: not kept
+  store->put("acme", "big", StoredResponse{std::string(5000, 'x'), "[]"});  // larger than the bound: not kept
   EXPECT_FALSE(store->get("acme", "big"));
   EXPECT_TRUE(store->erase("acme", "resp_4"));
   EXPECT_FALSE(store->get("acme", "resp_4"));

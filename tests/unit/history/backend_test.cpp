@@ -885,20 +885,21 @@ TEST_P(HistoryTest, StoredResponsesAreKeptByTenantUntilTheyExpire) {
   auto t = ResponseTable::create(settings_, &error);
   ASSERT_TRUE(t) << error;
   const std::int64_t now = 1'764'446'400'000;
-  ASSERT_TRUE(t->put("acme", "resp_1", {"{\"id\":\"resp_1\"}", "[1]", "[]"}, now + 60'000, now)) << t->error();
+  ASSERT_TRUE(t->put("acme", "resp_1", {"{\"id\":\"resp_1\"}", "[1]", 3, 2}, now + 60'000, now)) << t->error();
   EXPECT_TRUE(t->up());
   auto got = t->get("acme", "resp_1", now);
   ASSERT_TRUE(got && *got);
   EXPECT_EQ((*got)->response, "{\"id\":\"resp_1\"}");
   EXPECT_EQ((*got)->items, "[1]");
-  EXPECT_EQ((*got)->input_items, "[]");
+  EXPECT_EQ((*got)->input_from, 3);
+  EXPECT_EQ((*got)->input_count, 2);
   // Another tenant does not find it; nor does anyone once it expired.
   auto theirs = t->get("other", "resp_1", now);
   ASSERT_TRUE(theirs);
   EXPECT_FALSE(*theirs);
   EXPECT_FALSE(t->get("acme", "resp_1", now + 60'000).value());
   // Written again: replaced.
-  ASSERT_TRUE(t->put("acme", "resp_1", {"{}", "[2]", "[3]"}, now + 120'000, now));
+  ASSERT_TRUE(t->put("acme", "resp_1", {"{}", "[2]", 0, 1}, now + 120'000, now));
   EXPECT_EQ(t->get("acme", "resp_1", now + 60'000).value()->items, "[2]");
   EXPECT_EQ(raw_count("SELECT count(*) FROM responses"), 1);
   // Erased: the tenant's only.
@@ -906,7 +907,7 @@ TEST_P(HistoryTest, StoredResponsesAreKeptByTenantUntilTheyExpire) {
   EXPECT_EQ(t->erase("acme", "resp_1"), std::optional<bool>(true));
   EXPECT_EQ(t->erase("acme", "resp_1"), std::optional<bool>(false));
   // Expired rows are swept by the writes.
-  for (int i = 0; i < 200; ++i) ASSERT_TRUE(t->put("acme", "old_" + std::to_string(i), {"{}", "[]", "[]"}, now - 1, now));
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(t->put("acme", "old_" + std::to_string(i), {"{}", "[]", 0, 0}, now - 1, now));
   EXPECT_LT(raw_count("SELECT count(*) FROM responses"), 200);
   // The history's own writer shares the schema.
   auto h = make();
