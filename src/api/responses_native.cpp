@@ -246,7 +246,7 @@ class NativeStream final : public llm::StreamTranslator {
     if (error_.empty()) error_ = std::string(message);
     failed_ = ended_ = true;
     send(out, {{"type", "error"}, {"code", reason_code(reason)}, {"message", message}, {"param", nullptr},
-               {"sequence_number", next_seq_++}});
+               {"sequence_number", take_seq()}});
     if (snapshot_.empty()) return;  // nothing began: the error alone ends it
     json::object response = snapshot_;
     response["status"] = "failed";
@@ -254,7 +254,15 @@ class NativeStream final : public llm::StreamTranslator {
     json::array output;
     for (auto& [_, item] : done_items_) output.push_back(item);
     response["output"] = std::move(output);
-    send(out, {{"type", "response.failed"}, {"response", std::move(response)}, {"sequence_number", next_seq_++}});
+    send(out, {{"type", "response.failed"}, {"response", std::move(response)}, {"sequence_number", take_seq()}});
+  }
+
+  // The next number of an event of the gateway's own (it saturates: an upstream may have
+  // used the largest).
+  std::int64_t take_seq() noexcept {
+    const std::int64_t n = next_seq_;
+    if (n < std::numeric_limits<std::int64_t>::max()) ++next_seq_;
+    return n;
   }
 
   Ids ids_;
