@@ -249,12 +249,19 @@ describe('accounting invariants over random request mixes', () => {
       const workers = Array.from({ length: 8 }, async () => {
         while (next < TOTAL) await one();
       });
-      // Redis paused twice under the load.
+      // Redis paused twice under the load: at the 60th and the 140th request, each time
+      // for 400 ms or 30 requests, whichever ends first. (Paced by the requests rather than
+      // the clock: on a slow machine, fixed times put so much of the mix into the pauses,
+      // refused 503 by the closed quota, that the quota was never reached.)
+      const reach = async (n, ms = Infinity) => {
+        const until = Date.now() + ms;
+        while (next < n && Date.now() < until) await delay(5);
+      };
       const pauses = (async () => {
-        for (const at of [400, 900]) {
-          await delay(at);
+        for (const at of [60, 140]) {
+          await reach(at);
           process.kill(redis.proc.pid, 'SIGSTOP');
-          await delay(400);
+          await reach(at + 30, 400);
           process.kill(redis.proc.pid, 'SIGCONT');
         }
       })();
