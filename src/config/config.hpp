@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "config/admission.hpp"
+#include "config/cache.hpp"
 #include "config/keys.hpp"
 #include "config/models.hpp"
 #include "config/params.hpp"
@@ -66,6 +67,7 @@ struct Config {
   HistorySettings history;
   EventSettings events;
   RoutingSettings routing;
+  CacheSettings cache;
 
   const Route* find_route(std::string_view alias) const noexcept;
   const ApiKey* find_key(std::string_view secret) const noexcept;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config/backend.hpp"
+#include "config/cache.hpp"
 #include "config/routing.hpp"
 
 namespace sluice::config {
@@ -37,6 +38,7 @@ struct Route {
   std::optional<std::string> canned_reply;  // answered (200) when every option failed; else 503
   std::optional<CanaryConfig> canary;
   std::optional<BreakerConfig> breaker;     // overrides routing.breaker for this route's backends
+  std::optional<RouteCache> cache;          // the response cache (docs/cache.md); off without it
 
   const Backend& primary() const noexcept { return backends.front(); }
 };

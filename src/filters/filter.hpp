@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 #include <new>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -93,14 +94,29 @@ struct Request {
   // for the end hooks, when a filter set *keep_answer in its request hook; else empty.
   const std::string* answer = nullptr;
   bool* keep_answer = nullptr;
+  // The same answer in the internal form (a chat.completion, also for a stream once it
+  // ended well), for the end hooks, when a filter set *keep_completion in its request
+  // hook; empty otherwise, and for an answer a backend gave in the client's API itself.
+  const std::string* completion = nullptr;
+  bool* keep_completion = nullptr;
+};
+
+// An answer a filter gives itself instead of the upstream (a cache hit): a chat.completion,
+// sent in the client's API, whole or streamed, under the request's own id.
+struct LocalAnswer {
+  std::string completion;
+  std::int64_t prompt_tokens = 0, completion_tokens = 0;  // what generating it cost (saved now)
 };
 
 // Why a filter ended the request: the local reply. retry_after_ms < 0: no Retry-After.
+// With `answer` set (and reason ok), the request is answered with it (a 200): the end
+// hooks then run after it was sent.
 struct Stop {
   Reason reason = Reason::ok;
   std::string message;
   std::string param;
   std::int64_t retry_after_ms = -1;
+  std::optional<LocalAnswer> answer;
 };
 
 enum class Next : std::uint8_t { go, stop, wait };
@@ -182,6 +198,7 @@ class Pass {
   // running; the first exception is rethrown after them.
   void end();
   Stop& stop() { return stop_; }
+  Request& request() { return req_; }
 
  private:
   Next step(Phase p, std::size_t from);  // the hooks of phase p from filter `from` on

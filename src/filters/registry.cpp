@@ -11,6 +11,7 @@ std::unique_ptr<Filter> make_billed_fields(const Deps&);
 std::unique_ptr<Filter> make_max_messages(const Deps&);
 std::unique_ptr<Filter> make_conversations(const Deps&);
 std::unique_ptr<Filter> make_rate_limits(const Deps&);
+std::unique_ptr<Filter> make_cache(const Deps&);
 std::unique_ptr<Filter> make_concurrency(const Deps&);
 
 Chain make_chain(const Deps& d) {
@@ -21,6 +22,7 @@ Chain make_chain(const Deps& d) {
   c.add(make_conversations(d));  // Responses API: previous_response_id continued, store kept
   c.add(make_max_messages(d));   // too_many_messages (of the whole conversation)
   c.add(make_rate_limits(d));    // rate limits and token quotas
+  c.add(make_cache(d));          // the response cache: a hit is answered here (no slot, no tokens)
   c.add(make_concurrency(d));    // slots and the priority queue
   return c;
 }

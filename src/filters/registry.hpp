@@ -18,6 +18,10 @@ class Counter;
 namespace sluice::conversations {
 class WorkerStore;
 }
+namespace sluice::cache {
+class WorkerCache;
+struct Counters;
+}  // namespace sluice::cache
 
 namespace sluice::filters {
 
@@ -29,6 +33,10 @@ struct Deps {
   bool count_prompts = false;  // token quotas apply: count prompts exactly when a bound is refused
   // This worker's view of the stored responses (shared: a pass may outlive the handler).
   std::shared_ptr<conversations::WorkerStore> conversations;
+  // This worker's view of the response cache and the process's counters (null when no
+  // route caches).
+  std::shared_ptr<cache::WorkerCache> cache;
+  cache::Counters* cache_counters = nullptr;
 };
 
 // A worker's chain: every filter whose policy is configured, in the order of the list.

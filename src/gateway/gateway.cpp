@@ -15,6 +15,7 @@
 #include "events/events.hpp"
 #include "history/history.hpp"
 #include "history/responses.hpp"
+#include "cache/cache.hpp"
 #include "conversations/store.hpp"
 #include "common/text.hpp"
 #include "gateway/state.hpp"
@@ -169,6 +170,8 @@ class GatewayImpl final : public Gateway {
     shared_.gate = gate_.get();
     conversations_ = std::make_unique<conversations::Store>(c, response_table(c));
     shared_.conversations = conversations_.get();
+    cache_ = std::make_unique<cache::Cache>(c);
+    shared_.cache = cache_.get();
     if (!c.rate_limits.tokens.empty()) {
       auto [counter, info] = load_tokenizer(c);
       shared_.tokens = std::move(counter);
@@ -361,6 +364,7 @@ class GatewayImpl final : public Gateway {
   std::unique_ptr<limits::Limiter> limiter_;
   std::unique_ptr<limits::Gate> gate_;
   std::unique_ptr<conversations::Store> conversations_;  // stored responses
+  std::unique_ptr<cache::Cache> cache_;                  // the response cache
   std::string tokenizer_info_;
   std::string connections_info_;
   std::unique_ptr<Router> router_;  // before the server: the workers use it

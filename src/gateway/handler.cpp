@@ -12,11 +12,14 @@
 #include "common/reason.hpp"
 #include "common/text.hpp"
 #include "filters/registry.hpp"
+#include "gateway/cache_admin.hpp"
 #include "gateway/reconcile.hpp"
 #include "gateway/state.hpp"
 #include "history/history.hpp"
 #include "http/beast.hpp"
+#include "cache/cache.hpp"
 #include "llm/chat.hpp"
+#include "llm/fold.hpp"
 #include "llm/wire.hpp"
 
 namespace sluice::gateway {
@@ -71,6 +74,8 @@ struct Context {
   tokenizer::Encoding encoding = tokenizer::Encoding::cl100k_base;  // the route's, for counting tokens
   std::string answer;        // the client's whole answer, kept only when a filter asked (keep_answer)
   bool keep_answer = false;
+  std::string completion;    // the same as a chat.completion, kept only when a filter asked (keep_completion)
+  bool keep_completion = false;
 };
 
 // The outcome of relaying one upstream answer.
@@ -110,6 +115,7 @@ class WorkerHandler {
         table_(g.router->table()),
         client_(http::Client::create(ex, cfg_.upstream_pool_per_host)),
         cut_timer_(ex) {
+    if (g.cache) cache_ = g.cache->for_worker(ex);  // (also on the admin listener: /admin/cache)
     if (admin_listener_) return;  // no requests to limit or count there
     if (g.limiter && g.limiter->active()) limiter_ = g.limiter->make_worker(ex);
     if (g.metrics) metrics_ = &g.metrics->add_worker();
@@ -120,7 +126,9 @@ class WorkerHandler {
          .gate = g.gate,
          .tokens = &g.tokens,
          .count_prompts = g.count_prompts,
-         .conversations = conversations_}));
+         .conversations = conversations_,
+         .cache = cache_,
+         .cache_counters = g.cache ? &g.cache->counters() : nullptr}));
   }
 
   awaitable<void> handle(http::Exchange& ex) {
@@ -190,8 +198,12 @@ class WorkerHandler {
       co_await reconcile(ex, ctx, method);
       co_return;
     }
+    if (path == "/admin/cache") {
+      co_await admin_cache(ex, ctx, method);
+      co_return;
+    }
     if (admin_listener_) {
-      co_await ex.reply(json_reply(404, error_body(Reason::not_found, "the admin listener serves /health, /ready, /metrics, /infra and /admin/usage/reconcile"), ctx));
+      co_await ex.reply(json_reply(404, error_body(Reason::not_found, "the admin listener serves /health, /ready, /metrics, /infra, /admin/usage/reconcile and /admin/cache"), ctx));
       co_return;
     }
     // In flight from here until the coroutine ends, however it ends.
@@ -419,6 +431,32 @@ class WorkerHandler {
     record(ctx);
   }
 
+  // /admin/cache (cache_admin.cpp): the response cache's entries, listed or dropped. An
+  // admin key on the main listener, none on the admin listener, like reconcile. Not a
+  // record itself (the access log keeps its line).
+  awaitable<void> admin_cache(http::Exchange& ex, Context& ctx, std::string_view method) {
+    ctx.rec.to_sinks = false;
+    if (auto denied = admin_listener_ ? std::optional<Reason>{} : authenticate(ex, ctx)) {
+      co_await auth_failure(ex, ctx, *denied);
+    } else if (!admin_listener_ && !ctx.key->admin) {
+      co_await local_reply(ex, ctx, Reason::forbidden, "only an admin key may use /admin/cache");
+    } else if (!cache_) {
+      co_await local_reply(ex, ctx, Reason::not_found, "the response cache is not running");
+    } else {
+      const auto target = ex.request().target();
+      const auto q = target.find('?');
+      const std::string_view qs = q == std::string_view::npos ? std::string_view{} : target.substr(q + 1);
+      auto answer = co_await cache_admin(*cache_, method, qs);
+      if (answer.reason != Reason::ok) {
+        co_await local_reply(ex, ctx, answer.reason, std::move(answer.body), answer.param);
+      } else {
+        ctx.rec.status = 200;
+        co_await ex.reply(json_reply(200, std::move(answer.body), ctx));
+      }
+    }
+    record(ctx);
+  }
+
   // POST /v1/messages/count_tokens: the prompt's tokens by OpenAI's chat formula, exact
   // with the BPE where its rank files are loaded (with token quotas), else estimated.
   // Anthropic's tokenizer is not public: for Claude models this is an approximation.
@@ -588,7 +626,9 @@ class WorkerHandler {
                             .reply_headers = ctx.headers,
                             .rec = ctx.rec,
                             .answer = &ctx.answer,
-                            .keep_answer = &ctx.keep_answer};
+                            .keep_answer = &ctx.keep_answer,
+                            .completion = &ctx.completion,
+                            .keep_completion = &ctx.keep_completion};
   }
 
   // Whether every backend that may serve the route (its own, its canary's, its fallbacks')
@@ -615,8 +655,15 @@ class WorkerHandler {
     filters::Next n = pass.run(phase);
     if (n == filters::Next::wait) n = co_await pass.resume(phase);
     if (n == filters::Next::go) co_return true;
-    pass.end();
     auto& stop = pass.stop();
+    if (stop.answer && stop.reason == Reason::ok) {
+      // A filter's own answer (a cache hit): sent first, then the end hooks (which may
+      // keep what was sent).
+      co_await local_answer(ex, ctx, pass.request().chat, *stop.answer);
+      pass.end();
+      co_return false;
+    }
+    pass.end();
     if (stop.reason == Reason::ok) {  // a filter stopped without saying why
       stop.reason = Reason::internal;
       stop.message = "a request filter stopped the request without a reason";
@@ -896,6 +943,45 @@ class WorkerHandler {
     if (!co_await ex.reply(json_reply(200, std::move(out), ctx))) ctx.rec.client_cancelled = true;
   }
 
+  // A filter's own answer (filters::LocalAnswer: a cache hit), under this request's id, in
+  // the client's API, whole or streamed at once. Nothing was generated: no tokens are
+  // charged (the record's saved_tokens says what it spared).
+  awaitable<void> local_answer(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
+                               const filters::LocalAnswer& a) {
+    ctx.rec.prompt_tokens = 0;
+    ctx.rec.completion_tokens = 0;
+    if (creq.stream) {
+      std::string upstream = llm::replay_stream(a.completion, creq, ctx.request_id);
+      if (upstream.empty()) {
+        co_await local_reply(ex, ctx, Reason::internal, "a cached answer could not be read");
+        co_return;
+      }
+      auto tr = ctx.codec->stream(llm::make_openai_stream(creq), creq, ctx.request_id);
+      std::string frames;
+      tr->feed(upstream, frames);
+      tr->finish(frames);
+      if (ctx.keep_answer) ctx.answer = tr->final_answer();
+      ctx.rec.status = 200;
+      ctx.rec.ttft_ms = ms_since(ctx.start);
+      http::HeaderList h = std::move(ctx.headers);
+      h.emplace_back("Cache-Control", "no-cache");
+      if (!co_await ex.begin_stream(200, "text/event-stream", h) || !co_await ex.write_chunk(frames) ||
+          !co_await ex.end_stream()) {
+        ctx.rec.client_cancelled = true;
+      }
+      co_return;
+    }
+    auto done = llm::replay_whole(a.completion, ctx.request_id);
+    if (!done) {
+      co_await local_reply(ex, ctx, Reason::internal, "a cached answer could not be read");
+      co_return;
+    }
+    std::string out = ctx.codec->answer(*done, creq, ctx.request_id);
+    if (ctx.keep_answer) ctx.answer = out;
+    ctx.rec.status = 200;
+    if (!co_await ex.reply(json_reply(200, std::move(out), ctx))) ctx.rec.client_cancelled = true;
+  }
+
   // What a request got from a backend's breakers before going there.
   struct Passes {
     upstream::Breaker::Pass backend{true, false, 0}, provider{true, false, 0};
@@ -1138,6 +1224,7 @@ class WorkerHandler {
       ctx.rec.tokens_per_s = ctx.rec.completion_tokens * 1000.0 / gen_ms;
     }
     ctx.rec.status = 200;
+    if (ctx.keep_completion && !native) ctx.completion = done->body;
     std::string body = native ? std::move(done->body) : ctx.codec->answer(*done, creq, ctx.request_id);
     if (ctx.keep_answer) ctx.answer = body;
     http::Response r = json_reply(200, std::move(body), ctx);
@@ -1157,8 +1244,15 @@ class WorkerHandler {
                                                      const BackendRuntime& be, bool native,
                                                      const http::ClientRequest& ureq, Clock::time_point deadline) {
     const auto& to = cfg_.timeouts;
-    auto translator = native ? ctx.codec->native_stream(creq)
-                             : ctx.codec->stream(llm::make_stream(be.wire, creq, ctx.request_id), creq, ctx.request_id);
+    std::unique_ptr<llm::StreamTranslator> translator;
+    if (native) {
+      translator = ctx.codec->native_stream(creq);
+    } else {
+      auto chunks = llm::make_stream(be.wire, creq, ctx.request_id);
+      // A filter keeps the answer (the cache): folded as its chunks go by.
+      if (ctx.keep_completion) chunks = llm::fold_stream(std::move(chunks), &ctx.completion, cfg_.max_upstream_response_bytes);
+      translator = ctx.codec->stream(std::move(chunks), creq, ctx.request_id);
+    }
     // With token quotas, the relayed output is counted with the tokenizer (what a client
     // that leaves before the usage chunk pays); otherwise content chunks approximate it.
     if (ctx.rec.reserved_tokens >= 0) translator->count_output(&g_.tokens, ctx.encoding);
@@ -1436,6 +1530,7 @@ class WorkerHandler {
   std::unique_ptr<http::Client> client_;
   std::unique_ptr<limits::WorkerLimiter> limiter_;  // null when no limit is configured
   std::shared_ptr<conversations::WorkerStore> conversations_;  // stored responses (null on the admin listener)
+  std::shared_ptr<cache::WorkerCache> cache_;                  // the response cache (null on the admin listener)
   // The request policies, in order; each pass holds it too (a frame destroyed after the
   // handler, at a forced stop, drops its filters' states through it).
   std::shared_ptr<const filters::Chain> chain_ = std::make_shared<const filters::Chain>();

@@ -23,6 +23,9 @@
 namespace sluice::history {
 class History;
 }
+namespace sluice::cache {
+class Cache;
+}
 namespace sluice::events {
 class EventSink;
 }
@@ -49,6 +52,7 @@ struct Shared {
   limits::Limiter* limiter = nullptr;  // rate limits and token quotas
   limits::Gate* gate = nullptr;        // requests in flight, priority queue
   conversations::Store* conversations = nullptr;  // stored responses (Responses API)
+  cache::Cache* cache = nullptr;                  // the response cache (routes opt in)
   tokenizer::Counter tokens;           // exact BPE where rank files were found, else estimates
   bool count_prompts = false;          // token quotas apply: count prompts exactly at admission
   std::atomic<bool> draining{false};

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "common/text.hpp"
+#include "cache/cache.hpp"
 #include "gateway/state.hpp"
 #include "events/events.hpp"
 #include "history/history.hpp"
@@ -34,6 +35,7 @@ std::string render_metrics(const Shared& g) {
   telemetry::render_process_metrics(o, SLUICE_VERSION);
   telemetry::render_gpu_metrics(o);
   if (g.router) g.router->render_metrics(o);
+  if (g.cache) g.cache->render_metrics(o);
   if (const auto* server = g.server.load(std::memory_order_acquire)) {
     const auto c = server->connection_stats();
     help(o, "sluice_client_connections_open", "gauge", "Client connections open (all workers).");
@@ -293,6 +295,10 @@ std::string render_infra(const Shared& g) {
   if (g.conversations) {
     o += ",\"stored_responses\":";
     o += g.conversations->status_json();
+  }
+  if (g.cache) {
+    o += ",\"cache\":";
+    o += g.cache->status_json();
   }
   o += '}';
   return o;

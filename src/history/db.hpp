@@ -30,6 +30,8 @@ struct Row {
   std::int64_t reserved_tokens = -1;
   double temperature = -1, top_p = -1;
   std::int64_t max_tokens = -1, num_ctx = -1, num_gpu = -1, num_batch = -1;
+  std::string cache;  // migration 4
+  std::int64_t saved_tokens = -1;
 };
 
 using Member = std::variant<std::int64_t Row::*, double Row::*, std::string Row::*, bool Row::*>;
@@ -109,7 +111,7 @@ std::string mask_postgres_url(std::string_view url);
 // connection details).
 std::string scrub_password(std::string text, std::string_view url);
 
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 // Applies the migrations not yet recorded in schema_migrations (idempotent, safe when
 // several instances start at once), up to `up_to` (the tests make older schemas). Sets
 // `version` to the schema version afterwards.

@@ -103,6 +103,8 @@ void fill_row(Row& row, const telemetry::RequestRecord& r) {
   row.num_ctx = r.num_ctx;
   row.num_gpu = r.num_gpu;
   row.num_batch = r.num_batch;
+  assign_clean(row.cache, r.cache);
+  row.saved_tokens = r.saved_tokens;
 }
 
 void append_number(std::string& out, double v) {

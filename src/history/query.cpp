@@ -14,11 +14,11 @@ namespace {
 
 using std::chrono::milliseconds;
 
-constexpr std::array<std::pair<std::string_view, std::string_view>, 15> kGroups{{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 16> kGroups{{
     {"model", "model"},     {"tier", "tier"},       {"tenant", "tenant"},         {"key", "key_name"},
     {"provider", "provider"}, {"backend", "backend"}, {"status", "status"},       {"reason", "reason"},
     {"stream", "stream"},   {"num_ctx", "num_ctx"}, {"num_gpu", "num_gpu"},       {"num_batch", "num_batch"},
-    {"temperature", "temperature"}, {"top_p", "top_p"}, {"max_tokens", "max_tokens"},
+    {"temperature", "temperature"}, {"top_p", "top_p"}, {"max_tokens", "max_tokens"}, {"cache", "cache"},
 }};
 
 using Param = QueryParam;

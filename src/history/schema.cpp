@@ -10,7 +10,7 @@
 namespace sluice::history {
 
 std::span<const Column> columns() {
-  static const std::array<Column, 33> kColumns{{
+  static const std::array<Column, 35> kColumns{{
       {"unix_ms", &Row::unix_ms, false},
       {"request_id", &Row::request_id, false},
       {"method", &Row::method, false},
@@ -44,6 +44,8 @@ std::span<const Column> columns() {
       {"num_ctx", &Row::num_ctx, true},
       {"num_gpu", &Row::num_gpu, true},
       {"num_batch", &Row::num_batch, true},
+      {"cache", &Row::cache, true},
+      {"saved_tokens", &Row::saved_tokens, true},
   }};
   return kColumns;
 }
@@ -137,7 +139,15 @@ CREATE TABLE responses (
 CREATE INDEX responses_expires_ms ON responses (expires_ms);
 )";
 
+// Migration 4: the response cache's outcome (hit, miss, refresh, bypass) and what a hit
+// saved. Both columns are nullable: rows written before stay as they are.
+constexpr std::string_view kMigration4 = R"(
+ALTER TABLE requests ADD COLUMN cache TEXT;
+ALTER TABLE requests ADD COLUMN saved_tokens BIGINT;
+)";
+
 std::string migration_sql(Dialect d, int version) {
+  if (version == 4) return std::string(kMigration4);
   if (version == 3) return std::string(kMigration3);
   if (version == 2) return std::string(d == Dialect::sqlite ? kMigration2Sqlite : kMigration2Postgres);
   if (version != 1) return "";

@@ -46,6 +46,10 @@ struct RequestRecord {
   std::string_view priority;       // queue class the request was served in
   double queue_ms = -1;            // time waited in the concurrency gate's queue
   std::int64_t reserved_tokens = -1;
+  // The response cache (filters/cache.cpp): "hit", "miss", "refresh" (Cache-Control:
+  // no-cache), "bypass" (a caching route, a request it does not take); empty: no cache.
+  std::string_view cache;
+  std::int64_t saved_tokens = -1;  // a hit: the tokens generating its answer cost
   // Request options worth grouping by in the history (-1 = not set by the client).
   double temperature = -1;
   double top_p = -1;

@@ -347,6 +347,15 @@ const Table<Route>& route_table() {
                           return true;
                         })
               .read_at(6),
+          custom<Route>("cache", "map", "none",
+                        "The response cache for this route, see `models[].cache` and `docs/cache.md`; `cache: {}` "
+                        "turns it on with the defaults.",
+                        [](Loader& l, const YAML::Node& v, const std::string& p, Route& r) {
+                          RouteCache rc;
+                          read_route_cache(l, v, p, rc);
+                          r.cache = rc;
+                          return true;
+                        }),
           custom<Route>("allow_params", "list", "none",
                         "Request fields that bill or store on the operator's upstream account, which clients may set "
                         "on this model: `service_tier`, `store`, `web_search_options`; and, for backends that serve "

@@ -253,6 +253,8 @@ const Table<Config>& root_table() {
               .from_env("SLUICE_DATA_DIR", "(relative to the working directory)"),
           delegate("history", "map", "see `history`", "The request history (`docs/history.md`).", read_history),
           delegate("events", "map", "see `events`", "Kafka events (`docs/events.md`).", read_events),
+          delegate("cache", "map", "see `cache`", "The response cache (`docs/cache.md`); routes opt in with `models[].cache`.",
+                   read_cache),
           delegate("routing", "map", "see `routing`",
                    "Health probes, ejection, circuit breakers and the webhook, shared by every route.", read_routing)
               .read_at(-1),  // before models: a route's breaker override starts from routing.breaker

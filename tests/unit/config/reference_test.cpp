@@ -117,6 +117,8 @@ std::map<std::string, Host> hosts() {
       {"concurrency.max_wait", {"{concurrency: {max_wait: @}, " + route + "}", "concurrency.max_wait", {}}},
       {"history", {"{history: @, " + route + "}", "history", {}}},
       {"events", {"{events: @, " + route + "}", "events", {}}},
+      {"cache", {"{cache: @, " + route + "}", "cache", {}}},
+      {"models[].cache", {"{models: [{alias: demo, provider: simulated, cache: @}]}", "models[0].cache", {}}},
   };
 }
 
