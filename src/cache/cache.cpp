@@ -9,6 +9,7 @@
 #include "cache/memory.hpp"
 #include "common/redis_url.hpp"
 #include "config/config.hpp"
+#include "llm/chat.hpp"
 #include "store/redis.hpp"
 
 namespace sluice::cache {
@@ -60,7 +61,10 @@ std::optional<Entry> decode(std::string_view v) {
   std::int64_t n[3];
   std::string_view rest;
   if (!decode_head(v, n, rest) || rest.empty()) return std::nullopt;
-  return Entry{.completion = std::string(rest), .prompt_tokens = n[0], .completion_tokens = n[1], .stored_ms = n[2]};
+  return Entry{.completion = std::string(rest),
+               .prompt_tokens = std::max<std::int64_t>(n[0], 0),
+               .completion_tokens = std::max<std::int64_t>(n[1], 0),
+               .stored_ms = n[2]};
 }
 
 // A glob pattern (SCAN MATCH) matching `s` literally.
@@ -118,7 +122,9 @@ class RedisWorker final : public WorkerCache {
   void put(Key key, Entry e, milliseconds ttl) override {
     std::string value = encode(e);
     std::string k = redis_key(key);
-    sh_->memory.put(key, std::move(e), std::min(ttl, conn_->up() ? sh_->settings.local_ttl : ttl));
+    // This instance's copy answers for local_ttl at most, Redis up or not (so that a drop
+    // made elsewhere reaches it in that time).
+    sh_->memory.put(key, std::move(e), std::min(ttl, sh_->settings.local_ttl));
     if (!conn_->up()) return;
     net::co_spawn(
         ex_,
@@ -146,7 +152,7 @@ class RedisWorker final : public WorkerCache {
       const std::size_t prefix = cache_prefix().size();
       l.key.route = std::string(name.substr(prefix, name.size() - prefix - 65));
       l.key.hash = std::string(name.substr(name.size() - 64));
-      l.tokens = n[0] + n[1];
+      l.tokens = llm::saturating_add(std::max<std::int64_t>(n[0], 0), std::max<std::int64_t>(n[1], 0));
       l.stored_ms = n[2];
       if (ttl.ok() && ttl.reply->type == store::RedisReply::Type::integer) l.ttl_ms = ttl.reply->integer;
       if (len.ok() && len.reply->type == store::RedisReply::Type::integer) {
@@ -219,7 +225,8 @@ bool valid_hash(std::string_view h) {
   return h.size() == 64 && h.find_first_not_of("0123456789abcdef") == std::string_view::npos;
 }
 
-Cache::Cache(const config::Config& cfg) : shared_(std::make_shared<Shared>(cfg)) {
+Cache::Cache(const config::Config& cfg)
+    : shared_(std::make_shared<Shared>(cfg)), flights_(std::make_unique<Flights>(cfg.max_upstream_response_bytes)) {
   if (cfg.cache.store != config::CacheStore::redis) return;
   auto ep = store::parse_redis_url(cfg.redis.url);
   if (!ep) return;  // (checked at load)
@@ -245,6 +252,8 @@ std::string Cache::status_json() const {
   o += R"(,"bytes_here":)" + std::to_string(shared_->memory.bytes());
   o += R"(,"hits":)" + n(counters_.hits) + R"(,"misses":)" + n(counters_.misses) + R"(,"stores":)" + n(counters_.stores) +
        R"(,"bypassed":)" + n(counters_.bypassed) + R"(,"tokens_saved":)" + n(counters_.tokens_saved) +
+       R"(,"coalesced":)" + n(counters_.coalesced) + R"(,"coalesced_tokens":)" + n(counters_.coalesced_tokens) +
+       R"(,"in_flight":)" + std::to_string(flights_->size()) +
        R"(,"bytes_served":)" + n(counters_.bytes_served);
   if (shared_->redis) {
     int up = 0, all = 0;
@@ -284,6 +293,10 @@ void Cache::render_metrics(std::string& out) const {
   counter("sluice_cache_tokens_saved_total", "Tokens (prompt and completion) the hits did not generate again.",
           counters_.tokens_saved);
   counter("sluice_cache_bytes_served_total", "Bytes of kept answers served from the cache.", counters_.bytes_served);
+  counter("sluice_coalesced_total", "Requests that shared a generation in flight instead of their own.",
+          counters_.coalesced);
+  counter("sluice_coalesced_tokens_total", "Tokens (prompt and completion) the shared generations did not generate again.",
+          counters_.coalesced_tokens);
   out += "# HELP sluice_cache_entries Entries held in this instance's memory layer.\n# TYPE sluice_cache_entries gauge\n";
   out += "sluice_cache_entries " + std::to_string(shared_->memory.size()) + "\n";
   out += "# HELP sluice_cache_bytes Bytes held in this instance's memory layer.\n# TYPE sluice_cache_bytes gauge\n";

@@ -16,8 +16,11 @@
 #include <string_view>
 #include <vector>
 
+#include "cache/flight.hpp"
+
 namespace sluice::config {
 struct Config;
+struct Route;
 }
 namespace sluice::llm {
 struct ChatRequest;
@@ -40,8 +43,10 @@ struct Key {
   std::string hash;
 };
 
-// The key of `req` on `route`; `scope`: the tenant, or "" for a route that shares entries.
-Key key_of(const llm::ChatRequest& req, std::string_view route, std::string_view scope);
+// The key of `req` on the route named `route`, served by `served` (its backends, as the
+// overload below writes them); `scope`: the tenant, or "" for a route that shares entries.
+Key key_of(const llm::ChatRequest& req, std::string_view route, std::string_view scope, std::string_view served = {});
+Key key_of(const config::Route& route, const llm::ChatRequest& req, std::string_view scope);
 // Whether `h` is a key's hash (64 lower-case hex digits).
 bool valid_hash(std::string_view h);
 // Whether the request asks for one answer only: temperature 0 (top-level or Ollama
@@ -61,6 +66,7 @@ struct Listed {
 struct Counters {
   std::atomic<std::uint64_t> hits{0}, misses{0}, stores{0}, bypassed{0}, store_errors{0};
   std::atomic<std::uint64_t> bytes_served{0}, tokens_saved{0};
+  std::atomic<std::uint64_t> coalesced{0}, coalesced_tokens{0};  // followers; the tokens they did not generate
 };
 
 // One worker's view (used on that worker's thread only).
@@ -83,6 +89,7 @@ class Cache {
   ~Cache();
   std::unique_ptr<WorkerCache> for_worker(boost::asio::any_io_executor ex);
   Counters& counters() { return counters_; }
+  Flights& flights() { return *flights_; }
   // /infra: {"store":..., "entries_here":N, "bytes_here":N, "hits":..., [,"redis_up":bool]}.
   std::string status_json() const;
   // Prometheus text (sluice_cache_*).
@@ -94,6 +101,7 @@ class Cache {
  private:
   Counters counters_;
   std::shared_ptr<Shared> shared_;
+  std::unique_ptr<Flights> flights_;
 };
 
 }  // namespace sluice::cache

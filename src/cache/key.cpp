@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cache/cache.hpp"
+#include "config/models.hpp"
 #include "llm/chat.hpp"
 
 namespace sluice::cache {
@@ -56,8 +57,32 @@ void canonical(std::string& out, const json::value& v) {
       out += ']';
       return;
     }
+    case json::kind::double_: {
+      // 0 and 0.0 (and 1e0) are one value.
+      const double d = v.get_double();
+      if (d == static_cast<double>(static_cast<std::int64_t>(d)) && d > -9.0e15 && d < 9.0e15) {
+        out += std::to_string(static_cast<std::int64_t>(d));
+      } else {
+        out += json::serialize(v);
+      }
+      return;
+    }
     default: out += json::serialize(v);
   }
+}
+
+// A message's content given as one text part is the same as that text.
+json::value content_of(const json::value& c) {
+  if (const auto* a = c.if_array(); a && a->size() == 1) {
+    if (const auto* part = (*a)[0].if_object()) {
+      const auto* type = part->if_contains("type");
+      const auto* text = part->if_contains("text");
+      if (type && type->is_string() && type->get_string() == "text" && text && text->is_string() && part->size() == 2) {
+        return *text;
+      }
+    }
+  }
+  return c;
 }
 
 bool zero(const json::value* v) { return v && v->is_number() && v->to_number<double>() == 0.0; }
@@ -65,16 +90,42 @@ bool set(const json::value* v) { return v && !v->is_null(); }
 
 }  // namespace
 
-Key key_of(const llm::ChatRequest& req, std::string_view route, std::string_view scope) {
-  std::string text = "v1\n";
+Key key_of(const config::Route& route, const llm::ChatRequest& req, std::string_view scope) {
+  // What serves the route: a reload that changes its backends' models starts afresh.
+  std::string served;
+  for (const auto& b : route.backends) {
+    served += config::to_string(b.provider);
+    served += '/';
+    served += b.model;
+    served += '\n';
+  }
+  return key_of(req, route.alias, scope, served);
+}
+
+Key key_of(const llm::ChatRequest& req, std::string_view route, std::string_view scope, std::string_view served) {
+  std::string text = "v2\n";
   text += scope;
   text += '\n';
   text += route;
   text += '\n';
+  text += served;
+  text += '\n';
   json::object kept;
   for (const auto& e : req.body) {
-    if (std::find(std::begin(kIgnored), std::end(kIgnored), std::string_view(e.key())) == std::end(kIgnored)) {
-      kept.emplace(e.key(), e.value());
+    const std::string_view k = e.key();
+    if (std::find(std::begin(kIgnored), std::end(kIgnored), k) != std::end(kIgnored)) continue;
+    if (k == "max_completion_tokens") {
+      kept["max_tokens"] = e.value();  // the same bound, by its newer name
+    } else if (k == "messages" && e.value().is_array()) {
+      json::array ms;
+      for (const auto& m : e.value().get_array()) {
+        json::value one = m;
+        if (auto* o = one.if_object(); o && o->contains("content")) (*o)["content"] = content_of(o->at("content"));
+        ms.push_back(std::move(one));
+      }
+      kept["messages"] = std::move(ms);
+    } else if (!kept.contains(k)) {
+      kept.emplace(k, e.value());
     }
   }
   canonical(text, kept);

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "cache/memory.hpp"
+#include "llm/chat.hpp"
 
 namespace sluice::cache {
 
@@ -25,6 +26,15 @@ void Cache::Memory::put(const Key& key, Entry e, std::chrono::milliseconds ttl) 
   if (bytes > max_bytes_ || ttl.count() <= 0) return;
   std::lock_guard lock(mu_);
   if (auto it = index_.find(key.hash); it != index_.end()) drop(it->second);
+  // Every 64th put also drops what expired (entries expire in no particular order).
+  if (++puts_ % 64 == 0) {
+    const auto now = Clock::now();
+    for (auto it = order_.begin(); it != order_.end();) {
+      auto next = std::next(it);
+      if (it->expires <= now) drop(it);
+      it = next;
+    }
+  }
   while (!order_.empty() && used_ + bytes > max_bytes_) drop(order_.begin());
   order_.push_back(Node{key, std::move(e), Clock::now() + ttl, bytes});
   index_.emplace(key.hash, std::prev(order_.end()));
@@ -62,7 +72,8 @@ std::vector<Listed> Cache::Memory::list(std::string_view route, std::size_t limi
                          .bytes = it->entry.completion.size(),
                          .stored_ms = it->entry.stored_ms,
                          .ttl_ms = std::chrono::duration_cast<std::chrono::milliseconds>(it->expires - now).count(),
-                         .tokens = it->entry.prompt_tokens + it->entry.completion_tokens});
+                         .tokens = llm::saturating_add(std::max<std::int64_t>(it->entry.prompt_tokens, 0),
+                                                       std::max<std::int64_t>(it->entry.completion_tokens, 0))});
   }
   return out;
 }

@@ -35,6 +35,7 @@ struct Cache::Memory {
   std::list<Node> order_;  // least recently used first
   std::unordered_map<std::string, Iter> index_;
   std::size_t used_ = 0;
+  std::uint64_t puts_ = 0;
 };
 
 }  // namespace sluice::cache

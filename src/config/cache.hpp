@@ -27,6 +27,7 @@ struct RouteCache {
   std::chrono::milliseconds ttl{0};  // 0: cache.ttl
   bool shared = false;               // one entry for every tenant (else each tenant its own)
   bool any_temperature = false;      // also requests that are not deterministic
+  bool coalesce = false;             // identical requests in flight share one generation
 };
 
 }  // namespace sluice::config

@@ -16,6 +16,7 @@
 #include "filters/filter.hpp"
 #include "filters/registry.hpp"
 #include "llm/chat.hpp"
+#include "llm/fold.hpp"
 #include "telemetry/record.hpp"
 
 namespace sluice::filters {
@@ -23,9 +24,11 @@ namespace sluice::filters {
 namespace {
 
 struct State {
-  bool lookup = false;  // ask the cache in the admit phase
-  bool keep = false;    // keep the answer at the end
+  bool lookup = false;    // ask the cache in the admit phase
+  bool keep = false;      // keep the answer at the end
+  bool coalesce = false;  // share a generation in flight, or lead one
   cache::Key key;
+  std::shared_ptr<cache::Flight> lead;  // the generation this request leads
 };
 
 // Cache-Control request directives (RFC 9111 5.2.1): no-cache, no-store.
@@ -52,62 +55,92 @@ Directives directives(std::string_view v) {
 
 class CacheFilter final : public FilterWith<State> {
  public:
-  CacheFilter(std::shared_ptr<cache::WorkerCache> c, cache::Counters& counters, const config::CacheSettings& settings)
-      : cache_(std::move(c)), counters_(counters), settings_(settings) {}
+  CacheFilter(std::shared_ptr<cache::WorkerCache> c, cache::Counters& counters, cache::Flights& flights,
+              const config::CacheSettings& settings)
+      : cache_(std::move(c)), counters_(counters), flights_(flights), settings_(settings) {}
 
   std::string_view name() const override { return "cache"; }
   unsigned phases() const override { return bit(Phase::request) | bit(Phase::admit) | bit(Phase::end); }
 
  protected:
   Next on(Phase p, Request& r, State& s, Stop&) override {
-    if (p == Phase::admit) return s.lookup ? Next::wait : Next::go;
+    if (p == Phase::admit) return s.lookup || s.coalesce ? Next::wait : Next::go;
     const config::RouteCache* rc = r.route.config && r.route.config->cache ? &*r.route.config->cache : nullptr;
-    if (!rc || !rc->enabled || r.kind != Kind::generate || r.chat.task != llm::Task::chat) return Next::go;
-    const Directives d = directives(r.ex.request().header("cache-control"));
+    if (!rc || !(rc->enabled || rc->coalesce) || r.kind != Kind::generate || r.chat.task != llm::Task::chat) {
+      return Next::go;
+    }
+    const Directives d = directives(r.ex.request().header_list("cache-control"));
     if (r.route.native || d.no_store || (!rc->any_temperature && !cache::deterministic(r.chat))) {
       bypass(r);
       return Next::go;
     }
-    s.key = cache::key_of(r.chat, r.route.config->alias, rc->shared ? std::string_view() : r.key.tenant);
-    s.lookup = !d.no_cache;
-    s.keep = true;
+    s.key = cache::key_of(*r.route.config, r.chat, rc->shared ? std::string_view() : r.key.tenant);
+    // no-cache: a generation of its own (neither a kept answer nor one in flight).
+    s.lookup = rc->enabled && !d.no_cache;
+    s.keep = rc->enabled;
+    s.coalesce = rc->coalesce && !d.no_cache && r.shares;
     if (r.keep_completion) *r.keep_completion = true;
     r.reply_headers.emplace_back("X-Sluice-Cache-Key", s.key.hash);
-    if (!s.lookup) {
-      r.rec.cache = "refresh";
-      r.reply_headers.emplace_back("X-Sluice-Cache", "refresh");
-    }
+    if (d.no_cache) outcome(r, "refresh");
     return Next::go;
   }
 
   boost::asio::awaitable<Next> wait(Phase, Request& r, State& s, Stop& stop) override {
-    auto e = co_await cache_->get(s.key);
-    if (!e) {
-      r.rec.cache = "miss";
-      r.reply_headers.emplace_back("X-Sluice-Cache", "miss");
+    if (s.lookup) {
+      if (auto e = co_await cache_->get(s.key)) {
+        if (llm::keepable(e->completion)) {
+          hit(r, s, *e, stop);
+          co_return Next::stop;
+        }
+        // Not an answer (a value someone else wrote): a miss, and gone.
+        co_await cache_->drop(s.key.route, s.key.hash);
+      }
       counters_.misses.fetch_add(1, std::memory_order_relaxed);
-      co_return Next::go;
     }
-    s.keep = false;
-    r.rec.cache = "hit";
-    r.rec.saved_tokens = e->prompt_tokens + e->completion_tokens;
-    r.reply_headers.emplace_back("X-Sluice-Cache", "hit");
-    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
-    r.reply_headers.emplace_back("Age", std::to_string(std::max<std::int64_t>(now - e->stored_ms, 0) / 1000));
-    counters_.hits.fetch_add(1, std::memory_order_relaxed);
-    counters_.tokens_saved.fetch_add(static_cast<std::uint64_t>(std::max<std::int64_t>(r.rec.saved_tokens, 0)),
-                                     std::memory_order_relaxed);
-    counters_.bytes_served.fetch_add(e->completion.size(), std::memory_order_relaxed);
-    stop.answer = LocalAnswer{std::move(e->completion), e->prompt_tokens, e->completion_tokens};
-    co_return Next::stop;
+    if (s.coalesce) {
+      bool leader = false;
+      auto f = flights_.lead_or_follow(s.key.hash, leader);
+      if (leader) {
+        s.lead = f;
+        *r.shares = f.get();
+      } else if (co_await f->wait_output()) {
+        // Its answer is read from the generation in flight (the handler serves it).
+        s.keep = false;
+        outcome(r, "coalesced");
+        counters_.coalesced.fetch_add(1, std::memory_order_relaxed);
+        stop.answer = LocalAnswer{.completion = {}, .prompt_tokens = 0, .completion_tokens = 0, .flight = std::move(f)};
+        co_return Next::stop;
+      } else {
+        f->leave();  // it ended without an answer: this request generates its own
+      }
+    }
+    outcome(r, "miss");
+    co_return Next::go;
   }
 
   void end(Request& r, State& s) override {
+    if (s.lead) {
+      // Whatever this request got, the followers get: the answer, or that there is none
+      // (before anything was sent, they generate their own).
+      if (!r.completion->empty() && llm::keepable(*r.completion)) {
+        s.lead->finish(*r.completion, std::max<std::int64_t>(r.rec.prompt_tokens, 0),
+                       std::max<std::int64_t>(r.rec.completion_tokens, 0));
+      } else {
+        s.lead->fail(r.rec.reason == Reason::ok ? Reason::upstream_error : r.rec.reason,
+                     r.rec.error.empty() ? std::string("the shared generation failed") : r.rec.error);
+      }
+      flights_.land(s.key.hash, s.lead.get());
+      s.lead.reset();
+    }
+    if (r.rec.cache == "coalesced" && r.rec.saved_tokens > 0) {
+      counters_.coalesced_tokens.fetch_add(static_cast<std::uint64_t>(r.rec.saved_tokens), std::memory_order_relaxed);
+    }
     if (!s.keep || !r.completion || r.completion->empty()) return;
     if (r.rec.status != 200 || r.rec.reason != Reason::ok || r.rec.client_cancelled) return;
-    if (r.completion->size() > settings_.max_entry_bytes) return;
+    // Only what the route's own backends answered (not a fallback's or a canary's), and
+    // only a whole answer.
+    if (!r.rec.served_by.empty() || r.completion->size() > settings_.max_entry_bytes) return;
+    if (!llm::keepable(*r.completion)) return;
     const auto& rc = r.route.config->cache;
     const auto ttl = rc && rc->ttl.count() > 0 ? rc->ttl : settings_.ttl;
     cache::Entry e{.completion = *r.completion,
@@ -119,22 +152,50 @@ class CacheFilter final : public FilterWith<State> {
   }
 
  private:
+  void hit(Request& r, State& s, cache::Entry& e, Stop& stop) {
+    s.keep = false;
+    outcome(r, "hit");
+    e.prompt_tokens = std::max<std::int64_t>(e.prompt_tokens, 0);
+    e.completion_tokens = std::max<std::int64_t>(e.completion_tokens, 0);
+    r.rec.saved_tokens = llm::saturating_add(e.prompt_tokens, e.completion_tokens);
+    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+    const std::int64_t age = e.stored_ms > 0 && e.stored_ms <= now ? (now - e.stored_ms) / 1000 : 0;
+    r.reply_headers.emplace_back("Age", std::to_string(age));
+    counters_.hits.fetch_add(1, std::memory_order_relaxed);
+    counters_.tokens_saved.fetch_add(static_cast<std::uint64_t>(std::max<std::int64_t>(r.rec.saved_tokens, 0)),
+                                     std::memory_order_relaxed);
+    counters_.bytes_served.fetch_add(e.completion.size(), std::memory_order_relaxed);
+    stop.answer = LocalAnswer{.completion = std::move(e.completion),
+                              .prompt_tokens = e.prompt_tokens,
+                              .completion_tokens = e.completion_tokens,
+                              .flight = nullptr};
+  }
+
+  // The request's outcome, once: its record and X-Sluice-Cache.
+  static void outcome(Request& r, std::string_view what) {
+    if (!r.rec.cache.empty()) return;
+    r.rec.cache = what;
+    r.reply_headers.emplace_back("X-Sluice-Cache", std::string(what));
+  }
+
   void bypass(Request& r) {
-    r.rec.cache = "bypass";
-    r.reply_headers.emplace_back("X-Sluice-Cache", "bypass");
+    outcome(r, "bypass");
     counters_.bypassed.fetch_add(1, std::memory_order_relaxed);
   }
 
   std::shared_ptr<cache::WorkerCache> cache_;
   cache::Counters& counters_;
+  cache::Flights& flights_;
   const config::CacheSettings& settings_;
 };
 
 }  // namespace
 
 std::unique_ptr<Filter> make_cache(const Deps& d) {
-  if (!d.cache || !d.cache_counters) return nullptr;
-  return std::make_unique<CacheFilter>(d.cache, *d.cache_counters, d.cfg.cache);
+  if (!d.cache || !d.cache_counters || !d.flights) return nullptr;
+  return std::make_unique<CacheFilter>(d.cache, *d.cache_counters, *d.flights, d.cfg.cache);
 }
 
 }  // namespace sluice::filters

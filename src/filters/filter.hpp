@@ -47,6 +47,9 @@ enum class Provider;
 namespace sluice::llm {
 struct ChatRequest;
 }
+namespace sluice::cache {
+class Flight;
+}
 namespace sluice::telemetry {
 struct RequestRecord;
 }
@@ -99,6 +102,11 @@ struct Request {
   // hook; empty otherwise, and for an answer a backend gave in the client's API itself.
   const std::string* completion = nullptr;
   bool* keep_completion = nullptr;
+  // A filter that lets other requests share this one's generation (coalescing) sets
+  // *shares in its admit hook: the handler hands it the answer's chat.completion.chunk
+  // frames as they come, and goes on generating after the client left while another
+  // request still reads. (The filter publishes the end in its end hook.)
+  cache::Flight** shares = nullptr;
 };
 
 // An answer a filter gives itself instead of the upstream (a cache hit): a chat.completion,
@@ -106,6 +114,9 @@ struct Request {
 struct LocalAnswer {
   std::string completion;
   std::int64_t prompt_tokens = 0, completion_tokens = 0;  // what generating it cost (saved now)
+  // Or a generation in flight that this request joined (coalescing): the answer is read
+  // from it, from the start and then as it comes, and the client is charged what it got.
+  std::shared_ptr<cache::Flight> flight;
 };
 
 // Why a filter ended the request: the local reply. retry_after_ms < 0: no Retry-After.

@@ -21,6 +21,7 @@ class WorkerStore;
 namespace sluice::cache {
 class WorkerCache;
 struct Counters;
+class Flights;
 }  // namespace sluice::cache
 
 namespace sluice::filters {
@@ -37,6 +38,7 @@ struct Deps {
   // route caches).
   std::shared_ptr<cache::WorkerCache> cache;
   cache::Counters* cache_counters = nullptr;
+  cache::Flights* flights = nullptr;  // the generations in flight (coalescing), shared by the workers
 };
 
 // A worker's chain: every filter whose policy is configured, in the order of the list.

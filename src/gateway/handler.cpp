@@ -76,6 +76,7 @@ struct Context {
   bool keep_answer = false;
   std::string completion;    // the same as a chat.completion, kept only when a filter asked (keep_completion)
   bool keep_completion = false;
+  cache::Flight* shares = nullptr;  // other requests share this one's generation (filters::Request::shares)
 };
 
 // The outcome of relaying one upstream answer.
@@ -128,7 +129,8 @@ class WorkerHandler {
          .count_prompts = g.count_prompts,
          .conversations = conversations_,
          .cache = cache_,
-         .cache_counters = g.cache ? &g.cache->counters() : nullptr}));
+         .cache_counters = g.cache ? &g.cache->counters() : nullptr,
+         .flights = g.cache ? &g.cache->flights() : nullptr}));
   }
 
   awaitable<void> handle(http::Exchange& ex) {
@@ -628,7 +630,8 @@ class WorkerHandler {
                             .answer = &ctx.answer,
                             .keep_answer = &ctx.keep_answer,
                             .completion = &ctx.completion,
-                            .keep_completion = &ctx.keep_completion};
+                            .keep_completion = &ctx.keep_completion,
+                            .shares = &ctx.shares};
   }
 
   // Whether every backend that may serve the route (its own, its canary's, its fallbacks')
@@ -948,6 +951,14 @@ class WorkerHandler {
   // charged (the record's saved_tokens says what it spared).
   awaitable<void> local_answer(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
                                const filters::LocalAnswer& a) {
+    if (a.flight) {
+      struct Leave {  // also on an exception: the generation counts its readers
+        cache::Flight& f;
+        ~Leave() { f.leave(); }
+      } leave{*a.flight};
+      co_await follow(ex, ctx, creq, *a.flight);
+      co_return;
+    }
     ctx.rec.prompt_tokens = 0;
     ctx.rec.completion_tokens = 0;
     if (creq.stream) {
@@ -980,6 +991,83 @@ class WorkerHandler {
     if (ctx.keep_answer) ctx.answer = out;
     ctx.rec.status = 200;
     if (!co_await ex.reply(json_reply(200, std::move(out), ctx))) ctx.rec.client_cancelled = true;
+  }
+
+  // A request that joined a generation in flight (coalescing, filters/cache.cpp): the
+  // answer is read from it as it comes, from the start, under this request's own id, in
+  // its own API, whole or streamed (whatever the leader asked). The client is charged what
+  // it got: the whole answer's usage, or (a stream it left) the prompt and what it read.
+  awaitable<void> follow(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq, cache::Flight& f) {
+    std::size_t offset = 0;
+    cache::FlightPart p;
+    auto settle = [&](bool whole, std::int64_t relayed) {
+      ctx.rec.prompt_tokens = p.ok ? f.prompt_tokens() : creq.prompt_tokens_estimate;
+      ctx.rec.completion_tokens = whole && p.ok ? f.completion_tokens() : relayed;
+      if (p.ok) ctx.rec.saved_tokens = f.prompt_tokens() + f.completion_tokens();
+    };
+    if (!creq.stream) {
+      do p = co_await f.next(offset);
+      while (!p.ended);
+      auto done = p.ok ? llm::replay_whole(f.completion(), ctx.request_id) : std::nullopt;
+      if (!done) {
+        co_await local_reply(ex, ctx, p.ok ? Reason::internal : p.reason,
+                             p.ok ? std::string("the shared answer could not be read") : p.message);
+        co_return;
+      }
+      settle(true, 0);
+      std::string out = ctx.codec->answer(*done, creq, ctx.request_id);
+      if (ctx.keep_answer) ctx.answer = out;
+      ctx.rec.status = 200;
+      if (!co_await ex.reply(json_reply(200, std::move(out), ctx))) ctx.rec.client_cancelled = true;
+      co_return;
+    }
+    auto tr = ctx.codec->stream(llm::make_openai_stream(creq), creq, ctx.request_id);
+    if (ctx.rec.reserved_tokens >= 0) tr->count_output(&g_.tokens, ctx.encoding);
+    std::string first_id, in, out;
+    bool any = false, gone = false;
+    http::HeaderList h = ctx.headers;
+    h.emplace_back("Cache-Control", "no-cache");
+    h.emplace_back("X-Accel-Buffering", "no");
+    auto write = [&](std::string_view data) -> awaitable<bool> {
+      ex.set_write_timeout(cfg_.timeouts.client_write);
+      if (!ex.started()) {
+        ctx.rec.ttft_ms = ms_since(ctx.start);
+        if (!co_await ex.begin_stream(200, "text/event-stream", h)) co_return false;
+      }
+      co_return data.empty() || co_await ex.write_chunk(data);
+    };
+    ctx.rec.status = 200;
+    do {
+      p = co_await f.next(offset);
+      in = std::move(p.frames);
+      // A leader that was answered whole: its answer as chunks, at the end.
+      if (!any && in.empty() && p.ended && p.ok) in = llm::replay_stream(f.completion(), creq, ctx.request_id);
+      any = any || !in.empty();
+      out.clear();
+      if (!in.empty()) tr->feed(llm::reid_frames(in, first_id, ctx.request_id), out);
+      if (p.ended && p.ok) tr->finish(out);
+      if (!co_await write(out)) {
+        gone = true;
+        break;
+      }
+    } while (!p.ended);
+    if (gone) {
+      ctx.rec.client_cancelled = true;
+      ctx.rec.status = http_status(Reason::client_closed);
+      ctx.rec.reason = Reason::client_closed;
+    } else if (!p.ok) {
+      ctx.rec.reason = p.reason;
+      ctx.rec.error = p.message;
+      if (tr->error().empty()) {  // (an upstream error event already went out as the leader's frames)
+        std::string frame = tr->error_event(p.reason, p.message);
+        if (frame.empty()) frame = ctx.codec->error_event(p.reason, p.message);
+        co_await ex.write_chunk(frame);
+      }
+    } else if (ctx.keep_answer) {
+      ctx.answer = tr->final_answer();
+    }
+    settle(p.ok && !gone, tr->relayed_tokens());
+    if (!gone && !co_await ex.end_stream()) ctx.rec.client_cancelled = true;
   }
 
   // What a request got from a backend's breakers before going there.
@@ -1089,7 +1177,10 @@ class WorkerHandler {
     // (measured: a coroutine race here cost about 11,000 instructions per request).
     std::variant<std::monostate, http::ClientError, ErrorAnswer, std::string> outcome;
     http::AbortHandle abort;
-    ex.watch_client([&abort] { abort.abort(); });
+    // (Unless others share the generation: then it is read whole for them.)
+    ex.watch_client([&abort, shares = ctx.shares] {
+      if (!shares || !shares->others_reading()) abort.abort();
+    });
     struct Unwatch {  // also on an exception: the watch refers to `abort`
       http::Exchange& ex;
       ~Unwatch() { ex.unwatch_client(); }
@@ -1115,6 +1206,18 @@ class WorkerHandler {
       abort.unbind();
     }
     ex.unwatch_client();  // (idempotent) before replying
+    if (ex.client_gone() && ctx.shares && !native && std::holds_alternative<std::string>(outcome)) {
+      // The client left; the requests sharing the generation get the answer.
+      if (auto done = llm::read_answer(be.wire, std::move(std::get<std::string>(outcome)), creq, ctx.request_id)) {
+        ctx.rec.prompt_tokens = settled_prompt(done->usage.prompt_tokens, creq, ctx, ex.request().body().size());
+        ctx.rec.completion_tokens = std::max<std::int64_t>(done->usage.completion_tokens, 0);
+        ctx.completion = std::move(done->body);
+      }
+      ctx.rec.client_cancelled = true;
+      ctx.rec.status = http_status(Reason::client_closed);
+      ctx.rec.reason = Reason::client_closed;
+      co_return std::nullopt;
+    }
     if (ex.client_gone() || outcome.index() == 0) {
       outcome = http::ClientError{http::ClientErrc::cancelled, "client closed the connection"};
     }
@@ -1249,8 +1352,13 @@ class WorkerHandler {
       translator = ctx.codec->native_stream(creq);
     } else {
       auto chunks = llm::make_stream(be.wire, creq, ctx.request_id);
-      // A filter keeps the answer (the cache): folded as its chunks go by.
-      if (ctx.keep_completion) chunks = llm::fold_stream(std::move(chunks), &ctx.completion, cfg_.max_upstream_response_bytes);
+      // A filter keeps the answer (the cache): folded as its chunks go by; others share
+      // the generation (coalescing): its chunks are handed to them too.
+      if (ctx.keep_completion) {
+        std::function<void(std::string_view)> share;
+        if (ctx.shares) share = [f = ctx.shares](std::string_view frames) { f->publish(frames); };
+        chunks = llm::fold_stream(std::move(chunks), &ctx.completion, cfg_.max_upstream_response_bytes, std::move(share));
+      }
       translator = ctx.codec->stream(std::move(chunks), creq, ctx.request_id);
     }
     // With token quotas, the relayed output is counted with the tokenizer (what a client
@@ -1280,7 +1388,13 @@ class WorkerHandler {
       }
     } unlist{*this, live, ex};
     stream_opened(live);
-    ex.watch_client([&abort] { abort.abort(); });
+    // A client that leaves ends the exchange, unless others share the generation: then it
+    // goes on for them (its frames written nowhere) until the last of them left too.
+    bool detached = false;
+    ex.watch_client([&abort, &detached, shares = ctx.shares] {
+      if (shares && shares->others_reading()) detached = true;
+      else abort.abort();
+    });
 
     auto begin = [&]() -> awaitable<bool> {
       http::HeaderList h = ctx.headers;
@@ -1294,9 +1408,12 @@ class WorkerHandler {
     // nothing for timeouts.client_write is dropped; past the total deadline, only a short
     // grace is left for the last frames.
     auto write = [&](std::string_view data) -> awaitable<bool> {
+      if (detached) co_return ctx.shares->others_reading();
       ex.set_write_timeout(std::min<Ms>(to.client_write, left_until(deadline) + kEndGrace));
-      if (!ex.started() && !co_await begin()) co_return false;
-      if (!co_await ex.write_chunk(data)) co_return false;
+      if ((!ex.started() && !co_await begin()) || !co_await ex.write_chunk(data)) {
+        detached = ctx.shares && ctx.shares->others_reading();
+        co_return detached;
+      }
       quiet.at = Clock::now() + to.heartbeat;
       co_return true;
     };

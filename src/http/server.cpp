@@ -55,6 +55,14 @@ class RequestImpl final : public Request {
     auto v = it->value();
     return {v.data(), v.size()};
   }
+  std::string header_list(std::string_view name) const override {
+    std::string out;
+    for (auto [it, end] = m_.equal_range(name); it != end; ++it) {
+      if (!out.empty()) out += ", ";
+      out.append(it->value().data(), it->value().size());
+    }
+    return out;
+  }
 
  private:
   const bhttp::request<bhttp::string_body>& m_;

@@ -29,6 +29,9 @@ class Request {
   virtual std::string_view body() const = 0;
   // Case-insensitive; empty when absent.
   virtual std::string_view header(std::string_view name) const = 0;
+  // Every field line of `name`, joined with ", " (a list-valued header sent on several
+  // lines, RFC 9110 5.3); the one line's value when there is one.
+  virtual std::string header_list(std::string_view name) const { return std::string(header(name)); }
   std::string_view path() const;                  // target without the query
 };
 

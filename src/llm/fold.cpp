@@ -34,22 +34,20 @@ struct Choice {
 
 class FoldingStream final : public StreamTranslator {
  public:
-  FoldingStream(std::unique_ptr<StreamTranslator> inner, std::string* whole, std::size_t max_bytes)
-      : inner_(std::move(inner)), whole_(whole), max_bytes_(max_bytes) {}
+  FoldingStream(std::unique_ptr<StreamTranslator> inner, std::string* whole, std::size_t max_bytes,
+                std::function<void(std::string_view)> on_frames)
+      : inner_(std::move(inner)), whole_(whole), max_bytes_(max_bytes), on_frames_(std::move(on_frames)) {}
 
   bool feed(std::string_view bytes, std::string& out) override {
     const std::size_t from = out.size();
     const bool ok = inner_->feed(bytes, out);
-    fold(std::string_view(out).substr(from));
-    sync();
+    passed(std::string_view(out).substr(from));
     return ok;
   }
   bool finish(std::string& out) override {
     const std::size_t from = out.size();
     const bool ok = inner_->finish(out);
-    fold(std::string_view(out).substr(from));
-    sync();
-    if (ok && done_ && error_.empty() && !failed_ && ended_) *whole_ = render();
+    passed(std::string_view(out).substr(from));
     return ok;
   }
   void count_output(const tokenizer::Counter* counter, tokenizer::Encoding encoding) override {
@@ -60,6 +58,21 @@ class FoldingStream final : public StreamTranslator {
   std::string error_event(Reason r, std::string_view m) override { return inner_->error_event(r, m); }
 
  private:
+  // The frames the inner translator wrote: folded, handed on; once the end marker passed
+  // (the answer is whole, whether or not the upstream body ends soon after), rendered.
+  void passed(std::string_view frames) {
+    fold(frames);
+    sync();
+    if (on_frames_ && !frames.empty()) on_frames_(frames);
+    if (!rendered_ && ended_ && done_ && error_.empty() && !failed_) {
+      rendered_ = true;
+      // A whole answer only: every choice ended with a finish reason.
+      bool whole = !choices_.empty();
+      for (const auto& [i, c] : choices_) whole = whole && !c.finish_reason.empty();
+      if (whole) *whole_ = render();
+    }
+  }
+
   void sync() {
     content_chunks_ = inner_->content_chunks();
     usage_ = inner_->usage();
@@ -93,7 +106,8 @@ class FoldingStream final : public StreamTranslator {
   }
 
   void chunk(json::object& o) {
-    if (o.contains("error")) {
+    // An error however the upstream shapes it ({"error":...}; vLLM's {"object":"error"}).
+    if (o.contains("error") || str(o.if_contains("object")) == "error") {
       failed_ = true;
       return;
     }
@@ -160,7 +174,8 @@ class FoldingStream final : public StreamTranslator {
     for (const auto& [index, ch] : choices_) {
       json::object m;
       m["role"] = ch.role;
-      m["content"] = ch.has_content || ch.calls.empty() ? json::value(ch.content) : json::value(nullptr);
+      m["content"] = ch.has_content || (ch.calls.empty() && !ch.has_refusal) ? json::value(ch.content)
+                                                                              : json::value(nullptr);
       m["refusal"] = ch.has_refusal ? json::value(ch.refusal) : json::value(nullptr);
       if (ch.has_reasoning) m["reasoning_content"] = ch.reasoning;
       if (!ch.calls.empty()) {
@@ -175,11 +190,18 @@ class FoldingStream final : public StreamTranslator {
       json::object one{{"index", index}, {"message", std::move(m)}};
       one["logprobs"] = ch.has_logprobs ? json::value(json::object{{"content", ch.logprobs}, {"refusal", nullptr}})
                                         : json::value(nullptr);
-      one["finish_reason"] = ch.finish_reason.empty() ? json::value("stop") : json::value(ch.finish_reason);
+      one["finish_reason"] = ch.finish_reason;
       list.push_back(std::move(one));
     }
     c["choices"] = std::move(list);
-    if (usage_json_.is_object()) c["usage"] = usage_json_;
+    if (usage_json_.is_object()) {
+      c["usage"] = usage_json_;
+    } else if (usage_.prompt_tokens >= 0 && usage_.completion_tokens >= 0) {
+      // The client did not ask for the usage chunk; the translator read it all the same.
+      c["usage"] = json::object{{"prompt_tokens", usage_.prompt_tokens},
+                                {"completion_tokens", usage_.completion_tokens},
+                                {"total_tokens", saturating_add(usage_.prompt_tokens, usage_.completion_tokens)}};
+    }
     for (std::string_view k : {"system_fingerprint", "service_tier"}) {
       if (const auto* v = head_.if_contains(k)) c[k] = *v;
     }
@@ -190,7 +212,8 @@ class FoldingStream final : public StreamTranslator {
   std::string* whole_;
   std::size_t max_bytes_;
   std::size_t bytes_ = 0;
-  bool failed_ = false, ended_ = false;
+  bool failed_ = false, ended_ = false, rendered_ = false;
+  std::function<void(std::string_view)> on_frames_;
   json::object head_;
   json::value usage_json_;
   std::map<std::int64_t, Choice> choices_;
@@ -212,10 +235,54 @@ std::optional<json::object> read_kept(std::string_view kept) {
 
 }  // namespace
 
+bool keepable(std::string_view body) {
+  boost::system::error_code ec;
+  json::value v = detail::parse_json(body, ec);
+  if (ec || !v.is_object()) return false;
+  const auto& o = v.get_object();
+  if (str(o.if_contains("object")) != "chat.completion") return false;
+  const auto* ch = o.if_contains("choices");
+  if (!ch || !ch->is_array() || ch->get_array().empty()) return false;
+  for (const auto& c : ch->get_array()) {
+    const auto* co = c.if_object();
+    if (!co) return false;
+    const auto* m = co->if_contains("message");
+    if (!m || !m->is_object() || str(co->if_contains("finish_reason")).empty()) return false;
+  }
+  return true;
+}
+
+std::string reid_frames(std::string_view frames, std::string& first_id, std::string_view request_id) {
+  if (first_id.empty()) {
+    const auto data = frames.find("data: {");
+    if (data == std::string_view::npos) return std::string(frames);
+    const auto end = frames.find("\n\n", data);
+    boost::system::error_code ec;
+    json::value v = detail::parse_json(frames.substr(data + 6, end == std::string_view::npos ? end : end - data - 6), ec);
+    if (ec || !v.is_object()) return std::string(frames);
+    const auto id = str(v.get_object().if_contains("id"));
+    if (id.empty()) return std::string(frames);
+    first_id = id;
+  }
+  std::string from = R"("id":)";
+  append_json_string(from, first_id);
+  std::string to = R"("id":)";
+  append_json_string(to, "chatcmpl-" + std::string(request_id));
+  std::string out;
+  out.reserve(frames.size());
+  std::size_t at = 0;
+  for (std::size_t hit; (hit = frames.find(from, at)) != std::string_view::npos; at = hit + from.size()) {
+    out.append(frames.substr(at, hit - at));
+    out += to;
+  }
+  out.append(frames.substr(at));
+  return out;
+}
+
 std::unique_ptr<StreamTranslator> fold_stream(std::unique_ptr<StreamTranslator> inner, std::string* whole,
-                                              std::size_t max_bytes) {
+                                              std::size_t max_bytes, std::function<void(std::string_view)> on_frames) {
   whole->clear();
-  return std::make_unique<FoldingStream>(std::move(inner), whole, max_bytes);
+  return std::make_unique<FoldingStream>(std::move(inner), whole, max_bytes, std::move(on_frames));
 }
 
 std::optional<Completion> replay_whole(std::string_view kept, std::string_view request_id) {

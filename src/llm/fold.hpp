@@ -7,6 +7,7 @@
 //     chat.completion.chunk frames (at once: no pacing).
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,8 +24,15 @@ namespace sluice::llm {
 // the stream failed, or when the folded answer grew beyond max_bytes (then folding stops).
 // The counters (content chunks, usage, finish, errors, tokens relayed) are the inner
 // translator's. `whole` must outlive the translator.
+// `on_frames`, when set, is handed the frames as they pass (a generation shared with
+// other requests).
 std::unique_ptr<StreamTranslator> fold_stream(std::unique_ptr<StreamTranslator> inner, std::string* whole,
-                                              std::size_t max_bytes);
+                                              std::size_t max_bytes,
+                                              std::function<void(std::string_view)> on_frames = {});
+
+// Whether `body` is an answer worth keeping: a chat.completion whose every choice (at
+// least one) has a message and a finish reason.
+bool keepable(std::string_view body);
 
 // A kept chat.completion under a new id ("chatcmpl-<request_id>") and creation time; its
 // usage (read_openai_completion). nullopt when `kept` is not a chat.completion.
@@ -34,5 +42,10 @@ std::optional<Completion> replay_whole(std::string_view kept, std::string_view r
 // reads them, for `req`): per choice one chunk with its whole message, then its finish
 // chunk; the usage chunk; [DONE]. Empty when `kept` is not a chat.completion.
 std::string replay_stream(std::string_view kept, const ChatRequest& req, std::string_view request_id);
+
+// Frames of a stream generated for another request, under this one's id: every
+// `"id":"<the first chunk's id>"` becomes `"id":"chatcmpl-<request_id>"`. `first_id` is
+// read from the first frame when empty (and kept for the next call).
+std::string reid_frames(std::string_view frames, std::string& first_id, std::string_view request_id);
 
 }  // namespace sluice::llm

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { assembled, delay, KEY, metricValue, rawRequest, request, sse, startGateway, startRedis, startSim, waitFor } from './lib.mjs';
+import { assembled, delay, KEY, metricValue, rawRequest, request, sse, startGateway, startRecorder, startRedis, startSim, waitFor } from './lib.mjs';
 
 const OTHER = 'sk-other-tenant-00000000';
 const ADMIN = 'sk-admin-cache-000000000';
@@ -327,5 +327,108 @@ describe('response cache in Redis, across instances', () => {
     await waitFor(async () => (await a.infra()).cache.redis_up === true, { timeout: 10000, what: 'redis_up again' });
     assert.equal((await chat(a, body)).headers.get('x-sluice-cache'), 'miss');
     await waitFor(async () => (await chat(b, body)).headers.get('x-sluice-cache') === 'hit', { what: 'a hit on the other instance' });
+  });
+});
+
+// What an upstream answers that is not a whole answer is never kept (review findings: a
+// 200 with an error body, a stream with no finish reason or with vLLM's error object, an
+// answer from a fallback); what is kept keeps its usage.
+describe('response cache: only whole answers of the route itself', () => {
+  let up, gw;
+  const calls = () => up.requests.length;
+  before(async () => {
+    up = await startRecorder((req, res, json) => {
+      const text = JSON.stringify(json?.messages ?? '');
+      const sseHead = () => res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const chunk = (choices, extra = {}) => `data: ${JSON.stringify({ id: 'c-1', object: 'chat.completion.chunk', created: 1, model: 'm', choices, ...extra })}\n\n`;
+      if (text.includes('MODE:err200')) {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ error: { message: 'boom' } }));
+        return true;
+      }
+      if (text.includes('MODE:nofinish')) {
+        sseHead();
+        res.write(chunk([{ index: 0, delta: { role: 'assistant', content: 'partial ' }, finish_reason: null }]));
+        res.end('data: [DONE]\n\n');
+        return true;
+      }
+      if (text.includes('MODE:vllmerr')) {
+        sseHead();
+        res.write(chunk([{ index: 0, delta: { role: 'assistant', content: 'partial ' }, finish_reason: null }]));
+        res.write(`data: ${JSON.stringify({ object: 'error', message: 'CUDA out of memory', code: 500 })}\n\n`);
+        res.end('data: [DONE]\n\n');
+        return true;
+      }
+      if (text.includes('MODE:down') && req.url.startsWith('/primary')) {
+        res.writeHead(500, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ error: { message: 'down' } }));
+        return true;
+      }
+      return false; // "hello", with the usage below
+    });
+    gw = await startGateway({
+      keys,
+      models: [
+        { alias: 'rec', provider: 'openai', base_url: `${up.url}/v1`, cache: {} },
+        { alias: 'primary', provider: 'openai', base_url: `${up.url}/primary`, fallbacks: ['cheap'], cache: {} },
+        { alias: 'cheap', provider: 'openai', base_url: `${up.url}/cheap`, model: 'cheap-model' },
+      ],
+    });
+  });
+  after(async () => {
+    await gw?.stop();
+    await up?.close();
+  });
+
+  const ask = (content, extra = {}) => chat(gw, { model: 'rec', temperature: 0, messages: [{ role: 'user', content }], ...extra });
+
+  test('a 200 that is not a completion is not kept', async () => {
+    const m = `MODE:err200 ${prompt()}`;
+    await ask(m);
+    const n = calls();
+    const again = await ask(m);
+    assert.notEqual(again.headers.get('x-sluice-cache'), 'hit');
+    assert.equal(calls(), n + 1);
+  });
+
+  test('streams without a finish reason, or with an error object, are not kept', async () => {
+    for (const mode of ['nofinish', 'vllmerr']) {
+      const m = `MODE:${mode} ${prompt()}`;
+      await sse(`${gw.url}/v1/chat/completions`, { model: 'rec', temperature: 0, max_tokens: 8, stream: true, messages: [{ role: 'user', content: m }] });
+      await delay(50);
+      const n = calls();
+      const again = await ask(m);
+      assert.notEqual(again.headers.get('x-sluice-cache'), 'hit', mode);
+      assert.equal(calls(), n + 1, mode);
+    }
+  });
+
+  test('an answer from a fallback is not kept under the route', async () => {
+    const m = `MODE:down ${prompt()}`;
+    const first = await chat(gw, { model: 'primary', temperature: 0, messages: [{ role: 'user', content: m }] });
+    assert.equal(first.status, 200, first.text);
+    assert.equal((await gw.logFor(first.headers.get('x-request-id'))).served_by, 'cheap');
+    const again = await chat(gw, { model: 'primary', temperature: 0, messages: [{ role: 'user', content: m }] });
+    assert.notEqual(again.headers.get('x-sluice-cache'), 'hit');
+  });
+
+  test('a stream kept without the usage chunk keeps its usage; Cache-Control on two lines counts', async () => {
+    const m = prompt();
+    const r = await sse(`${gw.url}/v1/chat/completions`, { model: 'rec', temperature: 0, max_tokens: 8, stream: true, messages: [{ role: 'user', content: m }] });
+    assert.equal(r.status, 200);
+    assert.ok(!r.events.some((e) => e.json?.usage), 'the client did not ask for usage');
+    await delay(50);
+    const hit = await ask(m);
+    assert.equal(hit.headers.get('x-sluice-cache'), 'hit');
+    assert.ok(hit.json.usage && hit.json.usage.completion_tokens > 0, JSON.stringify(hit.json));
+    const res = await rawRequest({
+      port: gw.port,
+      method: 'POST',
+      path: '/v1/chat/completions',
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', 'cache-control': ['max-age=0', 'no-store'] },
+      body: JSON.stringify({ model: 'rec', temperature: 0, max_tokens: 8, messages: [{ role: 'user', content: m }] }),
+    });
+    assert.equal(res.status, 200, res.body);
+    assert.equal(res.headers['x-sluice-cache'], 'bypass');
   });
 });

@@ -39,7 +39,8 @@ const Table<RouteCache>& route_cache_table() {
   static const Table<RouteCache> t{
       "models[].cache",
       {
-          boolean("enabled", &RouteCache::enabled, "Whether the route uses the cache (`cache: {}` turns it on)."),
+          boolean("enabled", &RouteCache::enabled,
+                  "Whether the route answers from the cache and keeps answers (`cache: {}` turns it on)."),
           duration("ttl", &RouteCache::ttl, Millis{1000}, "How long this route's answers are served again.")
               .with_default("`cache.ttl`"),
           boolean("shared", &RouteCache::shared,
@@ -48,6 +49,10 @@ const Table<RouteCache>& route_cache_table() {
           boolean("any_temperature", &RouteCache::any_temperature,
                   "Also cache requests that are not deterministic (without `temperature: 0` or a `seed`): the same "
                   "answer is then served to requests that would have sampled another."),
+          boolean("coalesce", &RouteCache::coalesce,
+                  "Identical requests (the same key) arriving while the first is being generated share its one "
+                  "upstream generation (on this instance): each gets the answer, streamed from the start then as it "
+                  "comes, under its own id. With `enabled: false`, only this."),
       }};
   return t;
 }
