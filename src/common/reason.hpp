@@ -15,6 +15,7 @@ namespace sluice {
   X(option_not_allowed, 400, "invalid_request_error", "option_not_allowed")      \
   X(option_out_of_range, 400, "invalid_request_error", "option_out_of_range")    \
   X(too_many_messages, 400, "invalid_request_error", "too_many_messages")        \
+  X(guardrail_blocked, 400, "invalid_request_error", "guardrail_blocked")        \
   X(missing_key, 401, "authentication_error", "missing_api_key")                 \
   X(invalid_key, 401, "authentication_error", "invalid_api_key")                 \
   X(model_not_allowed, 403, "permission_error", "model_not_allowed")             \

@@ -18,6 +18,7 @@
 
 #include "config/admission.hpp"
 #include "config/cache.hpp"
+#include "config/guardrails.hpp"
 #include "config/keys.hpp"
 #include "config/models.hpp"
 #include "config/params.hpp"
@@ -68,9 +69,11 @@ struct Config {
   EventSettings events;
   RoutingSettings routing;
   CacheSettings cache;
+  std::vector<GuardPolicy> guardrails;  // named screening policies (routes and keys use them by name)
 
   const Route* find_route(std::string_view alias) const noexcept;
   const ApiKey* find_key(std::string_view secret) const noexcept;
+  const GuardPolicy* find_guardrails(std::string_view name) const noexcept;
 };
 
 // Error with the YAML key path, the line (1-based, 0 if unknown) and what is wrong.

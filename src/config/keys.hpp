@@ -23,6 +23,8 @@ struct ApiKey {
   bool admin = false;
   int max_in_flight = -1;      // -1: concurrency.per_key
   std::optional<Priority> priority;  // highest queue class; default from the tier
+  // The guardrails policy for this key's requests, instead of the route's; "none": none.
+  std::string guardrails;
 
   bool may_use(std::string_view alias) const noexcept {
     for (const auto& m : models) {

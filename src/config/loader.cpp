@@ -133,6 +133,7 @@ void Loader::validate(Config& c) {
   check_admission(*this, c, aliases, names);
   check_backend_names(*this, c, aliases);
   check_rate_limits(*this, c);
+  check_guardrails(*this, c);
 }
 
 LoadResult Loader::run(const YAML::Node& root) {

@@ -232,6 +232,10 @@ void read_events(Loader& l, const YAML::Node& n, Config& c);
 void records_env(Loader& l, Config& c);
 void check_records(Loader& l, Config& c);
 
+// guardrails.cpp: the screening policies; that routes and keys name existing ones.
+void read_guardrails(Loader& l, const YAML::Node& n, Config& c);
+void check_guardrails(Loader& l, Config& c);
+
 // cache.cpp: the response cache and a route's use of it.
 void read_cache(Loader& l, const YAML::Node& n, Config& c);
 void read_route_cache(Loader& l, const YAML::Node& n, const std::string& path, RouteCache& rc);

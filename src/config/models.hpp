@@ -39,6 +39,7 @@ struct Route {
   std::optional<CanaryConfig> canary;
   std::optional<BreakerConfig> breaker;     // overrides routing.breaker for this route's backends
   std::optional<RouteCache> cache;          // the response cache (docs/cache.md); off without it
+  std::string guardrails;                   // the guardrails policy screening its requests; "" = none
 
   const Backend& primary() const noexcept { return backends.front(); }
 };

@@ -44,6 +44,7 @@ const std::vector<TableDoc>& reference_tables() {
     detail::admission_reference(t);
     detail::records_reference(t);
     detail::cache_reference(t);
+    detail::guardrails_reference(t);
     // The environment overrides (applied after the file), by section.
     TableDoc env{"environment", {}, true};
     std::vector<detail::EnvDoc> vars;

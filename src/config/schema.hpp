@@ -343,6 +343,7 @@ void routing_reference(std::vector<TableDoc>& out);
 void admission_reference(std::vector<TableDoc>& out);
 void records_reference(std::vector<TableDoc>& out);
 void cache_reference(std::vector<TableDoc>& out);
+void guardrails_reference(std::vector<TableDoc>& out);
 // The environment overrides of each section: the declared ones (Key::from_env) and those
 // its code reads.
 void server_env_reference(std::vector<EnvDoc>& out);

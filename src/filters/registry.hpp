@@ -18,6 +18,9 @@ class Counter;
 namespace sluice::conversations {
 class WorkerStore;
 }
+namespace sluice::guard {
+class Guards;
+}
 namespace sluice::cache {
 class WorkerCache;
 struct Counters;
@@ -39,6 +42,7 @@ struct Deps {
   std::shared_ptr<cache::WorkerCache> cache;
   cache::Counters* cache_counters = nullptr;
   cache::Flights* flights = nullptr;  // the generations in flight (coalescing), shared by the workers
+  guard::Guards* guards = nullptr;    // the guardrails policies, compiled (shared by the workers)
 };
 
 // A worker's chain: every filter whose policy is configured, in the order of the list.

@@ -16,6 +16,7 @@
 #include "history/history.hpp"
 #include "history/responses.hpp"
 #include "cache/cache.hpp"
+#include "guard/guard.hpp"
 #include "conversations/store.hpp"
 #include "common/text.hpp"
 #include "gateway/state.hpp"
@@ -172,6 +173,10 @@ class GatewayImpl final : public Gateway {
     shared_.conversations = conversations_.get();
     cache_ = std::make_unique<cache::Cache>(c);
     shared_.cache = cache_.get();
+    if (!c.guardrails.empty()) {
+      guards_ = std::make_unique<guard::Guards>(c.guardrails);
+      shared_.guards = guards_.get();
+    }
     if (!c.rate_limits.tokens.empty()) {
       auto [counter, info] = load_tokenizer(c);
       shared_.tokens = std::move(counter);
@@ -308,6 +313,16 @@ class GatewayImpl final : public Gateway {
     if (!res.ok()) {
       for (const auto& e : res.errors) message += (message.empty() ? "" : "; ") + e.to_string();
     } else {
+      // Guardrails policies stay as started: a route may not name one they lack (it would
+      // go unscreened).
+      for (const auto& r : res.config->routes) {
+        if (!r.guardrails.empty() && (!shared_.guards || !shared_.guards->find(r.guardrails))) {
+          message += (message.empty() ? "" : "; ") + std::string("route '") + r.alias + "' names guardrails policy '" +
+                     r.guardrails + "', which the running gateway does not have (guardrails change at a restart)";
+        }
+      }
+    }
+    if (message.empty()) {
       try {
         router_->install(res.config);
       } catch (const std::exception& e) {
@@ -365,6 +380,7 @@ class GatewayImpl final : public Gateway {
   std::unique_ptr<limits::Gate> gate_;
   std::unique_ptr<conversations::Store> conversations_;  // stored responses
   std::unique_ptr<cache::Cache> cache_;                  // the response cache
+  std::unique_ptr<guard::Guards> guards_;                // the guardrails policies, compiled
   std::string tokenizer_info_;
   std::string connections_info_;
   std::unique_ptr<Router> router_;  // before the server: the workers use it

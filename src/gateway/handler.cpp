@@ -130,7 +130,8 @@ class WorkerHandler {
          .conversations = conversations_,
          .cache = cache_,
          .cache_counters = g.cache ? &g.cache->counters() : nullptr,
-         .flights = g.cache ? &g.cache->flights() : nullptr}));
+         .flights = g.cache ? &g.cache->flights() : nullptr,
+         .guards = g.guards}));
   }
 
   awaitable<void> handle(http::Exchange& ex) {

@@ -26,6 +26,9 @@ class History;
 namespace sluice::cache {
 class Cache;
 }
+namespace sluice::guard {
+class Guards;
+}
 namespace sluice::events {
 class EventSink;
 }
@@ -53,6 +56,7 @@ struct Shared {
   limits::Gate* gate = nullptr;        // requests in flight, priority queue
   conversations::Store* conversations = nullptr;  // stored responses (Responses API)
   cache::Cache* cache = nullptr;                  // the response cache (routes opt in)
+  guard::Guards* guards = nullptr;                // the guardrails policies (null: none configured)
   tokenizer::Counter tokens;           // exact BPE where rank files were found, else estimates
   bool count_prompts = false;          // token quotas apply: count prompts exactly at admission
   std::atomic<bool> draining{false};

@@ -32,6 +32,7 @@ struct Row {
   std::int64_t max_tokens = -1, num_ctx = -1, num_gpu = -1, num_batch = -1;
   std::string cache;  // migration 4
   std::int64_t saved_tokens = -1;
+  std::string guard;
 };
 
 using Member = std::variant<std::int64_t Row::*, double Row::*, std::string Row::*, bool Row::*>;

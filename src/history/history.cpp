@@ -105,6 +105,7 @@ void fill_row(Row& row, const telemetry::RequestRecord& r) {
   row.num_batch = r.num_batch;
   assign_clean(row.cache, r.cache);
   row.saved_tokens = r.saved_tokens;
+  assign_clean(row.guard, r.guard);
 }
 
 void append_number(std::string& out, double v) {

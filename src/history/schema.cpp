@@ -10,7 +10,7 @@
 namespace sluice::history {
 
 std::span<const Column> columns() {
-  static const std::array<Column, 35> kColumns{{
+  static const std::array<Column, 36> kColumns{{
       {"unix_ms", &Row::unix_ms, false},
       {"request_id", &Row::request_id, false},
       {"method", &Row::method, false},
@@ -46,6 +46,7 @@ std::span<const Column> columns() {
       {"num_batch", &Row::num_batch, true},
       {"cache", &Row::cache, true},
       {"saved_tokens", &Row::saved_tokens, true},
+      {"guard", &Row::guard, true},
   }};
   return kColumns;
 }
@@ -139,11 +140,13 @@ CREATE TABLE responses (
 CREATE INDEX responses_expires_ms ON responses (expires_ms);
 )";
 
-// Migration 4: the response cache's outcome (hit, miss, refresh, bypass) and what a hit
-// saved. Both columns are nullable: rows written before stay as they are.
+// Migration 4: the response cache's outcome (hit, miss, refresh, bypass, coalesced),
+// what a hit saved, and what the guardrails found. Nullable: rows written before stay as
+// they are.
 constexpr std::string_view kMigration4 = R"(
 ALTER TABLE requests ADD COLUMN cache TEXT;
 ALTER TABLE requests ADD COLUMN saved_tokens BIGINT;
+ALTER TABLE requests ADD COLUMN guard TEXT;
 )";
 
 std::string migration_sql(Dialect d, int version) {

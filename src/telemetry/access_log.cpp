@@ -86,6 +86,7 @@ void append_json(std::string& o, const RequestRecord& r) {
   if (r.reserved_tokens >= 0) field_int(o, ",\"reserved_tokens\":", r.reserved_tokens);
   if (!r.cache.empty()) field(o, ",\"cache\":", r.cache);
   if (r.saved_tokens >= 0) field_int(o, ",\"saved_tokens\":", r.saved_tokens);
+  if (!r.guard.empty()) field(o, ",\"guard\":", r.guard);
   if (r.temperature >= 0) field_num(o, ",\"temperature\":", r.temperature);
   if (r.top_p >= 0) field_num(o, ",\"top_p\":", r.top_p);
   if (r.max_tokens >= 0) field_int(o, ",\"max_tokens\":", r.max_tokens);

@@ -50,6 +50,9 @@ struct RequestRecord {
   // no-cache), "bypass" (a caching route, a request it does not take); empty: no cache.
   std::string_view cache;
   std::int64_t saved_tokens = -1;  // a hit: the tokens generating its answer cost
+  // Guardrails (filters/guardrails.cpp): what they found and did, guard::Verdict::summary
+  // ("block:injection", "redact:email,phone"); empty when nothing was found.
+  std::string guard;
   // Request options worth grouping by in the history (-1 = not set by the client).
   double temperature = -1;
   double top_p = -1;

@@ -57,6 +57,9 @@ const Table<ApiKey>& keys_table() {
                          "never showing the secret). Exactly one of `key` and `key_env`."),
           custom<ApiKey>("key_env", "env var name", "—",
                          "Name of an environment variable holding the secret; it must be set and non-empty."),
+          text("guardrails", &ApiKey::guardrails,
+               "The `guardrails[]` policy screening this key's requests, instead of the route's; `none`: none.")
+              .with_default("the route's"),
           integer("max_in_flight", &ApiKey::max_in_flight, 0, 1'000'000,
                   "Requests in flight for this key (0 = unlimited).")
               .with_default("`concurrency.per_key`"),

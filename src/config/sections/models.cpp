@@ -347,6 +347,9 @@ const Table<Route>& route_table() {
                           return true;
                         })
               .read_at(6),
+          text("guardrails", &Route::guardrails,
+               "The `guardrails[]` policy that screens this route's requests (a key's own policy wins).")
+              .with_default("none"),
           custom<Route>("cache", "map", "none",
                         "The response cache for this route, see `models[].cache` and `docs/cache.md`; `cache: {}` "
                         "turns it on with the defaults.",

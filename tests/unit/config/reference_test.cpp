@@ -119,6 +119,7 @@ std::map<std::string, Host> hosts() {
       {"events", {"{events: @, " + route + "}", "events", {}}},
       {"cache", {"{cache: @, " + route + "}", "cache", {}}},
       {"models[].cache", {"{models: [{alias: demo, provider: simulated, cache: @}]}", "models[0].cache", {}}},
+      {"guardrails[]", {"{guardrails: [@], " + route + "}", "guardrails[0]", {{"name", "g"}}}},
   };
 }
 

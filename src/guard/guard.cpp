@@ -1,0 +1,367 @@
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "guard/guard.hpp"
+
+#include <pcre2.h>
+
+#include <algorithm>
+#include <boost/json.hpp>
+#include <stdexcept>
+
+namespace sluice::guard {
+
+namespace json = boost::json;
+using config::GuardAction;
+
+namespace {
+
+// Known injection phrasings, English and Chinese (docs/guardrails.md lists them).
+constexpr std::string_view kInjection =
+    R"re((?:\b(?:ignore|disregard|forget|override|bypass)\b.{0,40}?\b(?:all|any|the|your|previous|prior|above|earlier|preceding|system)\b.{0,20}?\b(?:instructions?|prompts?|rules|directions|guidelines|guardrails)\b)re"
+    R"re(|\b(?:reveal|show|print|repeat|output|leak|tell me)\b.{0,20}?\b(?:your|the hidden|your hidden) (?:system prompt|instructions|initial prompt|prompt)\b)re"
+    R"re(|\byou are now\b.{0,30}?\b(?:DAN|jailbroken|unrestricted|unfiltered|in developer mode)\b)re"
+    R"re(|\b(?:developer|god|jailbreak|DAN) mode\b|\bdo anything now\b)re"
+    R"re(|忽略.{0,10}?(?:之前|以上|前面|所有|上述).{0,10}?(?:指令|指示|提示|规则|要求))re"
+    R"re(|(?:显示|输出|泄露|告诉我|打印).{0,10}?(?:系统提示|系统指令|初始指令)))re";
+constexpr std::string_view kEmail = R"re([A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*\.[A-Za-z]{2,24})re";
+constexpr std::string_view kCard = R"re((?<![\d])(?:\d[ -]?){12,18}\d(?![\d]))re";
+constexpr std::string_view kPhone = R"re((?<![\w+])\+?(?:\(\d{1,4}\)[ .-]?)?\d(?:[ .-]?\(?\d\)?){8,16}(?![\w]))re";
+constexpr std::string_view kIban = R"re(\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b)re";
+
+struct Regex {
+  pcre2_code* code = nullptr;
+  Regex() = default;
+  Regex(std::string_view pattern, std::uint32_t flags) {
+    int err = 0;
+    PCRE2_SIZE off = 0;
+    code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                         PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | flags, &err, &off, nullptr);
+    if (!code) throw std::invalid_argument("guardrails pattern does not compile: " + std::string(pattern));
+    pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
+  }
+  Regex(Regex&& o) noexcept : code(o.code) { o.code = nullptr; }
+  ~Regex() {
+    if (code) pcre2_code_free(code);
+  }
+  // Calls f(begin, end) for each match, left to right.
+  template <class F>
+  void each(std::string_view text, F&& f) const {
+    pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
+    PCRE2_SIZE at = 0;
+    while (at <= text.size()) {
+      const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), at, 0, md, nullptr);
+      if (rc < 0) break;
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+      f(ov[0], ov[1]);
+      at = ov[1] > ov[0] ? ov[1] : ov[1] + 1;
+    }
+    pcre2_match_data_free(md);
+  }
+  bool any(std::string_view text) const {
+    bool found = false;
+    each(text, [&](std::size_t, std::size_t) { found = true; });
+    return found;
+  }
+};
+
+int rank(GuardAction a) { return static_cast<int>(a); }  // off < flag < redact < block
+
+void note(Verdict& v, Kind k, GuardAction a, std::size_t n = 1) {
+  if (a == GuardAction::off || n == 0) return;
+  for (auto& f : v.findings) {
+    if (f.kind == k) {
+      f.count += n;
+      return;
+    }
+  }
+  v.findings.push_back({k, a, n});
+  if (rank(a) > rank(v.worst)) v.worst = a;
+}
+
+std::string digits_of(std::string_view s) {
+  std::string d;
+  for (char c : s) {
+    if (c >= '0' && c <= '9') d += c;
+  }
+  return d;
+}
+
+// Spans of `text` to replace, found by one detector; applied right to left.
+struct Span {
+  std::size_t begin, end;
+  std::string_view with;
+};
+
+}  // namespace
+
+struct Screen::Impl {
+  Regex injection{kInjection, PCRE2_CASELESS | PCRE2_DOTALL};
+  Regex email{kEmail, 0}, card{kCard, 0}, phone{kPhone, 0}, iban{kIban, 0};
+  std::vector<Regex> patterns;
+};
+
+Screen::Screen(const config::GuardPolicy& policy) : policy_(policy), impl_(std::make_unique<Impl>()) {
+  for (const auto& p : policy_.patterns) impl_->patterns.emplace_back(p, PCRE2_CASELESS);
+}
+
+Screen::~Screen() = default;
+
+void Screen::inspect_text(std::string& text, bool system, Verdict& v) const {
+  const auto& p = policy_;
+  if (p.injection != GuardAction::off && impl_->injection.any(text)) note(v, Kind::injection, p.injection);
+  if (p.pattern_action != GuardAction::off) {
+    for (const auto& re : impl_->patterns) {
+      if (re.any(text)) {
+        note(v, Kind::pattern, p.pattern_action);
+        break;
+      }
+    }
+  }
+  if (p.base64 != GuardAction::off) {
+    // A run of base64 characters, with upper and lower case letters and digits in it.
+    std::size_t run = 0, found = 0;
+    bool upper = false, lower = false, digit = false;
+    auto end_run = [&] {
+      if (run >= p.base64_min_chars && upper && lower && digit) ++found;
+      run = 0;
+      upper = lower = digit = false;
+    };
+    for (char c : text) {
+      const bool b64 = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' ||
+                       c == '/' || c == '=' || c == '-' || c == '_';
+      if (!b64) {
+        end_run();
+        continue;
+      }
+      ++run;
+      upper |= c >= 'A' && c <= 'Z';
+      lower |= c >= 'a' && c <= 'z';
+      digit |= c >= '0' && c <= '9';
+    }
+    end_run();
+    note(v, Kind::base64, p.base64, found);
+  }
+  (void)system;
+  // Hidden tag characters: U+E0000..U+E007F are F3 A0 80 80 .. F3 A0 81 BF in UTF-8.
+  if (p.unicode_tags != GuardAction::off) {
+    std::size_t n = 0;
+    std::string kept;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      const auto b = [&](std::size_t j) { return static_cast<unsigned char>(text[j]); };
+      if (i + 3 < text.size() && b(i) == 0xF3 && b(i + 1) == 0xA0 && (b(i + 2) == 0x80 || b(i + 2) == 0x81)) {
+        ++n;
+        i += 3;
+        continue;
+      }
+      if (p.unicode_tags == GuardAction::redact) kept += text[i];
+    }
+    note(v, Kind::unicode_tags, p.unicode_tags, n);
+    if (n > 0 && p.unicode_tags == GuardAction::redact) text = std::move(kept);
+  }
+  // PII: cards before phones (a card number is also a run of digits).
+  std::vector<Span> spans;
+  auto taken = [&spans](std::size_t b, std::size_t e) {
+    return std::any_of(spans.begin(), spans.end(), [&](const Span& s) { return b < s.end && s.begin < e; });
+  };
+  auto pii = [&](const Regex& re, Kind k, GuardAction a, std::string_view label, auto valid) {
+    if (a == GuardAction::off) return;
+    std::size_t n = 0;
+    re.each(text, [&](std::size_t b, std::size_t e) {
+      if (taken(b, e) || !valid(std::string_view(text).substr(b, e - b))) return;
+      ++n;
+      spans.push_back({b, e, label});
+    });
+    note(v, k, a, n);
+    if (a != GuardAction::redact) std::erase_if(spans, [label](const Span& s) { return s.with == label; });
+  };
+  pii(impl_->email, Kind::email, p.email, "[EMAIL]", [](std::string_view) { return true; });
+  pii(impl_->card, Kind::card, p.card, "[CARD]", [](std::string_view s) { return luhn_valid(digits_of(s)); });
+  pii(impl_->iban, Kind::iban, p.iban, "[IBAN]", [](std::string_view s) { return iban_valid(s); });
+  pii(impl_->phone, Kind::phone, p.phone, "[PHONE]", [](std::string_view s) {
+    const auto d = digits_of(s).size();
+    return d >= 10 && d <= 15;
+  });
+  if (!spans.empty()) {
+    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin > b.begin; });
+    for (const auto& s : spans) text.replace(s.begin, s.end - s.begin, s.with);
+  }
+}
+
+Verdict Screen::inspect(json::object& body) const {
+  Verdict v;
+  auto* messages = body.if_contains("messages");
+  if (!messages || !messages->is_array()) return v;
+  std::size_t system_bytes = 0;
+  for (auto& m : messages->get_array()) {
+    auto* o = m.if_object();
+    if (!o) continue;
+    const auto* role = o->if_contains("role");
+    const bool system = role && role->is_string() && (role->get_string() == "system" || role->get_string() == "developer");
+    auto one = [&](json::value& t) {
+      if (!t.is_string()) return;
+      std::string text(t.get_string());
+      if (system) system_bytes += text.size();
+      inspect_text(text, system, v);
+      if (text != std::string_view(t.get_string())) t = text;  // redacted
+    };
+    auto* content = o->if_contains("content");
+    if (!content) continue;
+    if (content->is_string()) {
+      one(*content);
+    } else if (content->is_array()) {
+      for (auto& part : content->get_array()) {
+        if (auto* po = part.if_object()) {
+          if (auto* t = po->if_contains("text")) one(*t);
+        }
+      }
+    }
+  }
+  if (policy_.system_size != GuardAction::off && system_bytes > policy_.max_system_bytes) {
+    note(v, Kind::system_size, policy_.system_size);
+  }
+  return v;
+}
+
+void Screen::inspect_native(json::object& native, Verdict& v) const {
+  auto one = [&](json::value& t, bool system) {
+    if (!t.is_string()) return;
+    std::string text(t.get_string());
+    inspect_text(text, system, v);
+    if (text != std::string_view(t.get_string())) t = text;
+  };
+  if (auto* i = native.if_contains("instructions")) one(*i, true);
+  auto* input = native.if_contains("input");
+  if (!input) return;
+  if (input->is_string()) {
+    one(*input, false);
+    return;
+  }
+  if (!input->is_array()) return;
+  for (auto& item : input->get_array()) {
+    auto* o = item.if_object();
+    if (!o) continue;
+    auto* content = o->if_contains("content");
+    if (!content) continue;
+    if (content->is_string()) {
+      one(*content, false);
+    } else if (content->is_array()) {
+      for (auto& part : content->get_array()) {
+        if (auto* po = part.if_object()) {
+          if (auto* t = po->if_contains("text")) one(*t, false);
+        }
+      }
+    }
+  }
+}
+
+std::string Verdict::summary() const {
+  if (findings.empty()) return {};
+  std::string s(config::to_string(worst));
+  s += ':';
+  bool first_kind = true;
+  for (const auto& f : findings) {
+    if (f.action != worst) continue;
+    if (!first_kind) s += ',';
+    first_kind = false;
+    s += to_string(f.kind);
+  }
+  for (const auto& f : findings) {
+    if (f.action == worst) continue;
+    s += ';';
+    s += config::to_string(f.action);
+    s += ':';
+    s += to_string(f.kind);
+  }
+  return s;
+}
+
+const Finding* Verdict::first(GuardAction a) const {
+  for (const auto& f : findings) {
+    if (f.action == a) return &f;
+  }
+  return nullptr;
+}
+
+std::string_view to_string(Kind k) noexcept {
+  switch (k) {
+    case Kind::injection: return "injection";
+    case Kind::unicode_tags: return "unicode_tags";
+    case Kind::base64: return "base64";
+    case Kind::system_size: return "system_size";
+    case Kind::pattern: return "pattern";
+    case Kind::email: return "email";
+    case Kind::phone: return "phone";
+    case Kind::card: return "card";
+    case Kind::iban: return "iban";
+  }
+  return "?";
+}
+
+bool luhn_valid(std::string_view d) noexcept {
+  if (d.size() < 13 || d.size() > 19) return false;
+  int sum = 0;
+  bool twice = false;
+  for (auto it = d.rbegin(); it != d.rend(); ++it) {
+    if (*it < '0' || *it > '9') return false;
+    int x = *it - '0';
+    if (twice) x = x * 2 > 9 ? x * 2 - 9 : x * 2;
+    sum += x;
+    twice = !twice;
+  }
+  return sum % 10 == 0;
+}
+
+bool iban_valid(std::string_view s) noexcept {
+  std::string t;
+  for (char c : s) {
+    if (c != ' ') t += c;
+  }
+  if (t.size() < 15 || t.size() > 34) return false;
+  // The first four characters moved to the end; letters as 10..35; the number mod 97 is 1.
+  const std::string r = t.substr(4) + t.substr(0, 4);
+  int mod = 0;
+  for (char c : r) {
+    if (c >= '0' && c <= '9') {
+      mod = (mod * 10 + (c - '0')) % 97;
+    } else if (c >= 'A' && c <= 'Z') {
+      mod = (mod * 100 + (c - 'A' + 10)) % 97;
+    } else {
+      return false;
+    }
+  }
+  return mod == 1;
+}
+
+Guards::Guards(const std::vector<config::GuardPolicy>& policies) {
+  for (const auto& p : policies) screens_.push_back(std::make_unique<Screen>(p));
+}
+
+const Screen* Guards::find(std::string_view name) const noexcept {
+  for (const auto& s : screens_) {
+    if (s->policy().name == name) return s.get();
+  }
+  return nullptr;
+}
+
+void Guards::count(const Verdict& v) noexcept {
+  for (const auto& f : v.findings) {
+    counts_[static_cast<std::size_t>(f.kind)][static_cast<std::size_t>(f.action)].fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void Guards::render_metrics(std::string& out) const {
+  out += "# HELP sluice_guardrail_findings_total Requests in which a guardrail found something, by what and what it did.\n";
+  out += "# TYPE sluice_guardrail_findings_total counter\n";
+  for (std::size_t k = 0; k < kKinds; ++k) {
+    for (std::size_t a = 1; a < 4; ++a) {
+      out += "sluice_guardrail_findings_total{kind=\"";
+      out += to_string(static_cast<Kind>(k));
+      out += "\",action=\"";
+      out += config::to_string(static_cast<GuardAction>(a));
+      out += "\"} ";
+      out += std::to_string(counts_[k][a].load(std::memory_order_relaxed));
+      out += '\n';
+    }
+  }
+}
+
+}  // namespace sluice::guard

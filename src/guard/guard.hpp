@@ -1,0 +1,82 @@
+#pragma once
+// Guardrails (docs/guardrails.md): a fast screen of the text a request sends to a model —
+// known prompt-injection phrasings, hidden Unicode tag characters, base64 blobs, oversized
+// system prompts, configured patterns — and PII (e-mail addresses, phone numbers, payment
+// cards with the Luhn check, IBANs with mod 97), each found, flagged, redacted or
+// blocking as its policy says. No I/O; the request filter is filters/guardrails.cpp.
+#include <boost/json/object.hpp>
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/guardrails.hpp"
+
+namespace sluice::guard {
+
+enum class Kind : std::uint8_t { injection, unicode_tags, base64, system_size, pattern, email, phone, card, iban };
+inline constexpr std::size_t kKinds = 9;
+std::string_view to_string(Kind k) noexcept;
+
+struct Finding {
+  Kind kind;
+  config::GuardAction action;
+  std::size_t count = 0;
+};
+
+struct Verdict {
+  config::GuardAction worst = config::GuardAction::off;  // block > redact > flag > off
+  std::vector<Finding> findings;                          // one per kind found (count: how often)
+  // For the records: "<worst>:<kind>[,<kind>...]" (e.g. "block:injection",
+  // "redact:email,phone"); empty when nothing was found.
+  std::string summary() const;
+  const Finding* first(config::GuardAction a) const;  // the first finding with that action
+};
+
+// One policy, compiled. Shared by the workers (const use is thread-safe).
+class Screen {
+ public:
+  explicit Screen(const config::GuardPolicy& policy);
+  ~Screen();
+  Screen(const Screen&) = delete;
+  Screen& operator=(const Screen&) = delete;
+
+  // The texts of a chat-completions body (every message's content, string or text parts);
+  // where a finding redacts, the text is rewritten in place.
+  Verdict inspect(boost::json::object& body) const;
+  // The same over a Responses API request in its own form (`instructions`, `input` as a
+  // string or items with text parts), for a backend that is sent that form: redacts it
+  // alike; what it finds is in `v` too.
+  void inspect_native(boost::json::object& native, Verdict& v) const;
+  // One text (system: whether it is a system or developer message's).
+  void inspect_text(std::string& text, bool system, Verdict& v) const;
+
+  const config::GuardPolicy& policy() const noexcept { return policy_; }
+
+ private:
+  struct Impl;
+  config::GuardPolicy policy_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The process's screens, by policy name, and what they found (metrics).
+class Guards {
+ public:
+  explicit Guards(const std::vector<config::GuardPolicy>& policies);
+  const Screen* find(std::string_view name) const noexcept;
+  void count(const Verdict& v) noexcept;
+  void render_metrics(std::string& out) const;
+
+ private:
+  std::vector<std::unique_ptr<Screen>> screens_;
+  std::array<std::array<std::atomic<std::uint64_t>, 4>, kKinds> counts_{};  // [kind][action]
+};
+
+// Luhn and mod-97 checks (exposed for tests).
+bool luhn_valid(std::string_view digits) noexcept;
+bool iban_valid(std::string_view iban) noexcept;
+
+}  // namespace sluice::guard
