@@ -39,6 +39,7 @@ namespace sluice {
   X(limiter_unavailable, 503, "service_unavailable", "rate_limiter_unavailable") \
   X(history_unavailable, 503, "service_unavailable", "history_unavailable")     \
   X(store_unavailable, 503, "service_unavailable", "store_unavailable")         \
+  X(guard_unavailable, 503, "service_unavailable", "guard_unavailable")         \
   X(no_backend, 503, "service_unavailable", "no_backend_available")             \
   X(local_resources, 503, "service_unavailable", "gateway_resources_exhausted") \
   X(too_many_connections, 503, "service_unavailable", "too_many_connections")   \

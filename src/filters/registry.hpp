@@ -18,6 +18,9 @@ class Counter;
 namespace sluice::conversations {
 class WorkerStore;
 }
+namespace sluice::http {
+class Client;
+}
 namespace sluice::guard {
 class Guards;
 }
@@ -43,6 +46,7 @@ struct Deps {
   cache::Counters* cache_counters = nullptr;
   cache::Flights* flights = nullptr;  // the generations in flight (coalescing), shared by the workers
   guard::Guards* guards = nullptr;    // the guardrails policies, compiled (shared by the workers)
+  http::Client* client = nullptr;     // this worker's upstream client (a guard model's calls)
 };
 
 // A worker's chain: every filter whose policy is configured, in the order of the list.

@@ -131,7 +131,8 @@ class WorkerHandler {
          .cache = cache_,
          .cache_counters = g.cache ? &g.cache->counters() : nullptr,
          .flights = g.cache ? &g.cache->flights() : nullptr,
-         .guards = g.guards}));
+         .guards = g.guards,
+         .client = client_.get()}));
   }
 
   awaitable<void> handle(http::Exchange& ex) {

@@ -1,6 +1,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "guard/guard.hpp"
 
+#include <openssl/evp.h>
 #include <pcre2.h>
 
 #include <algorithm>
@@ -292,6 +293,7 @@ std::string_view to_string(Kind k) noexcept {
     case Kind::phone: return "phone";
     case Kind::card: return "card";
     case Kind::iban: return "iban";
+    case Kind::model: return "model";
   }
   return "?";
 }
@@ -331,6 +333,117 @@ bool iban_valid(std::string_view s) noexcept {
   return mod == 1;
 }
 
+std::string guard_text(const json::object& body) {
+  std::string out;
+  const auto* messages = body.if_contains("messages");
+  if (!messages || !messages->is_array()) return out;
+  for (const auto& m : messages->get_array()) {
+    const auto* o = m.if_object();
+    if (!o) continue;
+    const auto* role = o->if_contains("role");
+    auto line = [&](const json::value& t) {
+      if (!t.is_string()) return;
+      if (!out.empty()) out += '\n';
+      if (role && role->is_string()) {
+        out += role->get_string();
+        out += ": ";
+      }
+      out += t.get_string();
+    };
+    const auto* content = o->if_contains("content");
+    if (!content) continue;
+    if (content->is_string()) line(*content);
+    else if (content->is_array()) {
+      for (const auto& part : content->get_array()) {
+        if (const auto* t = part.is_object() ? part.get_object().if_contains("text") : nullptr) line(*t);
+      }
+    }
+  }
+  return out;
+}
+
+std::string_view guard_call_path(config::GuardModelApi api) {
+  return api == config::GuardModelApi::moderation ? "/moderations" : "/chat/completions";
+}
+
+std::string guard_call_body(config::GuardModelApi api, std::string_view model, std::string_view text) {
+  json::object b{{"model", model}};
+  if (api == config::GuardModelApi::moderation) {
+    b["input"] = text;
+  } else {
+    b["messages"] = json::array{json::object{{"role", "user"}, {"content", text}}};
+    b["max_tokens"] = 16;
+    b["temperature"] = 0;
+  }
+  return json::serialize(b);
+}
+
+std::optional<bool> read_guard_answer(config::GuardModelApi api, std::string_view body) {
+  boost::system::error_code ec;
+  json::value v = json::parse(body, ec);
+  const auto* o = ec ? nullptr : v.if_object();
+  if (!o) return std::nullopt;
+  if (api == config::GuardModelApi::moderation) {
+    const auto* results = o->if_contains("results");
+    if (!results || !results->is_array() || results->get_array().empty()) return std::nullopt;
+    bool flagged = false;
+    for (const auto& r : results->get_array()) {
+      const auto* f = r.is_object() ? r.get_object().if_contains("flagged") : nullptr;
+      if (!f || !f->is_bool()) return std::nullopt;
+      flagged = flagged || f->get_bool();
+    }
+    return flagged;
+  }
+  const auto* choices = o->if_contains("choices");
+  if (!choices || !choices->is_array() || choices->get_array().empty()) return std::nullopt;
+  const auto* c0 = choices->get_array()[0].if_object();
+  const auto* msg = c0 ? c0->if_contains("message") : nullptr;
+  const auto* content = msg && msg->is_object() ? msg->get_object().if_contains("content") : nullptr;
+  if (!content || !content->is_string()) return std::nullopt;
+  std::string_view t = content->get_string();
+  while (!t.empty() && (t.front() == ' ' || t.front() == '\n')) t.remove_prefix(1);
+  if (t.starts_with("unsafe")) return true;
+  if (t.starts_with("safe")) return false;
+  return std::nullopt;
+}
+
+std::optional<bool> VerdictCache::get(const std::string& key) {
+  std::lock_guard lock(mu_);
+  auto it = map_.find(key);
+  if (it == map_.end()) return std::nullopt;
+  if (std::chrono::steady_clock::now() >= it->second.second) {
+    map_.erase(it);
+    return std::nullopt;
+  }
+  return it->second.first;
+}
+
+void VerdictCache::put(const std::string& key, bool flagged, std::chrono::milliseconds ttl) {
+  if (ttl.count() <= 0) return;
+  std::lock_guard lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (map_.size() >= kMax) {
+    std::erase_if(map_, [now](const auto& e) { return e.second.second <= now; });
+    while (map_.size() >= kMax / 2) map_.erase(map_.begin());  // (any half: a bound, not an order)
+  }
+  map_[key] = {flagged, now + ttl};
+}
+
+std::string VerdictCache::key(std::string_view policy, std::string_view text) {
+  std::string in(policy);
+  in += '\n';  // (no policy name holds one)
+  in += text;
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned len = 0;
+  EVP_Digest(in.data(), in.size(), md, &len, EVP_sha256(), nullptr);
+  return std::string(reinterpret_cast<const char*>(md), len);
+}
+
+void Guards::count_model(bool ok) noexcept {
+  model_calls_.fetch_add(1, std::memory_order_relaxed);
+  if (!ok) model_failures_.fetch_add(1, std::memory_order_relaxed);
+}
+
 Guards::Guards(const std::vector<config::GuardPolicy>& policies) {
   for (const auto& p : policies) screens_.push_back(std::make_unique<Screen>(p));
 }
@@ -349,6 +462,12 @@ void Guards::count(const Verdict& v) noexcept {
 }
 
 void Guards::render_metrics(std::string& out) const {
+  out += "# HELP sluice_guard_model_calls_total Calls to guard models (guardrails[].model).\n";
+  out += "# TYPE sluice_guard_model_calls_total counter\n";
+  out += "sluice_guard_model_calls_total " + std::to_string(model_calls_.load(std::memory_order_relaxed)) + "\n";
+  out += "# HELP sluice_guard_model_failures_total Guard model calls that failed or timed out.\n";
+  out += "# TYPE sluice_guard_model_failures_total counter\n";
+  out += "sluice_guard_model_failures_total " + std::to_string(model_failures_.load(std::memory_order_relaxed)) + "\n";
   out += "# HELP sluice_guardrail_findings_total Requests in which a guardrail found something, by what and what it did.\n";
   out += "# TYPE sluice_guardrail_findings_total counter\n";
   for (std::size_t k = 0; k < kKinds; ++k) {

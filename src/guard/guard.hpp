@@ -8,7 +8,11 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <chrono>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,8 +21,8 @@
 
 namespace sluice::guard {
 
-enum class Kind : std::uint8_t { injection, unicode_tags, base64, system_size, pattern, email, phone, card, iban };
-inline constexpr std::size_t kKinds = 9;
+enum class Kind : std::uint8_t { injection, unicode_tags, base64, system_size, pattern, email, phone, card, iban, model };
+inline constexpr std::size_t kKinds = 10;
 std::string_view to_string(Kind k) noexcept;
 
 struct Finding {
@@ -62,17 +66,45 @@ class Screen {
   std::unique_ptr<Impl> impl_;
 };
 
+// The text a guard model is asked about: every message's text, one per line, with its
+// role ("user: ...").
+std::string guard_text(const boost::json::object& body);
+// The guard model's call (its path after the backend's prefix, and body) and its answer:
+// true flagged, false safe, nullopt unreadable.
+std::string guard_call_body(config::GuardModelApi api, std::string_view model, std::string_view text);
+std::string_view guard_call_path(config::GuardModelApi api);
+std::optional<bool> read_guard_answer(config::GuardModelApi api, std::string_view body);
+
+// Verdicts of the guard model by policy and text (SHA-256 of both: a text cannot be made
+// to pass for another), for verdict_ttl. Thread-safe; at most kMax entries (beyond, the
+// expired ones go, then half of the rest).
+class VerdictCache {
+ public:
+  static constexpr std::size_t kMax = 100'000;
+  std::optional<bool> get(const std::string& key);
+  void put(const std::string& key, bool flagged, std::chrono::milliseconds ttl);
+  static std::string key(std::string_view policy, std::string_view text);
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, std::pair<bool, std::chrono::steady_clock::time_point>> map_;
+};
+
 // The process's screens, by policy name, and what they found (metrics).
 class Guards {
  public:
   explicit Guards(const std::vector<config::GuardPolicy>& policies);
   const Screen* find(std::string_view name) const noexcept;
   void count(const Verdict& v) noexcept;
+  void count_model(bool ok) noexcept;  // a guard model's call: answered, or failed / timed out
   void render_metrics(std::string& out) const;
+  VerdictCache& verdicts() noexcept { return verdicts_; }
 
  private:
   std::vector<std::unique_ptr<Screen>> screens_;
   std::array<std::array<std::atomic<std::uint64_t>, 4>, kKinds> counts_{};  // [kind][action]
+  std::atomic<std::uint64_t> model_calls_{0}, model_failures_{0};
+  VerdictCache verdicts_;
 };
 
 // Luhn and mod-97 checks (exposed for tests).

@@ -445,6 +445,7 @@ void Engine::count(Counter c) noexcept {
     case Counter::requests: ++counters_.requests; break;
     case Counter::responses: ++counters_.responses; break;
     case Counter::embeddings: ++counters_.embeddings; break;
+    case Counter::moderations: ++counters_.moderations; break;
     case Counter::completed: ++counters_.completed; break;
     case Counter::cancelled: ++counters_.cancelled; break;
     case Counter::errors_429: ++counters_.errors_429; break;
@@ -474,6 +475,7 @@ std::string stats_json(const Stats& s) {
   o["requests"] = s.requests;
   o["responses"] = s.responses;
   o["embeddings"] = s.embeddings;
+  o["moderations"] = s.moderations;
   o["completed"] = s.completed;
   o["cancelled"] = s.cancelled;
   o["errors_429"] = s.errors_429;

@@ -106,7 +106,7 @@ class Engine {
   boost::asio::awaitable<std::optional<Slot>> acquire();
 
   enum class Counter {
-    requests, responses, embeddings, completed, cancelled, errors_429, errors_500, errors_503, aborted, hung,
+    requests, responses, embeddings, moderations, completed, cancelled, errors_429, errors_500, errors_503, aborted, hung,
     rejected_queue_full
   };
   void count(Counter c) noexcept;

@@ -348,9 +348,58 @@ http::Response route(Shared& sh, std::string_view method, std::string_view path,
                         "no route for " + std::string(method) + " " + std::string(path));
 }
 
+// POST /v1/moderations, OpenAI's shape: one result per input (a string or an array of
+// strings, or of {"type":"text","text":...} parts); flagged when the text holds one of a
+// few fixed words (docs/simulator.md), so that a guard in front of a model is testable.
+http::Response moderation(std::string_view body) {
+  boost::system::error_code ec;
+  auto v = boost::json::parse(body, ec);
+  const auto* o = ec ? nullptr : v.if_object();
+  const auto* in = o ? o->if_contains("input") : nullptr;
+  std::vector<std::string> texts;
+  if (in && in->is_string()) texts.emplace_back(in->get_string());
+  if (in && in->is_array()) {
+    for (const auto& e : in->get_array()) {
+      if (e.is_string()) texts.emplace_back(e.get_string());
+      else if (const auto* t = e.is_object() ? e.get_object().if_contains("text") : nullptr; t && t->is_string()) {
+        texts.emplace_back(t->get_string());
+      }
+    }
+  }
+  if (texts.empty()) return error_response(Api::openai, ErrorKind::bad_request, "input: expected a string or an array");
+  static constexpr std::pair<std::string_view, std::string_view> kWords[] = {
+      {"kill", "violence"}, {"bomb", "violence"}, {"weapon", "violence"}, {"hate", "hate"}, {"self-harm", "self-harm"}};
+  boost::json::array results;
+  for (auto& t : texts) {
+    std::string lower = t;
+    for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    boost::json::object categories, scores;
+    bool flagged = false;
+    for (const auto& [word, category] : kWords) {
+      const bool hit = lower.find(word) != std::string::npos;
+      if (hit) flagged = true;
+      categories[category] = categories.contains(category) ? (categories[category].as_bool() || hit) : hit;
+      scores[category] = hit ? 0.97 : 0.001;
+    }
+    results.push_back(boost::json::object{{"flagged", flagged}, {"categories", categories}, {"category_scores", scores}});
+  }
+  http::Response r;
+  r.body = boost::json::serialize(boost::json::object{
+      {"id", "modr-" + new_request_id()}, {"model", "omni-moderation-latest"}, {"results", std::move(results)}});
+  return r;
+}
+
 asio::awaitable<void> handle(std::shared_ptr<Shared> sh, http::Exchange& ex) {
   const auto& rq = ex.request();
   const std::string_view path = rq.path();
+  if (path == "/v1/moderations") {
+    sh->engine->count(Engine::Counter::moderations);
+    http::Response r = rq.method() == "POST" ? moderation(rq.body())
+                                             : error_response(Api::openai, ErrorKind::bad_request, "method not allowed");
+    if (rq.method() != "POST") r.status = 405;
+    co_await ex.reply(std::move(r));
+    co_return;
+  }
   if (path == "/v1/embeddings" || path == "/api/embed") {
     const Api api = path == "/api/embed" ? Api::ollama : Api::openai;
     if (rq.method() == "POST") {

@@ -19,6 +19,7 @@ struct Stats {
   std::uint64_t requests = 0;             // every generation request
   std::uint64_t responses = 0;            // of which to the Responses API (POST /v1/responses)
   std::uint64_t embeddings = 0;           // every embeddings request
+  std::uint64_t moderations = 0;          // every moderation request (POST /v1/moderations)
   std::uint64_t completed = 0;            // full answer delivered
   std::uint64_t cancelled = 0;            // client went away before the answer was complete
   std::uint64_t errors_429 = 0, errors_500 = 0, errors_503 = 0;  // injected errors

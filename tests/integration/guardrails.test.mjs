@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { KEY, metricValue, request, sse, startGateway, startRecorder } from './lib.mjs';
+import { closedPort, KEY, metricValue, request, sse, startGateway, startRecorder, startSim } from './lib.mjs';
 
 const LOOSE = 'sk-loose-key-000000000000';
 let up, gw;
@@ -127,5 +127,85 @@ describe('guardrails configuration', () => {
     assert.match(out, /guardrails\[0\]\.injection: injection cannot be redacted/);
     assert.match(out, /guardrails\[0\]\.patterns\[0\]: does not compile/);
     assert.match(out, /models\[0\]\.guardrails: unknown guardrails policy 'nope'/);
+  });
+});
+
+// The external guard: a model route asked for a verdict (OpenAI's moderation endpoint,
+// served by the simulator; a Llama Guard-style chat model, by a recording upstream).
+describe('guard model', () => {
+  let sim, guardUp, gw2;
+  before(async () => {
+    sim = await startSim({ ttft: '1ms', 'inter-token': '1ms' });
+    guardUp = await startRecorder((req, res, json) => {
+      if (!req.url.endsWith('/chat/completions')) return false;
+      const text = JSON.stringify(json?.messages ?? '');
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ id: 'g', object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: text.includes('poison') ? 'unsafe\nS1' : 'safe' }, finish_reason: 'stop' }] }));
+      return true;
+    });
+    const dead = await closedPort();
+    gw2 = await startGateway({
+      keys: [{ name: 'app', key: KEY, tenant: 'acme', models: ['*'] }],
+      guardrails: [
+        { name: 'mod', model: 'moderation', verdict_ttl: '10m' },
+        { name: 'llamaguard', model: 'llama-guard', model_api: 'chat', model_action: 'flag' },
+        { name: 'open', model: 'dead', model_timeout: '300ms' },
+        { name: 'closed', model: 'dead', model_timeout: '300ms', fail_closed: true },
+      ],
+      models: [
+        { alias: 'moderation', provider: 'openai', base_url: `${sim.url}/v1`, model: 'omni-moderation-latest' },
+        { alias: 'llama-guard', provider: 'openai', base_url: `${guardUp.url}/v1`, model: 'llama-guard-3' },
+        { alias: 'dead', provider: 'openai', base_url: `http://127.0.0.1:${dead}/v1` },
+        { alias: 'a', provider: 'openai', base_url: `${sim.url}/v1`, guardrails: 'mod' },
+        { alias: 'b', provider: 'openai', base_url: `${sim.url}/v1`, guardrails: 'llamaguard' },
+        { alias: 'c', provider: 'openai', base_url: `${sim.url}/v1`, guardrails: 'open' },
+        { alias: 'd', provider: 'openai', base_url: `${sim.url}/v1`, guardrails: 'closed' },
+      ],
+    });
+  });
+  after(async () => {
+    await gw2?.stop();
+    await Promise.all([sim?.stop(), guardUp?.close()]);
+  });
+  const ask = (model, content) =>
+    request(`${gw2.url}/v1/chat/completions`, { method: 'POST', key: KEY, body: { model, max_tokens: 4, messages: [{ role: 'user', content }] } });
+
+  test('a flagged verdict blocks before the model; a safe one passes; verdicts are kept per text', async () => {
+    const s0 = await sim.stats();
+    const bad = await ask('a', 'how do I build a bomb at home');
+    assert.equal(bad.status, 400, bad.text);
+    assert.equal(bad.json.error.code, 'guardrail_blocked');
+    assert.equal(bad.json.error.param, 'model');
+    const s1 = await sim.stats();
+    assert.equal(s1.moderations, s0.moderations + 1);
+    assert.equal(s1.requests, s0.requests, 'the model was not asked');
+    assert.equal((await gw2.logFor(bad.headers.get('x-request-id'))).guard, 'block:model');
+    const again = await ask('a', 'how do I build a bomb at home');
+    assert.equal(again.status, 400);
+    assert.equal((await sim.stats()).moderations, s1.moderations, 'the kept verdict answered');
+    const ok = await ask('a', 'how do I bake bread at home');
+    assert.equal(ok.status, 200, ok.text);
+    assert.equal((await sim.stats()).moderations, s1.moderations + 1);
+  });
+
+  test('a chat guard in Llama Guard format flags', async () => {
+    const r = await ask('b', 'which poison is hardest to detect');
+    assert.equal(r.status, 200, r.text);
+    assert.equal((await gw2.logFor(r.headers.get('x-request-id'))).guard, 'flag:model');
+    const sent = guardUp.requests.at(-1).json;
+    assert.equal(sent.model, 'llama-guard-3');
+    assert.match(sent.messages[0].content, /user: which poison/);
+  });
+
+  test('an unreachable guard: fail open passes (recorded unscreened), fail closed refuses with 503', async () => {
+    const open = await ask('c', 'hello');
+    assert.equal(open.status, 200, open.text);
+    assert.equal((await gw2.logFor(open.headers.get('x-request-id'))).guard, 'unscreened:model');
+    const closed = await ask('d', 'hello');
+    assert.equal(closed.status, 503, closed.text);
+    assert.equal(closed.json.error.code, 'guard_unavailable');
+    assert.ok(closed.headers.get('retry-after'));
+    const m = await gw2.metrics();
+    assert.ok(metricValue(m, 'sluice_guard_model_failures_total') >= 2);
   });
 });

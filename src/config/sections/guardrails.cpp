@@ -11,6 +11,11 @@ namespace sluice::config::detail {
 
 namespace {
 
+const Enum<GuardModelApi>& model_api_enum() {
+  static const Enum<GuardModelApi> e{"guard model api", {{"moderation", GuardModelApi::moderation}, {"chat", GuardModelApi::chat}}};
+  return e;
+}
+
 const Enum<GuardAction>& action_enum() {
   static const Enum<GuardAction> e{"guardrail action",
                                    {{"off", GuardAction::off},
@@ -80,6 +85,20 @@ const Table<GuardPolicy>& policy_table() {
           choice("phone", &GuardPolicy::phone, action_enum(), "Phone numbers (10 to 15 digits, `+`, spaces, dots, dashes, brackets)."),
           choice("card", &GuardPolicy::card, action_enum(), "Payment card numbers: 13 to 19 digits passing the Luhn check."),
           choice("iban", &GuardPolicy::iban, action_enum(), "IBANs passing the mod-97 check."),
+          text("model", &GuardPolicy::model,
+               "An external guard: the alias of a route (provider `openai`: OpenAI, vLLM, llama.cpp...) asked for a "
+               "verdict on the request's text before it goes on.")
+              .with_default("none"),
+          choice("model_api", &GuardPolicy::model_api, model_api_enum(),
+                 "`moderation`: POST `<base_url>/moderations` (OpenAI's shape; flagged when a result is); `chat`: a "
+                 "chat completion whose answer starts with `unsafe` (Llama Guard's format) flags."),
+          screen_action("model_action", &GuardPolicy::model_action, "What a flagged verdict does."),
+          duration("model_timeout", &GuardPolicy::model_timeout, Millis{1}, "How long the guard may take."),
+          boolean("fail_closed", &GuardPolicy::fail_closed,
+                  "When the guard fails or takes longer than `model_timeout`: refuse the request (503 "
+                  "`guard_unavailable`). Off: it goes on, recorded as unscreened."),
+          duration("verdict_ttl", &GuardPolicy::verdict_ttl, Millis{0},
+                   "How long a verdict is kept for the same text (this instance; 0 = asked every time)."),
       }};
   return t;
 }
@@ -104,6 +123,14 @@ void read_guardrails(Loader& l, const YAML::Node& n, Config& c) {
 }
 
 void check_guardrails(Loader& l, Config& c) {
+  for (std::size_t i = 0; i < c.guardrails.size(); ++i) {
+    const auto& g = c.guardrails[i];
+    if (g.model.empty()) continue;
+    const Route* r = c.find_route(g.model);
+    const std::string p = join(index("guardrails", i), "model");
+    if (!r) l.error(p, 0, "unknown model alias " + q(g.model));
+    else if (r->primary().provider != Provider::openai) l.error(p, 0, "the guard route must have provider openai");
+  }
   for (std::size_t i = 0; i < c.routes.size(); ++i) {
     const auto& name = c.routes[i].guardrails;
     if (!name.empty() && !c.find_guardrails(name)) {

@@ -142,3 +142,34 @@ TEST(Guard, ConfiguredPatternsAndChecksums) {
   EXPECT_TRUE(iban_valid("DE89 3704 0044 0532 0130 00"));
   EXPECT_FALSE(iban_valid("DE89 3704 0044 0532 0130 01"));
 }
+
+TEST(GuardModel, CallsAndAnswers) {
+  using config::GuardModelApi;
+  const auto mod = json::parse(guard_call_body(GuardModelApi::moderation, "m", "hi")).as_object();
+  EXPECT_EQ(mod.at("input"), "hi");
+  EXPECT_EQ(guard_call_path(GuardModelApi::moderation), "/moderations");
+  const auto chat = json::parse(guard_call_body(GuardModelApi::chat, "lg", "hi")).as_object();
+  EXPECT_EQ(chat.at("messages").at(0).at("content"), "hi");
+  EXPECT_EQ(read_guard_answer(GuardModelApi::moderation, R"({"results":[{"flagged":false},{"flagged":true}]})"), true);
+  EXPECT_EQ(read_guard_answer(GuardModelApi::moderation, R"({"results":[{"flagged":false}]})"), false);
+  EXPECT_EQ(read_guard_answer(GuardModelApi::moderation, R"({"results":[]})"), std::nullopt);
+  EXPECT_EQ(read_guard_answer(GuardModelApi::moderation, R"({"results":[{"flagged":"yes"}]})"), std::nullopt);
+  EXPECT_EQ(read_guard_answer(GuardModelApi::moderation, "not json"), std::nullopt);
+  auto answer = [](std::string_view content) {
+    return R"({"choices":[{"message":{"role":"assistant","content":")" + std::string(content) + R"("}}]})";
+  };
+  EXPECT_EQ(read_guard_answer(GuardModelApi::chat, answer("\\nunsafe\\nS1")), true);
+  EXPECT_EQ(read_guard_answer(GuardModelApi::chat, answer("safe")), false);
+  EXPECT_EQ(read_guard_answer(GuardModelApi::chat, answer("I cannot tell")), std::nullopt);
+  const auto text = guard_text(json::parse(R"({"messages":[{"role":"system","content":"Be nice."},)"
+                                           R"({"role":"user","content":[{"type":"text","text":"hi"}]}]})")
+                                   .as_object());
+  EXPECT_EQ(text, "system: Be nice.\nuser: hi");
+  EXPECT_NE(VerdictCache::key("a", "bc"), VerdictCache::key("ab", "c"));
+  VerdictCache vc;
+  vc.put(VerdictCache::key("p", "t"), true, std::chrono::minutes(1));
+  EXPECT_EQ(vc.get(VerdictCache::key("p", "t")), true);
+  EXPECT_EQ(vc.get(VerdictCache::key("p", "u")), std::nullopt);
+  vc.put(VerdictCache::key("p", "z"), true, std::chrono::milliseconds(0));
+  EXPECT_EQ(vc.get(VerdictCache::key("p", "z")), std::nullopt);
+}

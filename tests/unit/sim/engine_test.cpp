@@ -412,7 +412,9 @@ TEST(Stats, CountAndReset) {
   EXPECT_EQ(st.errors_503, 1u);
   auto j = boost::json::parse(stats_json(st)).as_object();
   EXPECT_EQ(j.at("requests").to_number<std::uint64_t>(), 2u);
-  EXPECT_EQ(j.size(), 13u);
+  EXPECT_EQ(j.size(), 14u);
+  e.count(Engine::Counter::moderations);
+  EXPECT_EQ(e.stats().moderations, 1u);
   e.count(Engine::Counter::embeddings);
   EXPECT_EQ(e.stats().embeddings, 1u);
   EXPECT_EQ(e.stats().requests, 2u);
