@@ -21,16 +21,17 @@ void Flight::wake_locked() {
   waiters_.clear();
 }
 
-net::awaitable<void> Flight::wait(std::unique_lock<std::mutex>& lock) {
+net::awaitable<void> Flight::wait(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds tick) {
   auto ex = co_await net::this_coro::executor;
   auto w = std::make_shared<Waiter>(Waiter{ex, std::make_shared<net::steady_timer>(ex)});
-  w->timer->expires_after(std::chrono::hours(1));
+  w->timer->expires_after(tick);
   waiters_.push_back(w);
   lock.unlock();
   // The wake is posted to this thread: it runs once this coroutine is suspended here.
   boost::system::error_code ec;
   co_await w->timer->async_wait(net::redirect_error(net::use_awaitable, ec));
   lock.lock();
+  std::erase(waiters_, w);  // (after a tick: no wake came)
 }
 
 void Flight::publish(std::string_view frames) {
@@ -78,15 +79,16 @@ void Flight::leave() {
   --readers_;
 }
 
-net::awaitable<bool> Flight::wait_output() {
+net::awaitable<std::optional<bool>> Flight::wait_output(std::chrono::milliseconds tick) {
   std::unique_lock lock(mu_);
-  while (!ended_ && !overflow_ && frames_.empty()) co_await wait(lock);
-  co_return !frames_.empty() || (ended_ && ok_);
+  if (!ended_ && !overflow_ && frames_.empty()) co_await wait(lock, tick);
+  if (!ended_ && !overflow_ && frames_.empty()) co_return std::nullopt;
+  co_return !overflow_ && (!frames_.empty() || (ended_ && ok_));
 }
 
-net::awaitable<FlightPart> Flight::next(std::size_t& offset) {
+net::awaitable<FlightPart> Flight::next(std::size_t& offset, std::chrono::milliseconds tick) {
   std::unique_lock lock(mu_);
-  while (!ended_ && !overflow_ && offset >= frames_.size()) co_await wait(lock);
+  if (!ended_ && !overflow_ && offset >= frames_.size()) co_await wait(lock, tick);
   FlightPart p;
   if (overflow_) {
     p.ended = true;

@@ -9,6 +9,7 @@
 // (every worker thread): the fleet shares answers through the cache, not generations.
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -43,10 +44,12 @@ class Flight : public std::enable_shared_from_this<Flight> {
   void fail(Reason reason, std::string message);
   bool others_reading() const;            // a follower still reads
 
-  // Follower side. `offset`: what it read so far of the frames.
-  boost::asio::awaitable<FlightPart> next(std::size_t& offset);
-  // Whether anything came yet (frames, or the end).
-  boost::asio::awaitable<bool> wait_output();
+  // Follower side. `offset`: what it read so far of the frames. Each returns after `tick`
+  // at the latest, with nothing new (a follower writes its heartbeat then, or sees that
+  // its client left).
+  boost::asio::awaitable<FlightPart> next(std::size_t& offset, std::chrono::milliseconds tick);
+  // Whether anything came yet (frames, or the end); nullopt: nothing within `tick`.
+  boost::asio::awaitable<std::optional<bool>> wait_output(std::chrono::milliseconds tick);
   void join();
   void leave();
   const std::string& completion() const { return completion_; }  // after an ended, ok read
@@ -55,7 +58,7 @@ class Flight : public std::enable_shared_from_this<Flight> {
 
  private:
   struct Waiter;
-  boost::asio::awaitable<void> wait(std::unique_lock<std::mutex>& lock);
+  boost::asio::awaitable<void> wait(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds tick);
   void wake_locked();
 
   const std::size_t max_bytes_;

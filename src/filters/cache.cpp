@@ -103,7 +103,7 @@ class CacheFilter final : public FilterWith<State> {
       if (leader) {
         s.lead = f;
         *r.shares = f.get();
-      } else if (co_await f->wait_output()) {
+      } else if (co_await joined_output(r, *f)) {
         // Its answer is read from the generation in flight (the handler serves it).
         s.keep = false;
         outcome(r, "coalesced");
@@ -111,7 +111,13 @@ class CacheFilter final : public FilterWith<State> {
         stop.answer = LocalAnswer{.completion = {}, .prompt_tokens = 0, .completion_tokens = 0, .flight = std::move(f)};
         co_return Next::stop;
       } else {
-        f->leave();  // it ended without an answer: this request generates its own
+        f->leave();  // it ended without an answer (or the client left): nothing shared
+        if (r.ex.client_gone()) {
+          r.rec.client_cancelled = true;
+          stop.reason = Reason::client_closed;
+          stop.message = "client left while waiting for a shared generation";
+          co_return Next::stop;
+        }
       }
     }
     outcome(r, "miss");
@@ -171,6 +177,22 @@ class CacheFilter final : public FilterWith<State> {
                               .prompt_tokens = e.prompt_tokens,
                               .completion_tokens = e.completion_tokens,
                               .flight = nullptr};
+  }
+
+  // Waits for the generation joined to produce something; false when it ended without
+  // (then this request generates its own), or when the client left meanwhile.
+  static boost::asio::awaitable<bool> joined_output(Request& r, cache::Flight& f) {
+    bool gone = false;
+    r.ex.watch_client([&gone] { gone = true; });
+    struct Unwatch {
+      http::Exchange& ex;
+      ~Unwatch() { ex.unwatch_client(); }
+    } unwatch{r.ex};
+    for (;;) {
+      auto got = co_await f.wait_output(std::chrono::milliseconds(250));
+      if (got) co_return *got;
+      if (gone) co_return false;
+    }
   }
 
   // The request's outcome, once: its record and X-Sluice-Cache.

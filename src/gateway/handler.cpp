@@ -1003,17 +1003,34 @@ class WorkerHandler {
     std::size_t offset = 0;
     cache::FlightPart p;
     auto settle = [&](bool whole, std::int64_t relayed) {
-      ctx.rec.prompt_tokens = p.ok ? f.prompt_tokens() : creq.prompt_tokens_estimate;
+      ctx.rec.prompt_tokens = p.ok ? f.prompt_tokens() : settled_prompt(-1, creq, ctx, ex.request().body().size());
       ctx.rec.completion_tokens = whole && p.ok ? f.completion_tokens() : relayed;
       if (p.ok) ctx.rec.saved_tokens = f.prompt_tokens() + f.completion_tokens();
     };
+    auto left = [&] {
+      ctx.rec.client_cancelled = true;
+      ctx.rec.status = http_status(Reason::client_closed);
+      ctx.rec.reason = Reason::client_closed;
+      settle(false, 0);
+    };
     if (!creq.stream) {
-      do p = co_await f.next(offset);
-      while (!p.ended);
+      // Waits for the end, looking four times a second whether the client is still there
+      // (one that left stops reading the generation, which may then end).
+      bool gone = false;
+      ex.watch_client([&gone] { gone = true; });
+      do p = co_await f.next(offset, Ms(250));
+      while (!p.ended && !gone);
+      ex.unwatch_client();
+      if (gone || ex.client_gone()) {
+        left();
+        co_return;
+      }
       auto done = p.ok ? llm::replay_whole(f.completion(), ctx.request_id) : std::nullopt;
       if (!done) {
-        co_await local_reply(ex, ctx, p.ok ? Reason::internal : p.reason,
-                             p.ok ? std::string("the shared answer could not be read") : p.message);
+        // (Named: GCC 12 destroys a conditional temporary passed to a co_await twice.)
+        const Reason reason = p.ok ? Reason::internal : p.reason;
+        std::string message = p.ok ? std::string("the shared answer could not be read") : p.message;
+        co_await local_reply(ex, ctx, reason, std::move(message));
         co_return;
       }
       settle(true, 0);
@@ -1033,31 +1050,58 @@ class WorkerHandler {
     auto write = [&](std::string_view data) -> awaitable<bool> {
       ex.set_write_timeout(cfg_.timeouts.client_write);
       if (!ex.started()) {
-        ctx.rec.ttft_ms = ms_since(ctx.start);
         if (!co_await ex.begin_stream(200, "text/event-stream", h)) co_return false;
       }
       co_return data.empty() || co_await ex.write_chunk(data);
     };
+    static constexpr std::string_view kDone = "data: [DONE]\n\n";
+    bool done_held = false;
     ctx.rec.status = 200;
     do {
-      p = co_await f.next(offset);
+      // A heartbeat while the generation is silent (also how a client that left is seen).
+      p = co_await f.next(offset, cfg_.timeouts.heartbeat);
       in = std::move(p.frames);
+      if (in.empty() && !p.ended) {
+        if (!co_await write(": keep-alive\n\n")) {
+          gone = true;
+          break;
+        }
+        continue;
+      }
       // A leader that was answered whole: its answer as chunks, at the end.
       if (!any && in.empty() && p.ended && p.ok) in = llm::replay_stream(f.completion(), creq, ctx.request_id);
+      // The end marker is held back: the usage goes before it when the leader's frames had
+      // none (its client did not ask for it; this one's API may need it).
+      if (in.ends_with(kDone)) {
+        in.resize(in.size() - kDone.size());
+        done_held = true;
+      }
       any = any || !in.empty();
       out.clear();
       if (!in.empty()) tr->feed(llm::reid_frames(in, first_id, ctx.request_id), out);
-      if (p.ended && p.ok) tr->finish(out);
+      if (p.ended && p.ok) {
+        if (tr->usage().prompt_tokens < 0 || tr->usage().completion_tokens < 0) {
+          std::string usage = llm::chunk_prefix(ctx.request_id, creq.model);
+          usage += R"(],"usage":)";
+          llm::append_usage(usage, f.prompt_tokens(), f.completion_tokens());
+          usage += "}\n\n";
+          tr->feed(usage, out);
+        }
+        if (done_held) tr->feed(kDone, out);
+        tr->finish(out);
+      }
+      if (ctx.rec.ttft_ms < 0 && tr->first_token_seen()) ctx.rec.ttft_ms = ms_since(ctx.start);
       if (!co_await write(out)) {
         gone = true;
         break;
       }
     } while (!p.ended);
     if (gone) {
-      ctx.rec.client_cancelled = true;
-      ctx.rec.status = http_status(Reason::client_closed);
-      ctx.rec.reason = Reason::client_closed;
-    } else if (!p.ok) {
+      left();
+      ctx.rec.completion_tokens = tr->relayed_tokens();
+      co_return;
+    }
+    if (!p.ok) {
       ctx.rec.reason = p.reason;
       ctx.rec.error = p.message;
       if (tr->error().empty()) {  // (an upstream error event already went out as the leader's frames)
@@ -1068,8 +1112,8 @@ class WorkerHandler {
     } else if (ctx.keep_answer) {
       ctx.answer = tr->final_answer();
     }
-    settle(p.ok && !gone, tr->relayed_tokens());
-    if (!gone && !co_await ex.end_stream()) ctx.rec.client_cancelled = true;
+    settle(p.ok, tr->relayed_tokens());
+    if (!co_await ex.end_stream()) ctx.rec.client_cancelled = true;
   }
 
   // What a request got from a backend's breakers before going there.
@@ -1162,6 +1206,9 @@ class WorkerHandler {
     // Upstream request: the adapter rewrites the body (or the codec, for a backend that
     // serves the client's API itself); credentials and trace go in headers.
     const bool native = ctx.codec->native_on(be.cfg);
+    // Answered in the client's own API: nothing in the internal form to share (the
+    // requests that joined generate their own at once).
+    if (native && ctx.shares) ctx.shares->fail(Reason::upstream_error, "answered natively: not shared");
     auto call = native ? ctx.codec->native_call(creq, be.cfg) : llm::build_call(be.wire, creq, be.cfg);
     http::ClientRequest ureq;
     ureq.target = std::move(call.target);
@@ -1467,6 +1514,8 @@ class WorkerHandler {
           (ctx.rec.completion_tokens - 1) * 1000.0 / ms_since(relay.first_token_at, relay.last_token_at);
     }
     if (relay.client_gone) {
+      // (Followers of a generation this client left get what really ended it.)
+      if (ctx.shares && relay.reason != Reason::ok) ctx.shares->fail(relay.reason, relay.error);
       ctx.rec.client_cancelled = true;
       ctx.rec.status = http_status(Reason::client_closed);
       ctx.rec.reason = Reason::client_closed;

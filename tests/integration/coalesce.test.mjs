@@ -151,3 +151,76 @@ describe('in-flight coalescing', () => {
     assert.equal((await stats()).requests, s0.requests + 1);
   });
 });
+
+// Review findings: a failed shared generation, followers that leave while nothing comes,
+// a follower's usage when the leader did not ask for it.
+describe('in-flight coalescing: failures and departures', () => {
+  let sim2, gw2;
+  before(async () => {
+    sim2 = await startSim({ ttft: '100ms', 'inter-token': '40ms' });
+    gw2 = await startGateway({
+      keys: [{ name: 'app', key: KEY, tenant: 'acme', models: ['*'] }],
+      timeouts: { first_token: '6s', heartbeat: '500ms' },
+      models: [{ alias: 'co', provider: 'openai', base_url: `${sim2.url}/v1`, retries: 0, cache: { enabled: false, coalesce: true } }],
+    });
+  });
+  after(async () => {
+    await Promise.all([gw2?.stop(), sim2?.stop()]);
+  });
+  const b2 = (text, extra = {}) => ({ model: 'co', temperature: 0, max_tokens: 30, messages: [{ role: 'user', content: text }], ...extra });
+
+  test('whole followers of a generation that fails mid-stream get an error, and the gateway stays up', async () => {
+    await sim2.configure({ abort_rate: 1 });
+    try {
+      for (let i = 0; i < 8; i++) {
+        const b = b2(prompt());
+        const leader = sse(`${gw2.url}/v1/chat/completions`, { ...b, stream: true });
+        await delay(250);
+        const w = await request(`${gw2.url}/v1/chat/completions`, { method: 'POST', key: KEY, body: b });
+        await leader;
+        assert.ok(w.status >= 500 || w.status === 200, w.text);
+      }
+    } finally {
+      await sim2.configure({ abort_rate: 0 });
+    }
+    const ok = await request(`${gw2.url}/v1/chat/completions`, { method: 'POST', key: KEY, body: b2(prompt()) });
+    assert.equal(ok.status, 200, 'still serving');
+  });
+
+  test('when every client left while the upstream is silent, the generation is cancelled before its first token', async () => {
+    await sim2.configure({ hang_rate: 1 });
+    try {
+      const b = b2(prompt());
+      const s0 = await sim2.stats();
+      const t0 = Date.now();
+      const ac1 = new AbortController();
+      const ac2 = new AbortController();
+      const leader = request(`${gw2.url}/v1/chat/completions`, { method: 'POST', key: KEY, body: { ...b, stream: true }, signal: ac1.signal }).catch(() => null);
+      await delay(200);
+      const follower = request(`${gw2.url}/v1/chat/completions`, { method: 'POST', key: KEY, body: b, signal: ac2.signal }).catch(() => null);
+      await delay(300);
+      ac1.abort();
+      await delay(300);
+      ac2.abort();
+      await Promise.all([leader, follower]);
+      await waitFor(async () => (await sim2.stats()).cancelled > s0.cancelled, { timeout: 5000, what: 'the upstream cancelled' });
+      assert.ok(Date.now() - t0 < 5000, 'well before timeouts.first_token (6 s)');
+      await waitFor(async () => (await gw2.infra()).cache.in_flight === 0, { what: 'the flight landed' });
+    } finally {
+      await sim2.configure({ hang_rate: 0 });
+    }
+  });
+
+  test('a follower gets the usage it asked for even when the leader did not ask for it', async () => {
+    const b = b2(prompt());
+    const leader = sse(`${gw2.url}/v1/chat/completions`, { ...b, stream: true });
+    await delay(250);
+    const f = await sse(`${gw2.url}/v1/chat/completions`, { ...b, stream: true, stream_options: { include_usage: true } });
+    const l = await leader;
+    assert.equal(f.headers.get('x-sluice-cache'), 'coalesced');
+    assert.ok(!l.events.some((e) => e.json?.usage), 'the leader did not ask');
+    const usage = f.events.map((e) => e.json).find((j) => j?.usage)?.usage;
+    assert.ok(usage && usage.prompt_tokens > 0 && usage.completion_tokens > 0, JSON.stringify(f.events.slice(-3)));
+    assert.equal(f.events.at(-1).data, '[DONE]');
+  });
+});
