@@ -13,6 +13,7 @@
 #include "fuzz_util.hpp"
 #include "llm/anthropic.hpp"
 #include "llm/chat.hpp"
+#include "llm/fold.hpp"
 
 using namespace sluice;
 
@@ -37,6 +38,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 1: t = llm::make_ollama_stream(req, "req-1"); break;
     default: t = llm::make_anthropic_stream(req, "req-1"); break;
   }
+  // The response cache's fold (llm/fold.hpp): the chunks folded into the chat.completion
+  // they amount to, which must then be keepable and replay, whole and as chunks.
+  std::string whole;
+  const bool fold = (mode & 0x40) && kind != 9;
+  if (fold) t = llm::fold_stream(std::move(t), &whole, 1 << 20, [](std::string_view) {});
   const bool anthropic_out = kind >= 3 && kind < 6;
   if (anthropic_out) t = api::make_anthropic_output(std::move(t), "m", "req-1", 7);
   if (kind >= 6 && kind < 9) t = api::make_responses_output(std::move(t), req);  // the Responses API's events
@@ -59,6 +65,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
   }
   if (written_by_us) fuzz::expect_sse_json(out, "translator wrote a data line that is not JSON");
+  if (fold && !whole.empty()) {
+    if (!llm::keepable(whole)) __builtin_trap();  // a fold that renders is a whole answer
+    if (!llm::replay_whole(whole, "req-2")) __builtin_trap();
+    const std::string chunks = llm::replay_stream(whole, req, "req-2");
+    if (chunks.empty()) __builtin_trap();
+    fuzz::expect_sse_json(chunks, "a replay wrote a data line that is not JSON");
+  }
   (void)t->usage();
   (void)t->content_chunks();
   return 0;
