@@ -72,7 +72,7 @@ void canonical(std::string& out, const json::value& v) {
 }
 
 // A message's content given as one text part is the same as that text.
-json::value content_of(const json::value& c) {
+const json::value& content_of(const json::value& c) {
   if (const auto* a = c.if_array(); a && a->size() == 1) {
     if (const auto* part = (*a)[0].if_object()) {
       const auto* type = part->if_contains("type");
@@ -83,6 +83,60 @@ json::value content_of(const json::value& c) {
     }
   }
   return c;
+}
+
+// The request body, normalised, without copying it: its top-level keys sorted (the ones
+// that do not change the answer left out, max_completion_tokens named max_tokens), each
+// message with its content normalised.
+void canonical_body(std::string& out, const json::object& body) {
+  std::vector<std::pair<std::string_view, const json::value*>> kv;
+  kv.reserve(body.size());
+  for (const auto& e : body) {
+    std::string_view k = e.key();
+    if (std::find(std::begin(kIgnored), std::end(kIgnored), k) != std::end(kIgnored)) continue;
+    if (k == "max_completion_tokens") k = "max_tokens";  // the same bound, by its newer name
+    if (std::any_of(kv.begin(), kv.end(), [k](const auto& p) { return p.first == k; })) continue;
+    kv.emplace_back(k, &e.value());
+  }
+  std::sort(kv.begin(), kv.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  out += '{';
+  bool first = true;
+  for (const auto& [k, v] : kv) {
+    if (!first) out += ',';
+    first = false;
+    out += json::serialize(json::string_view(k.data(), k.size()));
+    out += ':';
+    if (k != "messages" || !v->is_array()) {
+      canonical(out, *v);
+      continue;
+    }
+    out += '[';
+    bool first_m = true;
+    for (const auto& m : v->get_array()) {
+      if (!first_m) out += ',';
+      first_m = false;
+      const auto* o = m.if_object();
+      if (!o || !o->contains("content")) {
+        canonical(out, m);
+        continue;
+      }
+      std::vector<const json::key_value_pair*> mk;
+      for (const auto& e : *o) mk.push_back(&e);
+      std::sort(mk.begin(), mk.end(), [](auto* a, auto* b) { return a->key() < b->key(); });
+      out += '{';
+      bool first_k = true;
+      for (const auto* e : mk) {
+        if (!first_k) out += ',';
+        first_k = false;
+        out += json::serialize(json::string_view(e->key()));
+        out += ':';
+        canonical(out, e->key() == "content" ? content_of(e->value()) : e->value());
+      }
+      out += '}';
+    }
+    out += ']';
+  }
+  out += '}';
 }
 
 bool zero(const json::value* v) { return v && v->is_number() && v->to_number<double>() == 0.0; }
@@ -110,25 +164,7 @@ Key key_of(const llm::ChatRequest& req, std::string_view route, std::string_view
   text += '\n';
   text += served;
   text += '\n';
-  json::object kept;
-  for (const auto& e : req.body) {
-    const std::string_view k = e.key();
-    if (std::find(std::begin(kIgnored), std::end(kIgnored), k) != std::end(kIgnored)) continue;
-    if (k == "max_completion_tokens") {
-      kept["max_tokens"] = e.value();  // the same bound, by its newer name
-    } else if (k == "messages" && e.value().is_array()) {
-      json::array ms;
-      for (const auto& m : e.value().get_array()) {
-        json::value one = m;
-        if (auto* o = one.if_object(); o && o->contains("content")) (*o)["content"] = content_of(o->at("content"));
-        ms.push_back(std::move(one));
-      }
-      kept["messages"] = std::move(ms);
-    } else if (!kept.contains(k)) {
-      kept.emplace(k, e.value());
-    }
-  }
-  canonical(text, kept);
+  canonical_body(text, req.body);
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned len = 0;
   EVP_Digest(text.data(), text.size(), md, &len, EVP_sha256(), nullptr);

@@ -37,6 +37,18 @@ TEST(CacheKey, SameRequestSameKeyWhateverTheOrderAndDelivery) {
                     R"("stream_options":{"include_usage":true},"user":"u","metadata":{"a":"b"},"store":true})"));
 }
 
+TEST(CacheKey, OneValueHoweverWritten) {
+  EXPECT_EQ(hash(R"({"messages":[{"role":"user","content":"hi"}],"temperature":0})"),
+            hash(R"({"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"temperature":0.0})"));
+  EXPECT_EQ(hash(R"({"messages":[],"max_tokens":5})"), hash(R"({"messages":[],"max_completion_tokens":5})"));
+  EXPECT_NE(hash(R"({"messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"text","text":"!"}]}]})"),
+            hash(R"({"messages":[{"role":"user","content":"hi!"}]})"));
+  EXPECT_NE(hash(R"({"messages":[],"temperature":0.5})"), hash(R"({"messages":[],"temperature":0})"));
+  EXPECT_NE(key_of(req(R"({"messages":[]})"), "r", "acme", "openai/a\n").hash,
+            key_of(req(R"({"messages":[]})"), "r", "acme", "openai/b\n").hash)
+      << "another backend model, another key";
+}
+
 TEST(CacheKey, WhatChangesTheAnswerChangesTheKey) {
   const std::string base = R"({"messages":[{"role":"user","content":"hi"}],"temperature":0)";
   const auto a = hash(base + "}");
