@@ -420,19 +420,29 @@ class WorkerHandler {
     } else if (!admin_listener_ && !ctx.key->admin) {
       co_await local_reply(ex, ctx, Reason::forbidden, "only an admin key may read /admin/usage/reconcile");
     } else {
-      const auto target = ex.request().target();
-      const auto q = target.find('?');
-      const std::string_view qs = q == std::string_view::npos ? std::string_view{} : target.substr(q + 1);
       const std::shared_ptr<const RoutingTable> tab = table();  // held until the report is done
-      auto answer = co_await reconcile_usage(g_, *tab, qs);
-      if (answer.reason != Reason::ok) {
-        co_await local_reply(ex, ctx, answer.reason, std::move(answer.body), answer.param);
-      } else {
-        ctx.rec.status = 200;
-        co_await ex.reply(json_reply(200, std::move(answer.body), ctx));
-      }
+      // (Named, and passed by reference: GCC 12 may destroy an aggregate temporary inside
+      // a co_await expression twice.)
+      ReconcileAnswer answer = co_await reconcile_usage(g_, *tab, query_string(ex));
+      co_await admin_reply(ex, ctx, answer);
     }
     record(ctx);
+  }
+
+  static std::string_view query_string(const http::Exchange& ex) {
+    const auto target = ex.request().target();
+    const auto q = target.find('?');
+    return q == std::string_view::npos ? std::string_view{} : target.substr(q + 1);
+  }
+
+  // An admin endpoint's answer: its JSON (200), or its error as a local reply.
+  awaitable<void> admin_reply(http::Exchange& ex, Context& ctx, ReconcileAnswer& answer) {
+    if (answer.reason != Reason::ok) {
+      co_await local_reply(ex, ctx, answer.reason, std::move(answer.body), answer.param);
+    } else {
+      ctx.rec.status = 200;
+      co_await ex.reply(json_reply(200, std::move(answer.body), ctx));
+    }
   }
 
   // /admin/cache (cache_admin.cpp): the response cache's entries, listed or dropped. An
@@ -447,16 +457,8 @@ class WorkerHandler {
     } else if (!cache_) {
       co_await local_reply(ex, ctx, Reason::not_found, "the response cache is not running");
     } else {
-      const auto target = ex.request().target();
-      const auto q = target.find('?');
-      const std::string_view qs = q == std::string_view::npos ? std::string_view{} : target.substr(q + 1);
-      auto answer = co_await cache_admin(*cache_, method, qs);
-      if (answer.reason != Reason::ok) {
-        co_await local_reply(ex, ctx, answer.reason, std::move(answer.body), answer.param);
-      } else {
-        ctx.rec.status = 200;
-        co_await ex.reply(json_reply(200, std::move(answer.body), ctx));
-      }
+      AdminAnswer answer = co_await cache_admin(*cache_, method, query_string(ex));
+      co_await admin_reply(ex, ctx, answer);
     }
     record(ctx);
   }
