@@ -24,8 +24,6 @@ constexpr std::string_view kInjection =
     R"re(|忽略.{0,10}?(?:之前|以上|前面|所有|上述).{0,10}?(?:指令|指示|提示|规则|要求))re"
     R"re(|(?:显示|输出|泄露|告诉我|打印).{0,10}?(?:系统提示|系统指令|初始指令)))re";
 constexpr std::string_view kEmail = R"re([A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*\.[A-Za-z]{2,24})re";
-constexpr std::string_view kCard = R"re((?<![\d])(?:\d[ -]?){12,18}\d(?![\d]))re";
-constexpr std::string_view kPhone = R"re((?<![\w+])\+?(?:\(\d{1,4}\)[ .-]?)?\d(?:[ .-]?\(?\d\)?){8,16}(?![\w]))re";
 constexpr std::string_view kIban = R"re(\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b)re";
 
 struct Regex {
@@ -92,11 +90,63 @@ struct Span {
   std::string_view with;
 };
 
+bool word_char(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+}
+
+// A number as people write one: digits joined by single separators (space, dot, dash,
+// brackets), maybe a leading '+', not inside a word. Found in one pass (no backtracking:
+// a megabyte of digits costs a megabyte of steps).
+struct DigitRun {
+  std::size_t begin, end;
+  std::size_t digits;
+  bool card_like;  // only digits, spaces and dashes
+};
+
+std::vector<DigitRun> digit_runs(std::string_view t) {
+  std::vector<DigitRun> runs;
+  auto digit = [&t](std::size_t i) { return i < t.size() && t[i] >= '0' && t[i] <= '9'; };
+  auto sep = [](char c) { return c == ' ' || c == '.' || c == '-' || c == '(' || c == ')'; };
+  std::size_t i = 0;
+  while (i < t.size()) {
+    const bool plus = t[i] == '+' && (digit(i + 1) || (i + 1 < t.size() && t[i + 1] == '('));
+    const bool open = t[i] == '(' && digit(i + 1);
+    if (!digit(i) && !plus && !open) {
+      ++i;
+      continue;
+    }
+    const std::size_t begin = i;
+    if (begin > 0 && word_char(t[begin - 1])) {  // inside a word (or a longer token): skip it
+      while (i < t.size() && (word_char(t[i]) || sep(t[i]) || t[i] == '+')) ++i;
+      continue;
+    }
+    std::size_t digits = 0, last_digit = i;
+    bool card_like = !plus && !open;
+    if (plus || open) ++i;
+    while (i < t.size()) {
+      if (digit(i)) {
+        ++digits;
+        last_digit = i++;
+      } else if (sep(t[i]) && (digit(i + 1) || (t[i] == ')' && i + 2 < t.size() && sep(t[i + 1]) && digit(i + 2)) ||
+                               (t[i] != '(' && i + 1 < t.size() && t[i + 1] == '(' && digit(i + 2)))) {
+        if (t[i] == '.' || t[i] == '(' || t[i] == ')') card_like = false;
+        ++i;
+      } else {
+        break;
+      }
+    }
+    const std::size_t end = last_digit + 1;
+    if (digits > 0 && (end >= t.size() || !word_char(t[end]))) runs.push_back({begin, end, digits, card_like});
+    if (i == begin) ++i;
+  }
+  return runs;
+}
+
 }  // namespace
 
 struct Screen::Impl {
   Regex injection{kInjection, PCRE2_CASELESS | PCRE2_DOTALL};
-  Regex email{kEmail, 0}, card{kCard, 0}, phone{kPhone, 0}, iban{kIban, 0};
+  Regex email{kEmail, 0}, iban{kIban, 0};
   std::vector<Regex> patterns;
 };
 
@@ -158,32 +208,72 @@ void Screen::inspect_text(std::string& text, bool system, Verdict& v) const {
     note(v, Kind::unicode_tags, p.unicode_tags, n);
     if (n > 0 && p.unicode_tags == GuardAction::redact) text = std::move(kept);
   }
-  // PII: cards before phones (a card number is also a run of digits).
-  std::vector<Span> spans;
+  // PII: e-mail addresses, then cards, IBANs and phones (a card number is also a run of
+  // digits, and an IBAN holds one); what one detector found is not found again by the
+  // next. Spans are kept in order of their start, so an overlap is a binary search.
+  std::vector<Span> spans;       // every detector's, sorted by begin
+  std::vector<Span> redactions;  // those to replace
   auto taken = [&spans](std::size_t b, std::size_t e) {
-    return std::any_of(spans.begin(), spans.end(), [&](const Span& s) { return b < s.end && s.begin < e; });
+    auto it = std::lower_bound(spans.begin(), spans.end(), e, [](const Span& s, std::size_t x) { return s.begin < x; });
+    return it != spans.begin() && std::prev(it)->end > b;  // the last span starting before e ends after b
   };
-  auto pii = [&](const Regex& re, Kind k, GuardAction a, std::string_view label, auto valid) {
-    if (a == GuardAction::off) return;
+  auto found = [&](Kind k, GuardAction a, std::string_view label, std::vector<std::pair<std::size_t, std::size_t>>& hits) {
     std::size_t n = 0;
-    re.each(text, [&](std::size_t b, std::size_t e) {
-      if (taken(b, e) || !valid(std::string_view(text).substr(b, e - b))) return;
+    std::vector<Span> mine;
+    for (auto [b, e] : hits) {
+      if (taken(b, e)) continue;
       ++n;
-      spans.push_back({b, e, label});
-    });
+      mine.push_back({b, e, label});
+    }
     note(v, k, a, n);
-    if (a != GuardAction::redact) std::erase_if(spans, [label](const Span& s) { return s.with == label; });
+    if (a == GuardAction::redact) redactions.insert(redactions.end(), mine.begin(), mine.end());
+    const auto mid = spans.insert(spans.end(), mine.begin(), mine.end());
+    std::inplace_merge(spans.begin(), mid, spans.end(), [](const Span& x, const Span& y) { return x.begin < y.begin; });
   };
-  pii(impl_->email, Kind::email, p.email, "[EMAIL]", [](std::string_view) { return true; });
-  pii(impl_->card, Kind::card, p.card, "[CARD]", [](std::string_view s) { return luhn_valid(digits_of(s)); });
-  pii(impl_->iban, Kind::iban, p.iban, "[IBAN]", [](std::string_view s) { return iban_valid(s); });
-  pii(impl_->phone, Kind::phone, p.phone, "[PHONE]", [](std::string_view s) {
-    const auto d = digits_of(s).size();
-    return d >= 10 && d <= 15;
-  });
+  std::vector<std::pair<std::size_t, std::size_t>> hits;
+  if (p.email != GuardAction::off) {
+    impl_->email.each(text, [&](std::size_t b, std::size_t e) { hits.emplace_back(b, e); });
+    found(Kind::email, p.email, "[EMAIL]", hits);
+  }
+  const bool numbers = p.card != GuardAction::off || p.phone != GuardAction::off;
+  const std::vector<DigitRun> runs = numbers ? digit_runs(text) : std::vector<DigitRun>{};
+  if (p.card != GuardAction::off) {
+    hits.clear();
+    for (const auto& r : runs) {
+      if (r.card_like && r.digits >= 13 && r.digits <= 19 && luhn_valid(digits_of(std::string_view(text).substr(r.begin, r.end - r.begin)))) {
+        hits.emplace_back(r.begin, r.end);
+      }
+    }
+    found(Kind::card, p.card, "[CARD]", hits);
+  }
+  if (p.iban != GuardAction::off) {
+    hits.clear();
+    impl_->iban.each(text, [&](std::size_t b, std::size_t e) {
+      if (iban_valid(std::string_view(text).substr(b, e - b))) hits.emplace_back(b, e);
+    });
+    found(Kind::iban, p.iban, "[IBAN]", hits);
+  }
+  if (p.phone != GuardAction::off) {
+    hits.clear();
+    for (const auto& r : runs) {
+      if (r.digits >= 10 && r.digits <= 15) hits.emplace_back(r.begin, r.end);
+    }
+    found(Kind::phone, p.phone, "[PHONE]", hits);
+  }
+  spans = std::move(redactions);
   if (!spans.empty()) {
-    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin > b.begin; });
-    for (const auto& s : spans) text.replace(s.begin, s.end - s.begin, s.with);
+    // One pass (a replace per span would move the rest of the text each time).
+    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+    std::string out;
+    out.reserve(text.size());
+    std::size_t at = 0;
+    for (const auto& s : spans) {
+      out.append(text, at, s.begin - at);
+      out += s.with;
+      at = s.end;
+    }
+    out.append(text, at, std::string::npos);
+    text = std::move(out);
   }
 }
 
