@@ -23,7 +23,7 @@ constexpr std::string_view kInjection =
     R"re(|\b(?:developer|god|jailbreak|DAN) mode\b|\bdo anything now\b)re"
     R"re(|忽略.{0,10}?(?:之前|以上|前面|所有|上述).{0,10}?(?:指令|指示|提示|规则|要求))re"
     R"re(|(?:显示|输出|泄露|告诉我|打印).{0,10}?(?:系统提示|系统指令|初始指令)))re";
-constexpr std::string_view kEmail = R"re([A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*\.[A-Za-z]{2,24})re";
+constexpr std::string_view kEmail = R"re([A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*\.[A-Za-z]{2,24}(?![A-Za-z0-9_]))re";
 constexpr std::string_view kIban = R"re(\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b)re";
 
 struct Regex {
@@ -90,8 +90,11 @@ struct Span {
   std::string_view with;
 };
 
+// What a number must not touch. Square brackets count: a redaction label ("[EMAIL]")
+// stands where a word was, so a second look at a redacted text reads the same numbers.
 bool word_char(char c) {
-  return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+  return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_' || c == '[' ||
+         c == ']';
 }
 
 // A number as people write one: digits joined by single separators (space, dot, dash,
@@ -116,8 +119,9 @@ std::vector<DigitRun> digit_runs(std::string_view t) {
       continue;
     }
     const std::size_t begin = i;
-    if (begin > 0 && word_char(t[begin - 1])) {  // inside a word (or a longer token): skip it
-      while (i < t.size() && (word_char(t[i]) || sep(t[i]) || t[i] == '+')) ++i;
+    if (begin > 0 && word_char(t[begin - 1])) {  // inside a word ("ex55", "v1.2-3"): skip the rest of it
+      ++i;  // (at least this character: a '(' or '+' right after a word is not part of it)
+      while (i < t.size() && (word_char(t[i]) || t[i] == '.' || t[i] == '-')) ++i;
       continue;
     }
     std::size_t digits = 0, last_digit = i;
@@ -135,8 +139,13 @@ std::vector<DigitRun> digit_runs(std::string_view t) {
         break;
       }
     }
-    const std::size_t end = last_digit + 1;
-    if (digits > 0 && (end >= t.size() || !word_char(t[end]))) runs.push_back({begin, end, digits, card_like});
+    std::size_t end = last_digit + 1;
+    if (end < t.size() && word_char(t[end])) {
+      // Its last group runs into a word ("11119ne"): the number ends before that group.
+      while (end > begin && digit(end - 1)) --end, --digits;
+      while (end > begin && !digit(end - 1)) --end;
+    }
+    if (digits > 0 && end > begin) runs.push_back({begin, end, digits, card_like});
     if (i == begin) ++i;
   }
   return runs;
@@ -194,22 +203,30 @@ void Screen::inspect_text(std::string& text, bool system, Verdict& v) const {
   (void)system;
   // Hidden tag characters: U+E0000..U+E007F are F3 A0 80 80 .. F3 A0 81 BF in UTF-8.
   if (p.unicode_tags != GuardAction::off) {
+    // The text is copied byte by byte and a tag character is taken off the copy's end as
+    // soon as it is complete there: one taken out of the middle of another cannot leave a
+    // new one behind (F3 A0 [F3 A0 81 A9] 81 A9), and nesting costs no second pass.
     std::size_t n = 0;
     std::string kept;
-    for (std::size_t i = 0; i < text.size(); ++i) {
-      const auto b = [&](std::size_t j) { return static_cast<unsigned char>(text[j]); };
-      if (i + 3 < text.size() && b(i) == 0xF3 && b(i + 1) == 0xA0 && (b(i + 2) == 0x80 || b(i + 2) == 0x81)) {
+    kept.reserve(text.size());
+    auto tag_at_end = [&kept] {
+      const std::size_t k = kept.size();
+      if (k < 4) return false;
+      const auto b = [&kept, k](std::size_t back) { return static_cast<unsigned char>(kept[k - back]); };
+      return b(4) == 0xF3 && b(3) == 0xA0 && (b(2) == 0x80 || b(2) == 0x81) && b(1) >= 0x80 && b(1) <= 0xBF;
+    };
+    for (char c : text) {
+      kept += c;
+      if (tag_at_end()) {
         ++n;
-        i += 3;
-        continue;
+        kept.resize(kept.size() - 4);
       }
-      if (p.unicode_tags == GuardAction::redact) kept += text[i];
     }
     note(v, Kind::unicode_tags, p.unicode_tags, n);
     if (n > 0 && p.unicode_tags == GuardAction::redact) text = std::move(kept);
   }
-  // PII: e-mail addresses, then cards, IBANs and phones (a card number is also a run of
-  // digits, and an IBAN holds one); what one detector found is not found again by the
+  // PII: e-mail addresses, then IBANs, cards and phones (an IBAN holds digits; a card
+  // number is also a run of digits); what one detector found is not found again by the
   // next. Spans are kept in order of their start, so an overlap is a binary search.
   std::vector<Span> spans;       // every detector's, sorted by begin
   std::vector<Span> redactions;  // those to replace
@@ -235,8 +252,31 @@ void Screen::inspect_text(std::string& text, bool system, Verdict& v) const {
     impl_->email.each(text, [&](std::size_t b, std::size_t e) { hits.emplace_back(b, e); });
     found(Kind::email, p.email, "[EMAIL]", hits);
   }
+  if (p.iban != GuardAction::off) {
+    hits.clear();
+    impl_->iban.each(text, [&](std::size_t b, std::size_t e) {
+      // The longest candidate first, then shorter ones ending before a space (an IBAN
+      // followed by more groups of digits or letters).
+      for (std::size_t end = e; end > b; --end) {
+        if (end != e && text[end] != ' ') continue;
+        if (end - b < 15) break;
+        if (!taken(b, end) && iban_valid(std::string_view(text).substr(b, end - b))) {
+          hits.emplace_back(b, end);
+          break;
+        }
+      }
+    });
+    found(Kind::iban, p.iban, "[IBAN]", hits);
+  }
+  // Numbers are read with what was found so far blanked out (as its label will stand
+  // there: not a digit, not a word), so a second look at the redacted text finds the same.
   const bool numbers = p.card != GuardAction::off || p.phone != GuardAction::off;
-  const std::vector<DigitRun> runs = numbers ? digit_runs(text) : std::vector<DigitRun>{};
+  std::vector<DigitRun> runs;
+  if (numbers) {
+    std::string blanked = text;
+    for (const auto& s : spans) std::fill(blanked.begin() + s.begin, blanked.begin() + s.end, ']');
+    runs = digit_runs(blanked);
+  }
   if (p.card != GuardAction::off) {
     hits.clear();
     for (const auto& r : runs) {
@@ -245,13 +285,6 @@ void Screen::inspect_text(std::string& text, bool system, Verdict& v) const {
       }
     }
     found(Kind::card, p.card, "[CARD]", hits);
-  }
-  if (p.iban != GuardAction::off) {
-    hits.clear();
-    impl_->iban.each(text, [&](std::size_t b, std::size_t e) {
-      if (iban_valid(std::string_view(text).substr(b, e - b))) hits.emplace_back(b, e);
-    });
-    found(Kind::iban, p.iban, "[IBAN]", hits);
   }
   if (p.phone != GuardAction::off) {
     hits.clear();
