@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cache/cache.hpp"
+#include "common/text.hpp"
 #include "config/models.hpp"
 #include "llm/chat.hpp"
 
@@ -168,13 +169,8 @@ Key key_of(const llm::ChatRequest& req, std::string_view route, std::string_view
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned len = 0;
   EVP_Digest(text.data(), text.size(), md, &len, EVP_sha256(), nullptr);
-  static constexpr char kHex[] = "0123456789abcdef";
   Key k{std::string(route), std::string()};
-  k.hash.reserve(2 * len);
-  for (unsigned i = 0; i < len; ++i) {
-    k.hash += kHex[md[i] >> 4];
-    k.hash += kHex[md[i] & 15];
-  }
+  append_hex(k.hash, std::string_view(reinterpret_cast<const char*>(md), len));
   return k;
 }
 

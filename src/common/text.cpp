@@ -204,6 +204,15 @@ bool percent_decode(std::string_view s, std::string& out, bool plus_is_space) {
   return true;
 }
 
+void append_hex(std::string& out, std::string_view bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out.reserve(out.size() + 2 * bytes.size());
+  for (unsigned char c : bytes) {
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  }
+}
+
 void append_base64(std::string& out, std::string_view bytes) {
   static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   out.reserve(out.size() + (bytes.size() + 2) / 3 * 4);

@@ -35,6 +35,8 @@ void append_iso8601(std::string& out, std::int64_t unix_ms);
 
 // Appends the standard base64 (RFC 4648, padded) of `bytes`.
 void append_base64(std::string& out, std::string_view bytes);
+// Lower-case hex of the bytes (a digest: "9f86d0...").
+void append_hex(std::string& out, std::string_view bytes);
 // Appends the base64 of `values` as float32 little-endian bytes, on any host (OpenAI's
 // embeddings with encoding_format "base64").
 void append_float32_base64(std::string& out, std::span<const float> values);

@@ -1,6 +1,8 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "guard/guard.hpp"
 
+#include "telemetry/metrics.hpp"
+
 #include <openssl/evp.h>
 #include <pcre2.h>
 
@@ -585,23 +587,21 @@ void Guards::count(const Verdict& v) noexcept {
 }
 
 void Guards::render_metrics(std::string& out) const {
-  out += "# HELP sluice_guard_model_calls_total Calls to guard models (guardrails[].model).\n";
-  out += "# TYPE sluice_guard_model_calls_total counter\n";
-  out += "sluice_guard_model_calls_total " + std::to_string(model_calls_.load(std::memory_order_relaxed)) + "\n";
-  out += "# HELP sluice_guard_model_failures_total Guard model calls that failed or timed out.\n";
-  out += "# TYPE sluice_guard_model_failures_total counter\n";
-  out += "sluice_guard_model_failures_total " + std::to_string(model_failures_.load(std::memory_order_relaxed)) + "\n";
-  out += "# HELP sluice_guardrail_findings_total Requests in which a guardrail found something, by what and what it did.\n";
-  out += "# TYPE sluice_guardrail_findings_total counter\n";
+  telemetry::metric_help(out, "sluice_guard_model_calls_total", "counter", "Calls to guard models (guardrails[].model).");
+  telemetry::metric_line(out, "sluice_guard_model_calls_total", "",
+                         static_cast<double>(model_calls_.load(std::memory_order_relaxed)));
+  telemetry::metric_help(out, "sluice_guard_model_failures_total", "counter",
+                         "Guard model calls that failed or timed out.");
+  telemetry::metric_line(out, "sluice_guard_model_failures_total", "",
+                         static_cast<double>(model_failures_.load(std::memory_order_relaxed)));
+  telemetry::metric_help(out, "sluice_guardrail_findings_total", "counter",
+                         "Requests in which a guardrail found something, by what and what it did.");
   for (std::size_t k = 0; k < kKinds; ++k) {
     for (std::size_t a = 1; a < 4; ++a) {
-      out += "sluice_guardrail_findings_total{kind=\"";
-      out += to_string(static_cast<Kind>(k));
-      out += "\",action=\"";
-      out += config::to_string(static_cast<GuardAction>(a));
-      out += "\"} ";
-      out += std::to_string(counts_[k][a].load(std::memory_order_relaxed));
-      out += '\n';
+      const std::string labels = "kind=\"" + std::string(to_string(static_cast<Kind>(k))) + "\",action=\"" +
+                                 std::string(config::to_string(static_cast<GuardAction>(a))) + "\"";
+      telemetry::metric_line(out, "sluice_guardrail_findings_total", labels,
+                             static_cast<double>(counts_[k][a].load(std::memory_order_relaxed)));
     }
   }
 }

@@ -1,5 +1,7 @@
 #include "store/redis.hpp"
 
+#include "common/text.hpp"
+
 #include "store/resp.hpp"
 
 #include <openssl/evp.h>
@@ -67,12 +69,7 @@ RedisScript::RedisScript(std::string src) : source(std::move(src)) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   EVP_Digest(source.data(), source.size(), md, &len, EVP_sha1(), nullptr);
-  static constexpr char hex[] = "0123456789abcdef";
-  sha1.reserve(2 * len);
-  for (unsigned i = 0; i < len; ++i) {
-    sha1 += hex[md[i] >> 4];
-    sha1 += hex[md[i] & 15];
-  }
+  append_hex(sha1, std::string_view(reinterpret_cast<const char*>(md), len));
 }
 
 namespace {
