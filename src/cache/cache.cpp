@@ -10,7 +10,9 @@
 #include "common/redis_url.hpp"
 #include "config/config.hpp"
 #include "llm/chat.hpp"
+#include "llm/fold.hpp"
 #include "store/redis.hpp"
+#include "telemetry/metrics.hpp"
 
 namespace sluice::cache {
 
@@ -112,10 +114,18 @@ class RedisWorker final : public WorkerCache {
       if (auto e = sh_->memory.get(key.hash)) co_return e;
     }
     if (!conn_->up()) co_return std::nullopt;
-    auto r = co_await conn_->command("GET", redis_key(key));
+    std::string k = redis_key(key);
+    auto r = co_await conn_->command("GET", k);
     if (!r.ok() || r.reply->type != store::RedisReply::Type::string) co_return std::nullopt;
     auto e = decode(r.reply->str);
-    if (e) sh_->memory.put(key, *e, sh_->settings.local_ttl);
+    // What Redis holds is checked like any outside bytes: a value that is not a whole
+    // answer (written by something else) is a miss, and is deleted.
+    if (!e || !llm::keepable(e->completion)) {
+      net::co_spawn(ex_, [conn = conn_, k = std::move(k)]() -> net::awaitable<void> { co_await conn->command("DEL", k); },
+                    net::detached);
+      co_return std::nullopt;
+    }
+    sh_->memory.put(key, *e, sh_->settings.local_ttl);
     co_return e;
   }
 
@@ -273,17 +283,8 @@ std::string Cache::status_json() const {
 
 void Cache::render_metrics(std::string& out) const {
   auto counter = [&out](std::string_view name, std::string_view help, const std::atomic<std::uint64_t>& v) {
-    out += "# HELP ";
-    out += name;
-    out += ' ';
-    out += help;
-    out += "\n# TYPE ";
-    out += name;
-    out += " counter\n";
-    out += name;
-    out += ' ';
-    out += std::to_string(v.load(std::memory_order_relaxed));
-    out += '\n';
+    telemetry::metric_help(out, name, "counter", help);
+    telemetry::metric_line(out, name, "", static_cast<double>(v.load(std::memory_order_relaxed)));
   };
   counter("sluice_cache_hits_total", "Requests answered from the response cache.", counters_.hits);
   counter("sluice_cache_misses_total", "Cacheable requests the cache did not have.", counters_.misses);
@@ -297,10 +298,10 @@ void Cache::render_metrics(std::string& out) const {
           counters_.coalesced);
   counter("sluice_coalesced_tokens_total", "Tokens (prompt and completion) the shared generations did not generate again.",
           counters_.coalesced_tokens);
-  out += "# HELP sluice_cache_entries Entries held in this instance's memory layer.\n# TYPE sluice_cache_entries gauge\n";
-  out += "sluice_cache_entries " + std::to_string(shared_->memory.size()) + "\n";
-  out += "# HELP sluice_cache_bytes Bytes held in this instance's memory layer.\n# TYPE sluice_cache_bytes gauge\n";
-  out += "sluice_cache_bytes " + std::to_string(shared_->memory.bytes()) + "\n";
+  telemetry::metric_help(out, "sluice_cache_entries", "gauge", "Entries held in this instance's memory layer.");
+  telemetry::metric_line(out, "sluice_cache_entries", "", static_cast<double>(shared_->memory.size()));
+  telemetry::metric_help(out, "sluice_cache_bytes", "gauge", "Bytes held in this instance's memory layer.");
+  telemetry::metric_line(out, "sluice_cache_bytes", "", static_cast<double>(shared_->memory.bytes()));
 }
 
 }  // namespace sluice::cache

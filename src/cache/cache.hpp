@@ -73,6 +73,8 @@ struct Counters {
 class WorkerCache {
  public:
   virtual ~WorkerCache() = default;
+  // A whole answer (llm::keepable: what is put is checked by the caller, what Redis
+  // returns is checked here).
   virtual boost::asio::awaitable<std::optional<Entry>> get(Key key) = 0;
   // Kept in the background: the request does not wait for it.
   virtual void put(Key key, Entry e, std::chrono::milliseconds ttl) = 0;

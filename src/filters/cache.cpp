@@ -88,12 +88,8 @@ class CacheFilter final : public FilterWith<State> {
   boost::asio::awaitable<Next> wait(Phase, Request& r, State& s, Stop& stop) override {
     if (s.lookup) {
       if (auto e = co_await cache_->get(s.key)) {
-        if (llm::keepable(e->completion)) {
-          hit(r, s, *e, stop);
-          co_return Next::stop;
-        }
-        // Not an answer (a value someone else wrote): a miss, and gone.
-        co_await cache_->drop(s.key.route, s.key.hash);
+        hit(r, s, *e, stop);
+        co_return Next::stop;
       }
       counters_.misses.fetch_add(1, std::memory_order_relaxed);
     }

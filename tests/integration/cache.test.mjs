@@ -308,6 +308,22 @@ describe('response cache in Redis, across instances', () => {
     assert.ok(listed.json.data.some((e) => e.key === first.headers.get('x-sluice-cache-key')), 'listed from Redis');
   });
 
+  test('a value in Redis that is not a whole answer is a miss and is replaced', async () => {
+    const body = { model: 'gpt', temperature: 0, messages: [{ role: 'user', content: prompt() }] };
+    const first = await chat(a, body);
+    const key = `sluice:cache:gpt:${first.headers.get('x-sluice-cache-key')}`;
+    for (const junk of ['c1:1:2:3:{"error":{"message":"boom"}}', 'c1:9223372036854775807:1:-5:not json', 'garbage']) {
+      await redis.raw('SET', key, junk);
+      const r = await chat(b, body);
+      assert.equal(r.status, 200, r.text);
+      assert.equal(r.headers.get('x-sluice-cache'), 'miss', junk);
+      await waitFor(async () => (await redis.raw('GET', key)).startsWith('c1:') && (await redis.raw('GET', key)).includes('chat.completion'), {
+        what: 'the junk replaced by the answer',
+      });
+    }
+    assert.equal((await chat(a, body)).headers.get('x-sluice-cache'), 'hit');
+  });
+
   test('while Redis is unreachable requests still succeed (as misses), /infra says so, and it recovers', async () => {
     const body = { model: 'gpt', temperature: 0, messages: [{ role: 'user', content: prompt() }] };
     process.kill(redis.proc.pid, 'SIGSTOP');
