@@ -932,22 +932,30 @@ class WorkerHandler {
     ctx.rec.status = 200;
     std::string upstream = llm::canned_openai_answer(creq, ctx.request_id, text);
     if (creq.stream) {
-      auto tr = llm::make_openai_stream(creq);
-      tr = ctx.codec->stream(std::move(tr), creq, ctx.request_id);
-      std::string frames;
-      tr->feed(upstream, frames);
-      tr->finish(frames);
-      http::HeaderList h = std::move(ctx.headers);
-      h.emplace_back("Cache-Control", "no-cache");
-      if (!co_await ex.begin_stream(200, "text/event-stream", h) || !co_await ex.write_chunk(frames) ||
-          !co_await ex.end_stream()) {
-        ctx.rec.client_cancelled = true;
-      }
+      co_await stream_at_once(ex, ctx, creq, upstream);
       co_return;
     }
     auto done = llm::read_openai_completion(std::move(upstream));
     std::string out = ctx.codec->answer(*done, creq, ctx.request_id);
     if (!co_await ex.reply(json_reply(200, std::move(out), ctx))) ctx.rec.client_cancelled = true;
+  }
+
+  // A stream made here (a canned reply, a kept answer: chat.completion.chunk frames, as
+  // an OpenAI upstream would send them), sent at once in the client's API. Returns the
+  // stream's final object (the Responses API's).
+  awaitable<std::string> stream_at_once(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
+                                        std::string_view chunks) {
+    auto tr = ctx.codec->stream(llm::make_openai_stream(creq), creq, ctx.request_id);
+    std::string frames;
+    tr->feed(chunks, frames);
+    tr->finish(frames);
+    http::HeaderList h = std::move(ctx.headers);
+    h.emplace_back("Cache-Control", "no-cache");
+    if (!co_await ex.begin_stream(200, "text/event-stream", h) || !co_await ex.write_chunk(frames) ||
+        !co_await ex.end_stream()) {
+      ctx.rec.client_cancelled = true;
+    }
+    co_return tr->final_answer();
   }
 
   // A filter's own answer (filters::LocalAnswer: a cache hit), under this request's id, in
@@ -971,19 +979,10 @@ class WorkerHandler {
         co_await local_reply(ex, ctx, Reason::internal, "a cached answer could not be read");
         co_return;
       }
-      auto tr = ctx.codec->stream(llm::make_openai_stream(creq), creq, ctx.request_id);
-      std::string frames;
-      tr->feed(upstream, frames);
-      tr->finish(frames);
-      if (ctx.keep_answer) ctx.answer = tr->final_answer();
       ctx.rec.status = 200;
       ctx.rec.ttft_ms = ms_since(ctx.start);
-      http::HeaderList h = std::move(ctx.headers);
-      h.emplace_back("Cache-Control", "no-cache");
-      if (!co_await ex.begin_stream(200, "text/event-stream", h) || !co_await ex.write_chunk(frames) ||
-          !co_await ex.end_stream()) {
-        ctx.rec.client_cancelled = true;
-      }
+      std::string answer = co_await stream_at_once(ex, ctx, creq, upstream);
+      if (ctx.keep_answer) ctx.answer = std::move(answer);
       co_return;
     }
     auto done = llm::replay_whole(a.completion, ctx.request_id);
