@@ -205,7 +205,14 @@ describe('in-flight coalescing: failures and departures', () => {
       await Promise.all([leader, follower]);
       await waitFor(async () => (await sim2.stats()).cancelled > s0.cancelled, { timeout: 5000, what: 'the upstream cancelled' });
       assert.ok(Date.now() - t0 < 5000, 'well before timeouts.first_token (6 s)');
-      await waitFor(async () => (await gw2.infra()).cache.in_flight === 0, { what: 'the flight landed' });
+      // Everything is given back: the flight, the requests and streams gauges.
+      await waitFor(
+        async () => {
+          const j = await gw2.infra();
+          return j.cache.in_flight === 0 && j.requests.live === 0 && j.requests.streams === 0;
+        },
+        { what: 'the flight landed and the gauges back to 0' },
+      );
     } finally {
       await sim2.configure({ hang_rate: 0 });
     }
