@@ -2,6 +2,9 @@
 // memory in front (docs/cache.md).
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <algorithm>
 #include <charconv>
 #include <mutex>
@@ -20,10 +23,19 @@ namespace net = boost::asio;
 using std::chrono::milliseconds;
 
 struct Cache::Shared {
-  explicit Shared(const config::Config& c) : settings(c.cache), memory(c.cache.max_bytes), prefix(c.redis.key_prefix) {}
+  explicit Shared(const config::Config& c)
+      : settings(c.cache), memory(c.cache.max_bytes), prefix(c.redis.key_prefix),
+        semantic(c.cache.semantic_max_entries, c.cache.semantic_max_partitions) {
+    for (const auto& r : c.routes) {
+      if (r.cache && r.cache->semantic) semantic_on = true;
+    }
+  }
   config::CacheSettings settings;
   Memory memory;
   std::string prefix;
+  SemanticIndex semantic;
+  bool semantic_on = false;                // a route has a semantic stage
+  std::atomic<bool> semantic_poller{false};  // a worker reads the fleet's entries (store redis)
   bool redis = false;
   store::RedisEndpoint endpoint;
   store::RedisOptions options;
@@ -79,6 +91,12 @@ std::string glob_literal(std::string_view s) {
   return o;
 }
 
+// An operator's drop, in the semantic index too.
+void forget(Cache::Shared& sh, const std::string& route, const std::string& hash) {
+  if (hash.empty()) sh.semantic.drop(route);
+  else sh.semantic.forget(route, "", hash);
+}
+
 class MemoryWorker final : public WorkerCache {
  public:
   explicit MemoryWorker(std::shared_ptr<Cache::Shared> sh) : sh_(std::move(sh)) {}
@@ -88,8 +106,11 @@ class MemoryWorker final : public WorkerCache {
     co_return sh_->memory.list(route, limit);
   }
   net::awaitable<std::optional<std::uint64_t>> drop(std::string route, std::string hash) override {
+    forget(*sh_, route, hash);
     co_return sh_->memory.drop(route, hash);
   }
+  SemanticIndex& semantic() override { return sh_->semantic; }
+  void remember(Remembered r) override { sh_->semantic.add(r); }
 
  private:
   std::shared_ptr<Cache::Shared> sh_;
@@ -104,10 +125,29 @@ class RedisWorker final : public WorkerCache {
       : ex_(std::move(ex)), sh_(std::move(sh)),
         conn_(std::make_shared<store::RedisConnection>(ex_, sh_->endpoint, sh_->options)) {
     conn_->start();
-    std::lock_guard lock(sh_->mu);
-    sh_->conns.push_back(conn_);
+    {
+      std::lock_guard lock(sh_->mu);
+      sh_->conns.push_back(conn_);
+    }
+    if (sh_->semantic_on && !sh_->semantic_poller.exchange(true)) {
+      net::co_spawn(ex_, read_fleet(ex_, sh_, conn_, alive_), net::detached);
+    }
   }
-  ~RedisWorker() override { conn_->stop(); }
+  ~RedisWorker() override {
+    *alive_ = false;
+    conn_->stop();
+  }
+
+  SemanticIndex& semantic() override { return sh_->semantic; }
+
+  void remember(Remembered r) override {
+    sh_->semantic.add(r);
+    if (!conn_->up()) return;
+    std::vector<std::string> argv{"XADD", stream_key(*sh_), "MAXLEN", "~", std::to_string(sh_->settings.semantic_max_entries), "*"};
+    for (auto& f : encode_fields(r)) argv.push_back(std::move(f));
+    net::co_spawn(ex_, [conn = conn_, argv = std::move(argv)]() mutable -> net::awaitable<void> { co_await conn->command(std::move(argv)); },
+                  net::detached);
+  }
 
   net::awaitable<std::optional<Entry>> get(Key key) override {
     if (sh_->settings.local_ttl.count() > 0) {
@@ -174,8 +214,10 @@ class RedisWorker final : public WorkerCache {
   }
 
   net::awaitable<std::optional<std::uint64_t>> drop(std::string route, std::string hash) override {
+    forget(*sh_, route, hash);
     const std::uint64_t here = sh_->memory.drop(route, hash);
     if (!conn_->up()) co_return std::nullopt;
+    if (route.empty() && hash.empty()) co_await conn_->command("DEL", stream_key(*sh_));  // (new instances learn none)
     std::uint64_t n = 0;
     std::vector<std::string> keys;
     if (!route.empty() && !hash.empty()) keys.push_back(redis_key(Key{route, hash}));
@@ -223,9 +265,44 @@ class RedisWorker final : public WorkerCache {
     co_return keys;
   }
 
+  static std::string stream_key(const Cache::Shared& sh) { return sh.prefix + ":cache:semantic"; }
+
+  // The semantic entries the fleet's instances keep, read into this process's index from
+  // the stream (from its start: a new instance learns what the fleet has), every 250 ms.
+  static net::awaitable<void> read_fleet(net::any_io_executor ex, std::shared_ptr<Cache::Shared> sh,
+                                         std::shared_ptr<store::RedisConnection> conn, std::shared_ptr<bool> alive) {
+    std::string last = "0";
+    net::steady_timer timer(ex);
+    const std::string key = stream_key(*sh);
+    while (*alive) {
+      bool more = false;
+      if (conn->up()) {
+        auto r = co_await conn->command("XREAD", "COUNT", "512", "STREAMS", key, last);
+        // [[key, [[id, [f, v, ...]], ...]]] or nil
+        if (r.ok() && r.reply->type == store::RedisReply::Type::array && r.reply->elements.size() == 1 &&
+            r.reply->elements[0].elements.size() == 2) {
+          const auto& items = r.reply->elements[0].elements[1].elements;
+          for (const auto& item : items) {
+            if (item.elements.size() != 2) continue;
+            last = item.elements[0].str;
+            std::vector<std::string> fv;
+            for (const auto& e : item.elements[1].elements) fv.push_back(e.str);
+            if (auto rem = decode_fields(fv)) sh->semantic.add(*rem);
+          }
+          more = items.size() == 512;
+        }
+      }
+      if (more) continue;
+      timer.expires_after(milliseconds(250));
+      boost::system::error_code ec;
+      co_await timer.async_wait(net::redirect_error(net::use_awaitable, ec));
+    }
+  }
+
   net::any_io_executor ex_;
   std::shared_ptr<Cache::Shared> sh_;
   std::shared_ptr<store::RedisConnection> conn_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   bool scan_ok_ = true;
 };
 
@@ -265,6 +342,13 @@ std::string Cache::status_json() const {
        R"(,"coalesced":)" + n(counters_.coalesced) + R"(,"coalesced_tokens":)" + n(counters_.coalesced_tokens) +
        R"(,"in_flight":)" + std::to_string(flights_->size()) +
        R"(,"bytes_served":)" + n(counters_.bytes_served);
+  if (shared_->semantic_on) {
+    o += R"(,"semantic":{"entries_here":)" + std::to_string(shared_->semantic.entries()) +
+         R"(,"partitions_here":)" + std::to_string(shared_->semantic.partitions()) +
+         R"(,"simhash_hits":)" + n(counters_.simhash_hits) + R"(,"embedding_hits":)" + n(counters_.embedding_hits) +
+         R"(,"embeddings":)" + n(counters_.embeddings) + R"(,"embedding_errors":)" + n(counters_.embedding_errors) +
+         R"(,"stale_matches":)" + n(counters_.stale_matches) + "}";
+  }
   if (shared_->redis) {
     int up = 0, all = 0;
     std::lock_guard lock(shared_->mu);
@@ -298,6 +382,20 @@ void Cache::render_metrics(std::string& out) const {
           counters_.coalesced);
   counter("sluice_coalesced_tokens_total", "Tokens (prompt and completion) the shared generations did not generate again.",
           counters_.coalesced_tokens);
+  if (shared_->semantic_on) {
+    auto v = [](const std::atomic<std::uint64_t>& a) { return static_cast<double>(a.load(std::memory_order_relaxed)); };
+    telemetry::metric_help(out, "sluice_cache_semantic_hits_total", "counter",
+                           "Hits of the semantic stage (also in sluice_cache_hits_total), by the stage that matched.");
+    telemetry::metric_line(out, "sluice_cache_semantic_hits_total", "stage=\"simhash\"", v(counters_.simhash_hits));
+    telemetry::metric_line(out, "sluice_cache_semantic_hits_total", "stage=\"embedding\"", v(counters_.embedding_hits));
+    counter("sluice_cache_embeddings_total", "Prompts the semantic stage had embedded.", counters_.embeddings);
+    counter("sluice_cache_embedding_errors_total", "Embedding calls that gave no vector (the request went on as a miss).",
+            counters_.embedding_errors);
+    counter("sluice_cache_stale_matches_total", "Semantic matches whose answer had left the cache (forgotten).",
+            counters_.stale_matches);
+    telemetry::metric_help(out, "sluice_cache_semantic_entries", "gauge", "Prompts in this instance's semantic index.");
+    telemetry::metric_line(out, "sluice_cache_semantic_entries", "", static_cast<double>(shared_->semantic.entries()));
+  }
   telemetry::metric_help(out, "sluice_cache_entries", "gauge", "Entries held in this instance's memory layer.");
   telemetry::metric_line(out, "sluice_cache_entries", "", static_cast<double>(shared_->memory.size()));
   telemetry::metric_help(out, "sluice_cache_bytes", "gauge", "Bytes held in this instance's memory layer.");

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cache/flight.hpp"
+#include "cache/semantic.hpp"
 
 namespace sluice::config {
 struct Config;
@@ -67,6 +68,9 @@ struct Counters {
   std::atomic<std::uint64_t> hits{0}, misses{0}, stores{0}, bypassed{0}, store_errors{0};
   std::atomic<std::uint64_t> bytes_served{0}, tokens_saved{0};
   std::atomic<std::uint64_t> coalesced{0}, coalesced_tokens{0};  // followers; the tokens they did not generate
+  // The semantic stage: hits by SimHash and by embedding (also counted in hits), the
+  // embedding calls made and those that failed, matches whose answer was gone.
+  std::atomic<std::uint64_t> simhash_hits{0}, embedding_hits{0}, embeddings{0}, embedding_errors{0}, stale_matches{0};
 };
 
 // One worker's view (used on that worker's thread only).
@@ -82,7 +86,12 @@ class WorkerCache {
   virtual boost::asio::awaitable<std::vector<Listed>> list(std::string route, std::size_t limit) = 0;
   // Drops one entry (hash set), a route's (route set) or all; the count dropped, or
   // nullopt when the shared store is unreachable (then only this instance's were).
+  // (Also forgets them in the semantic index.)
   virtual boost::asio::awaitable<std::optional<std::uint64_t>> drop(std::string route, std::string hash) = 0;
+  // The semantic stage: the index (the process's), and an entry kept (added here, and
+  // sent to the fleet's other instances with store redis).
+  virtual SemanticIndex& semantic() = 0;
+  virtual void remember(Remembered r) = 0;
 };
 
 class Cache {

@@ -89,7 +89,9 @@ const json::value& content_of(const json::value& c) {
 // The request body, normalised, without copying it: its top-level keys sorted (the ones
 // that do not change the answer left out, max_completion_tokens named max_tokens), each
 // message with its content normalised.
-void canonical_body(std::string& out, const json::object& body) {
+// roles_only: each message is its role alone (the semantic stage's partition: requests
+// alike but for their messages' text).
+void canonical_body(std::string& out, const json::object& body, bool roles_only = false) {
   std::vector<std::pair<std::string_view, const json::value*>> kv;
   kv.reserve(body.size());
   for (const auto& e : body) {
@@ -117,6 +119,11 @@ void canonical_body(std::string& out, const json::object& body) {
       if (!first_m) out += ',';
       first_m = false;
       const auto* o = m.if_object();
+      if (roles_only) {
+        const auto* role = o ? o->if_contains("role") : nullptr;
+        canonical(out, role ? *role : json::value());
+        continue;
+      }
       if (!o || !o->contains("content")) {
         canonical(out, m);
         continue;
@@ -143,10 +150,8 @@ void canonical_body(std::string& out, const json::object& body) {
 bool zero(const json::value* v) { return v && v->is_number() && v->to_number<double>() == 0.0; }
 bool set(const json::value* v) { return v && !v->is_null(); }
 
-}  // namespace
-
-Key key_of(const config::Route& route, const llm::ChatRequest& req, std::string_view scope) {
-  // What serves the route: a reload that changes its backends' models starts afresh.
+// What serves the route: a reload that changes its backends' models starts afresh.
+std::string served_by(const config::Route& route) {
   std::string served;
   for (const auto& b : route.backends) {
     served += config::to_string(b.provider);
@@ -154,24 +159,40 @@ Key key_of(const config::Route& route, const llm::ChatRequest& req, std::string_
     served += b.model;
     served += '\n';
   }
-  return key_of(req, route.alias, scope, served);
+  return served;
 }
 
-Key key_of(const llm::ChatRequest& req, std::string_view route, std::string_view scope, std::string_view served) {
-  std::string text = "v2\n";
+std::string digest(std::string_view version, const llm::ChatRequest& req, std::string_view route, std::string_view scope,
+                   std::string_view served, bool roles_only) {
+  std::string text(version);
+  text += '\n';
   text += scope;
   text += '\n';
   text += route;
   text += '\n';
   text += served;
   text += '\n';
-  canonical_body(text, req.body);
+  canonical_body(text, req.body, roles_only);
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned len = 0;
   EVP_Digest(text.data(), text.size(), md, &len, EVP_sha256(), nullptr);
-  Key k{std::string(route), std::string()};
-  append_hex(k.hash, std::string_view(reinterpret_cast<const char*>(md), len));
-  return k;
+  std::string hex;
+  append_hex(hex, std::string_view(reinterpret_cast<const char*>(md), len));
+  return hex;
+}
+
+}  // namespace
+
+Key key_of(const config::Route& route, const llm::ChatRequest& req, std::string_view scope) {
+  return key_of(req, route.alias, scope, served_by(route));
+}
+
+Key key_of(const llm::ChatRequest& req, std::string_view route, std::string_view scope, std::string_view served) {
+  return Key{std::string(route), digest("v2", req, route, scope, served, false)};
+}
+
+std::string partition_of(const config::Route& route, const llm::ChatRequest& req, std::string_view scope) {
+  return digest("p1", req, route.alias, scope, served_by(route), true);
 }
 
 bool deterministic(const llm::ChatRequest& req) {

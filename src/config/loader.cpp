@@ -134,6 +134,7 @@ void Loader::validate(Config& c) {
   check_backend_names(*this, c, aliases);
   check_rate_limits(*this, c);
   check_guardrails(*this, c);
+  check_cache(*this, c);
 }
 
 LoadResult Loader::run(const YAML::Node& root) {

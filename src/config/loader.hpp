@@ -235,6 +235,7 @@ void check_records(Loader& l, Config& c);
 // guardrails.cpp: the screening policies; that routes and keys name existing ones.
 void read_guardrails(Loader& l, const YAML::Node& n, Config& c);
 void check_guardrails(Loader& l, Config& c);
+void check_cache(Loader& l, Config& c);
 
 // cache.cpp: the response cache and a route's use of it.
 void read_cache(Loader& l, const YAML::Node& n, Config& c);

@@ -6,14 +6,19 @@
 // the route takes any; not those a backend answers in the client's own API (native
 // Responses), whose answer is not in the internal form. The client opts out per request
 // with Cache-Control: no-cache (not served from the cache, its answer kept) or no-store
-// (neither). Keys are per tenant unless the route shares them.
+// (neither). Keys are per tenant unless the route shares them. With a semantic stage, an
+// exact miss is looked for among the kept prompts by SimHash, then by embedding
+// (cache/semantic.hpp), before the request generates; its prompt is remembered with its
+// answer.
 #include <chrono>
+#include <cstdio>
 
 #include "cache/cache.hpp"
 #include "common/text.hpp"
 #include "config/config.hpp"
 #include "config/keys.hpp"
 #include "filters/filter.hpp"
+#include "filters/model_call.hpp"
 #include "filters/registry.hpp"
 #include "llm/chat.hpp"
 #include "llm/fold.hpp"
@@ -29,6 +34,11 @@ struct State {
   bool coalesce = false;  // share a generation in flight, or lead one
   cache::Key key;
   std::shared_ptr<cache::Flight> lead;  // the generation this request leads
+  // The semantic stage: the prompt's text, partition, SimHash and embedding (when made).
+  bool semantic = false;
+  std::string text, partition;
+  std::uint64_t simhash = 0;
+  std::vector<float> vector;
 };
 
 // Cache-Control request directives (RFC 9111 5.2.1): no-cache, no-store.
@@ -56,8 +66,8 @@ Directives directives(std::string_view v) {
 class CacheFilter final : public FilterWith<State> {
  public:
   CacheFilter(std::shared_ptr<cache::WorkerCache> c, cache::Counters& counters, cache::Flights& flights,
-              const config::CacheSettings& settings)
-      : cache_(std::move(c)), counters_(counters), flights_(flights), settings_(settings) {}
+              const config::CacheSettings& settings, http::Client* client)
+      : cache_(std::move(c)), counters_(counters), flights_(flights), settings_(settings), client_(client) {}
 
   std::string_view name() const override { return "cache"; }
   unsigned phases() const override { return bit(Phase::request) | bit(Phase::admit) | bit(Phase::end); }
@@ -81,6 +91,14 @@ class CacheFilter final : public FilterWith<State> {
     s.coalesce = rc->coalesce && !d.no_cache && r.shares;
     if (r.keep_completion) *r.keep_completion = true;
     r.reply_headers.emplace_back("X-Sluice-Cache-Key", s.key.hash);
+    if (rc->enabled && rc->semantic) {
+      s.text = cache::semantic_text(r.chat, rc->semantic->tools);
+      if (!s.text.empty() && s.text.size() <= rc->semantic->max_text_bytes) {
+        s.semantic = true;
+        s.partition = cache::partition_of(*r.route.config, r.chat, rc->shared ? std::string_view() : r.key.tenant);
+        s.simhash = cache::simhash(s.text);
+      }
+    }
     if (d.no_cache) outcome(r, "refresh");
     return Next::go;
   }
@@ -90,6 +108,13 @@ class CacheFilter final : public FilterWith<State> {
       if (auto e = co_await cache_->get(s.key)) {
         hit(r, s, *e, stop);
         co_return Next::stop;
+      }
+      if (s.semantic) {
+        std::optional<cache::Match> m;
+        if (auto e = co_await semantic_lookup(r, s, m)) {
+          hit(r, s, *e, stop, &*m);
+          co_return Next::stop;
+        }
       }
       counters_.misses.fetch_add(1, std::memory_order_relaxed);
     }
@@ -149,13 +174,72 @@ class CacheFilter final : public FilterWith<State> {
                    .prompt_tokens = std::max<std::int64_t>(r.rec.prompt_tokens, 0),
                    .completion_tokens = std::max<std::int64_t>(r.rec.completion_tokens, 0),
                    .stored_ms = r.rec.unix_ms};
+    if (s.semantic) {
+      cache_->remember(cache::Remembered{.route = s.key.route,
+                                         .partition = std::move(s.partition),
+                                         .hash = s.key.hash,
+                                         .simhash = s.simhash,
+                                         .vector = std::move(s.vector)});
+    }
     cache_->put(std::move(s.key), std::move(e), ttl);
     counters_.stores.fetch_add(1, std::memory_order_relaxed);
   }
 
  private:
-  void hit(Request& r, State& s, cache::Entry& e, Stop& stop) {
+  // The semantic stage: a kept prompt within the SimHash distance, else (with an embedding
+  // route) one whose embedding is within the threshold; its answer if the cache still has
+  // it (else it is forgotten). The prompt's embedding stays in the state, for its entry.
+  boost::asio::awaitable<std::optional<cache::Entry>> semantic_lookup(Request& r, State& s, std::optional<cache::Match>& m) {
+    const config::SemanticCache& sc = *r.route.config->cache->semantic;
+    cache::SemanticIndex& index = cache_->semantic();
+    m = index.by_simhash(s.key.route, s.partition, s.simhash, sc.simhash_distance);
+    if (m) {
+      if (auto e = co_await kept(s, *m)) {
+        counters_.simhash_hits.fetch_add(1, std::memory_order_relaxed);
+        co_return e;
+      }
+    }
+    const config::Route* er =
+        sc.embedding.empty() || !client_ || !r.route.table ? nullptr : r.route.table->find_route(sc.embedding);
+    if (!er) co_return std::nullopt;
+    const config::Backend& b = er->primary();
+    counters_.embeddings.fetch_add(1, std::memory_order_relaxed);
+    std::string target = cache::embedding_target(b.provider, b.path_prefix);
+    std::string body = cache::embedding_body(b.model, s.text);
+    auto reply = co_await call_model(*client_, b, std::move(target), std::move(body), sc.timeout, 16 << 20);
+    auto v = reply.ok() ? cache::read_embedding(reply.body) : std::nullopt;
+    if (!v) {
+      counters_.embedding_errors.fetch_add(1, std::memory_order_relaxed);
+      co_return std::nullopt;
+    }
+    s.vector = std::move(*v);
+    m = index.nearest(s.key.route, s.partition, s.vector, sc.threshold);
+    if (!m) co_return std::nullopt;
+    auto e = co_await kept(s, *m);
+    if (e) counters_.embedding_hits.fetch_add(1, std::memory_order_relaxed);
+    co_return e;
+  }
+
+  // A match's answer, or nullopt (then the match is forgotten: its answer expired).
+  boost::asio::awaitable<std::optional<cache::Entry>> kept(State& s, const cache::Match& m) {
+    cache::Key k{s.key.route, m.hash};
+    auto e = co_await cache_->get(std::move(k));
+    if (!e) {
+      cache_->semantic().forget(s.key.route, s.partition, m.hash);
+      counters_.stale_matches.fetch_add(1, std::memory_order_relaxed);
+    }
+    co_return e;
+  }
+
+  void hit(Request& r, State& s, cache::Entry& e, Stop& stop, const cache::Match* semantic = nullptr) {
     s.keep = false;
+    if (semantic) {
+      outcome(r, "semantic");
+      char sim[16];
+      std::snprintf(sim, sizeof sim, "%.4f", semantic->similarity);
+      r.reply_headers.emplace_back("X-Sluice-Cache-Similarity", sim);
+      r.reply_headers.emplace_back("X-Sluice-Cache-Match", semantic->hash);
+    }
     outcome(r, "hit");
     e.prompt_tokens = std::max<std::int64_t>(e.prompt_tokens, 0);
     e.completion_tokens = std::max<std::int64_t>(e.completion_tokens, 0);
@@ -207,13 +291,14 @@ class CacheFilter final : public FilterWith<State> {
   cache::Counters& counters_;
   cache::Flights& flights_;
   const config::CacheSettings& settings_;
+  http::Client* client_;
 };
 
 }  // namespace
 
 std::unique_ptr<Filter> make_cache(const Deps& d) {
   if (!d.cache || !d.cache_counters || !d.flights) return nullptr;
-  return std::make_unique<CacheFilter>(d.cache, *d.cache_counters, *d.flights, d.cfg.cache);
+  return std::make_unique<CacheFilter>(d.cache, *d.cache_counters, *d.flights, d.cfg.cache, d.client);
 }
 
 }  // namespace sluice::filters

@@ -41,6 +41,7 @@
 
 namespace sluice::config {
 struct ApiKey;
+struct Config;
 struct Route;
 enum class Provider;
 }  // namespace sluice::config
@@ -71,6 +72,9 @@ enum class Kind : std::uint8_t {
 // The route a request resolved to (its alias's), as the filters need it.
 struct RouteView {
   const config::Route* config = nullptr;
+  // The routing table's configuration (every route as last reloaded): a filter's own model
+  // calls (the semantic cache's embedding route) find their route there.
+  const config::Config* table = nullptr;
   // Every wire that may serve it: its backends', its canary's and its fallbacks'.
   std::span<const config::Provider> wires;
   // Those whose route refuses the fields they cannot honour (no drop_params).

@@ -12,6 +12,7 @@
 #include "config/config.hpp"
 #include "config/keys.hpp"
 #include "filters/filter.hpp"
+#include "filters/model_call.hpp"
 #include "filters/registry.hpp"
 #include "guard/guard.hpp"
 #include "http/client.hpp"
@@ -66,33 +67,15 @@ class Guardrails final : public FilterWith<State> {
     const auto& p = s.screen->policy();
     std::optional<bool> flagged;
     std::string why;
-    if (const config::Route* route = cfg_.find_route(p.model)) {
+    // (The guard's route as the routing table has it now: a reload may have moved it.)
+    const config::Config& routes = r.route.table ? *r.route.table : cfg_;
+    if (const config::Route* route = routes.find_route(p.model)) {
       const config::Backend& b = route->primary();
-      const http::Target target{b.tls, b.host, b.port, b.tls_verify, b.ca_file};
-      http::ClientRequest req;
-      req.target = b.path_prefix + std::string(guard::guard_call_path(p.model_api));
-      req.body = guard::guard_call_body(p.model_api, b.model, s.text);
-      if (!b.api_key.empty()) req.headers.emplace_back("Authorization", "Bearer " + b.api_key);
-      const auto deadline = std::chrono::steady_clock::now() + p.model_timeout;
-      auto left = [deadline] {
-        return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()),
-                        std::chrono::milliseconds(1));
-      };
-      auto sent = co_await client_->send(target, req, left(), left());
-      if (auto* err = std::get_if<http::ClientError>(&sent)) {
-        why = err->message;
-      } else {
-        auto& resp = *std::get<std::unique_ptr<http::ClientResponse>>(sent);
-        auto body = co_await resp.read_all(1 << 20, left());
-        if (auto* err = std::get_if<http::ClientError>(&body)) {
-          resp.abort();
-          why = err->message;
-        } else if (resp.status() != 200) {
-          why = "HTTP " + std::to_string(resp.status());
-        } else if (!(flagged = guard::read_guard_answer(p.model_api, std::get<std::string>(body)))) {
-          why = "an answer that is not a verdict";
-        }
-      }
+      std::string target = b.path_prefix + std::string(guard::guard_call_path(p.model_api));
+      std::string body = guard::guard_call_body(p.model_api, b.model, s.text);
+      auto reply = co_await call_model(*client_, b, std::move(target), std::move(body), p.model_timeout);
+      if (!reply.ok()) why = reply.error;
+      else if (!(flagged = guard::read_guard_answer(p.model_api, reply.body))) why = "an answer that is not a verdict";
     } else {
       why = "its route is gone";
     }

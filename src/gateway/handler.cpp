@@ -482,7 +482,7 @@ class WorkerHandler {
     }
     // Model access and the key's request rate limits (it spends no tokens, so the token
     // quotas do not apply; counting a large prompt exactly is real work).
-    filters::Request freq = filter_request(filters::Kind::count_tokens, ex, ctx, creq, *rr);
+    filters::Request freq = filter_request(filters::Kind::count_tokens, ex, ctx, creq, *rr, *tab);
     filters::Pass pass(chain_, freq);
     bool admitted = false;
     try {
@@ -596,7 +596,7 @@ class WorkerHandler {
     // The request's policies (src/filters, docs/phases.md): model access, billed fields and
     // message caps on the request; then admission (rate limits and token quotas, the
     // concurrency gate), of a request whose record names its model.
-    filters::Request freq = filter_request(filters::Kind::generate, ex, ctx, creq, *rr);
+    filters::Request freq = filter_request(filters::Kind::generate, ex, ctx, creq, *rr, *tab);
     filters::Pass pass(chain_, freq);
     try {
       if (!co_await run_phase(pass, filters::Phase::request, ex, ctx)) co_return;
@@ -618,13 +618,14 @@ class WorkerHandler {
   }
 
   filters::Request filter_request(filters::Kind kind, http::Exchange& ex, Context& ctx, llm::ChatRequest& creq,
-                                  const RouteRuntime& rr) {
+                                  const RouteRuntime& rr, const RoutingTable& tab) {
     return filters::Request{.kind = kind,
                             .key = *ctx.key,
                             .chat = creq,
                             .api = ctx.codec->name(),
                             .ex = ex,
                             .route = {.config = rr.route,
+                                      .table = tab.cfg.get(),
                                       .wires = rr.wires,
                                       .strict_wires = rr.strict_wires,
                                       .native = served_natively(rr, *ctx.codec),

@@ -31,6 +31,37 @@ const Table<CacheSettings>& cache_table() {
                    "With `store: redis`: how long this instance's copy of an entry answers without asking Redis; "
                    "also how long a drop made through another instance may take to reach this one. 0 = every lookup "
                    "asks Redis."),
+          integer("semantic_max_entries", &CacheSettings::semantic_max_entries, 1, 1'000'000,
+                  "The semantic stage's index on this instance: entries per partition (requests alike but for their "
+                  "messages' text: one route, tenant and set of parameters); beyond it the oldest is replaced."),
+          integer("semantic_max_partitions", &CacheSettings::semantic_max_partitions, 1, 1'000'000,
+                  "Partitions the semantic index holds on this instance; beyond it the least recently used is "
+                  "dropped whole."),
+      }};
+  return t;
+}
+
+const Table<SemanticCache>& semantic_table() {
+  static const Table<SemanticCache> t{
+      "models[].cache.semantic",
+      {
+          text("embedding", &SemanticCache::embedding,
+               "The alias of a route whose first backend serves embeddings (provider `openai`: OpenAI, vLLM, "
+               "llama.cpp..., or `ollama`): a prompt the exact key and SimHash missed is embedded and compared with "
+               "the kept ones. Empty: the SimHash stage only.")
+              .with_default("none"),
+          number("threshold", &SemanticCache::threshold, 0.5, 1.0,
+                 "The cosine similarity from which a kept answer is served for another prompt."),
+          integer("simhash_distance", &SemanticCache::simhash_distance, -1, 16,
+                  "The SimHash stage: a kept prompt whose 64-bit SimHash differs in at most this many bits is the same "
+                  "question (no embedding call). -1: no SimHash stage."),
+          duration("timeout", &SemanticCache::timeout, Millis{1},
+                   "How long a request waits for its prompt's embedding; then it goes on as a miss."),
+          integer("max_text_bytes", &SemanticCache::max_text_bytes, 1, 1 << 20,
+                  "Prompts longer than this (their messages' text) get the exact key only: an embedding model reads "
+                  "a bounded input, and two long prompts alike in their first part are not the same question."),
+          boolean("tools", &SemanticCache::tools,
+                  "Also requests with tools, tool calls or tool results (off: the exact key only for them)."),
       }};
   return t;
 }
@@ -53,6 +84,16 @@ const Table<RouteCache>& route_cache_table() {
                   "Identical requests (the same key) arriving while the first is being generated share its one "
                   "upstream generation (on this instance): each gets the answer, streamed from the start then as it "
                   "comes, under its own id. With `enabled: false`, only this."),
+          custom<RouteCache>("semantic", "map", "none",
+                             "The semantic stage, see `models[].cache.semantic`: a request the exact key misses is "
+                             "answered with a kept answer to a prompt that says the same in other words. Never for "
+                             "requests with images or other non-text parts.",
+                             [](Loader& l, const YAML::Node& v, const std::string& p, RouteCache& rc) {
+                               SemanticCache sc;
+                               if (!v.IsNull() && !semantic_table().read(l, v, p, sc)) return false;
+                               rc.semantic = std::move(sc);
+                               return true;
+                             }),
       }};
   return t;
 }
@@ -69,9 +110,23 @@ void read_route_cache(Loader& l, const YAML::Node& n, const std::string& path, R
   route_cache_table().read(l, n, path, rc);
 }
 
+void check_cache(Loader& l, Config& c) {
+  for (std::size_t i = 0; i < c.routes.size(); ++i) {
+    const auto& rc = c.routes[i].cache;
+    if (!rc || !rc->semantic || rc->semantic->embedding.empty()) continue;
+    const std::string p = join(join(join(index("models", i), "cache"), "semantic"), "embedding");
+    const Route* r = c.find_route(rc->semantic->embedding);
+    if (!r) l.error(p, 0, "unknown model alias " + q(rc->semantic->embedding));
+    else if (r->primary().provider != Provider::openai && r->primary().provider != Provider::ollama) {
+      l.error(p, 0, "the embedding route must have provider openai or ollama");
+    }
+  }
+}
+
 void cache_reference(std::vector<TableDoc>& out) {
   out.push_back(cache_table().doc());
   out.push_back(route_cache_table().doc());
+  out.push_back(semantic_table().doc());
 }
 
 }  // namespace sluice::config::detail

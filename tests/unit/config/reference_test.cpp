@@ -119,6 +119,8 @@ std::map<std::string, Host> hosts() {
       {"events", {"{events: @, " + route + "}", "events", {}}},
       {"cache", {"{cache: @, " + route + "}", "cache", {}}},
       {"models[].cache", {"{models: [{alias: demo, provider: simulated, cache: @}]}", "models[0].cache", {}}},
+      {"models[].cache.semantic",
+       {"{models: [{alias: demo, provider: simulated, cache: {semantic: @}}]}", "models[0].cache.semantic", {}}},
       {"guardrails[]", {"{guardrails: [@], " + route + "}", "guardrails[0]", {{"name", "g"}}}},
   };
 }
