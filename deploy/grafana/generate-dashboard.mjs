@@ -250,6 +250,35 @@ const ROWS = [
     ],
   },
   {
+    title: 'Savings and business',
+    panels: [
+      timeseries('Stream completion rate', 'Share of streamed answers that reached their end, per model (the rest: the client left first, or the stream failed).', [
+        [`sum by (model) (rate(sluice_streams_total{${IM}, outcome="completed"}${W})) / sum by (model) (rate(sluice_streams_total{${IM}}${W}))`, '{{model}}'],
+      ], { unit: 'percentunit', max: 1, w: 6 }),
+      timeseries('Streams ended/s by outcome', 'Streamed answers that ended per second: completed, client_left, failed.', [
+        [`sum by (outcome) (rate(sluice_streams_total{${IM}}${W}))`, '{{outcome}}'],
+      ], { unit: 'ops', stack: true, w: 6 }),
+      timeseries('Cache hit ratio', 'Share of cacheable requests answered from the response cache (exact or semantic).', [
+        [`sum(rate(sluice_cache_hits_total{${I}}${W})) / (sum(rate(sluice_cache_hits_total{${I}}${W})) + sum(rate(sluice_cache_misses_total{${I}}${W})))`, 'hit ratio'],
+      ], { unit: 'percentunit', max: 1, w: 6 }),
+      timeseries('Tokens saved/s', 'Tokens not generated, by what answered instead: the cache, its semantic stage, a shared generation.', [
+        [`sum by (by) (rate(sluice_saved_tokens_total{${IM}}${W}))`, '{{by}}'],
+      ], { stack: true, w: 6 }),
+      stat('Spent in range (USD)', 'Estimated spend of the tokens charged in the selected range, at the routes\' prices.', [
+        [`sum(increase(sluice_spent_usd_total{${IM}}[$__range]))`, 'spent'],
+      ], { unit: 'currencyUSD', decimals: 2, w: 6, h: 6, graph: false }),
+      stat('Saved in range (USD)', 'Estimated cost of the tokens the cache and coalescing saved in the selected range.', [
+        [`sum(increase(sluice_saved_usd_total{${IM}}[$__range]))`, 'saved'],
+      ], { unit: 'currencyUSD', decimals: 2, w: 6, h: 6, graph: false }),
+      timeseries('Saved USD/h by model', 'Estimated money saved per hour, by model and by what answered instead.', [
+        [`sum by (model, by) (rate(sluice_saved_usd_total{${IM}}${W})) * 3600`, '{{model}} {{by}}'],
+      ], { unit: 'currencyUSD', w: 6, h: 6 }),
+      timeseries('Guardrail findings/s', 'Guardrail findings per second, by kind and action (block, redact, flag).', [
+        [`sum by (kind, action) (rate(sluice_guardrail_findings_total{${I}}${W}))`, '{{kind}} {{action}}'],
+      ], { unit: 'ops', w: 6, h: 6 }),
+    ],
+  },
+  {
     title: 'Errors',
     panels: [
       timeseries('Errors/s by reason (status >= 400)', 'Requests answered with a status of 400 or more, by status and reason code.', [

@@ -14,6 +14,13 @@
 
 namespace sluice::config {
 
+// What a model's tokens cost, in USD per million (models[].price): the estimates of spend
+// and savings in the metrics and records.
+struct Price {
+  double input = 0;   // prompt tokens
+  double output = 0;  // completion tokens
+};
+
 struct Route {
   // Bounds the data path relies on (a request's tried set is a 64-bit mask; its list of
   // sets to try is fixed-size).
@@ -40,6 +47,7 @@ struct Route {
   std::optional<BreakerConfig> breaker;     // overrides routing.breaker for this route's backends
   std::optional<RouteCache> cache;          // the response cache (docs/cache.md); off without it
   std::string guardrails;                   // the guardrails policy screening its requests; "" = none
+  std::optional<Price> price;
 
   const Backend& primary() const noexcept { return backends.front(); }
 };

@@ -244,6 +244,7 @@ class CacheFilter final : public FilterWith<State> {
     e.prompt_tokens = std::max<std::int64_t>(e.prompt_tokens, 0);
     e.completion_tokens = std::max<std::int64_t>(e.completion_tokens, 0);
     r.rec.saved_tokens = llm::saturating_add(e.prompt_tokens, e.completion_tokens);
+    r.rec.saved_prompt_tokens = e.prompt_tokens;
     const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count();

@@ -77,6 +77,7 @@ struct Context {
   std::string completion;    // the same as a chat.completion, kept only when a filter asked (keep_completion)
   bool keep_completion = false;
   cache::Flight* shares = nullptr;  // other requests share this one's generation (filters::Request::shares)
+  std::optional<config::Price> price;  // the route's (models[].price): the record's money estimates
 };
 
 // The outcome of relaying one upstream answer.
@@ -602,6 +603,7 @@ class WorkerHandler {
       if (!co_await run_phase(pass, filters::Phase::request, ex, ctx)) co_return;
       ctx.metrics_model = rr->metrics_model;
       ctx.encoding = rr->encoding;
+      ctx.price = rr->route->price;
       record_options(creq, ctx.rec);
       const config::Backend& primary = rr->route->primary();
       ctx.rec.model = rr->members.front()->record_model;  // interned: the record outlives the table
@@ -1007,7 +1009,10 @@ class WorkerHandler {
     auto settle = [&](bool whole, std::int64_t relayed) {
       ctx.rec.prompt_tokens = p.ok ? f.prompt_tokens() : settled_prompt(-1, creq, ctx, ex.request().body().size());
       ctx.rec.completion_tokens = whole && p.ok ? f.completion_tokens() : relayed;
-      if (p.ok) ctx.rec.saved_tokens = f.prompt_tokens() + f.completion_tokens();
+      if (p.ok) {
+        ctx.rec.saved_tokens = f.prompt_tokens() + f.completion_tokens();
+        ctx.rec.saved_prompt_tokens = f.prompt_tokens();
+      }
     };
     auto left = [&] {
       ctx.rec.client_cancelled = true;
@@ -1676,12 +1681,26 @@ class WorkerHandler {
     });
   }
 
+  // What the tokens charged cost at the route's price, and what the saved ones would have.
+  static void estimate_money(const config::Price& p, telemetry::RequestRecord& r) {
+    auto usd = [&p](std::int64_t prompt, std::int64_t completion) {
+      return (static_cast<double>(std::max<std::int64_t>(prompt, 0)) * p.input +
+              static_cast<double>(std::max<std::int64_t>(completion, 0)) * p.output) / 1e6;
+    };
+    r.cost_usd = usd(r.prompt_tokens, r.completion_tokens);
+    if (r.saved_tokens > 0) {
+      const std::int64_t prompt = std::clamp<std::int64_t>(r.saved_prompt_tokens, 0, r.saved_tokens);
+      r.saved_usd = usd(prompt, r.saved_tokens - prompt);
+    }
+  }
+
   void record(Context& ctx) {
     ctx.rec.wall_ms = ms_since(ctx.start);
     // The record's tokens are what the request was charged (filters/rate_limits.cpp, charged_tokens): one that
     // failed, or was refused, before any output is charged nothing, and its record says so
     // (the log, the history and the limiter's ledger agree).
     if (ctx.rec.status != 200 && ctx.rec.completion_tokens <= 0 && ctx.rec.prompt_tokens > 0) ctx.rec.prompt_tokens = 0;
+    if (ctx.price) estimate_money(*ctx.price, ctx.rec);
     if (metrics_) metrics_->record(ctx.rec, ctx.metrics_model, ctx.metrics_tier);
     if (g_.access_log) g_.access_log->submit(std::move(ctx.rec));
   }

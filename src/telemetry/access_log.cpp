@@ -36,6 +36,18 @@ void field_num(std::string& o, const char (&prefix)[N], double v) {
   }
   o.append(buf, static_cast<std::size_t>(end - buf));
 }
+// Money: up to 8 significant digits ("0.00012345").
+template <std::size_t N>
+void field_usd(std::string& o, const char (&prefix)[N], double v) {
+  o.append(prefix, N - 1);
+  char buf[40];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, 8);
+  if (ec != std::errc() || !std::isfinite(v)) {
+    o += "null";
+    return;
+  }
+  o.append(buf, static_cast<std::size_t>(end - buf));
+}
 template <std::size_t N>
 void field_int(std::string& o, const char (&prefix)[N], std::int64_t v) {
   o.append(prefix, N - 1);
@@ -86,6 +98,8 @@ void append_json(std::string& o, const RequestRecord& r) {
   if (r.reserved_tokens >= 0) field_int(o, ",\"reserved_tokens\":", r.reserved_tokens);
   if (!r.cache.empty()) field(o, ",\"cache\":", r.cache);
   if (r.saved_tokens >= 0) field_int(o, ",\"saved_tokens\":", r.saved_tokens);
+  if (r.cost_usd >= 0) field_usd(o, ",\"cost_usd\":", r.cost_usd);
+  if (r.saved_usd >= 0) field_usd(o, ",\"saved_usd\":", r.saved_usd);
   if (!r.guard.empty()) field(o, ",\"guard\":", r.guard);
   if (r.temperature >= 0) field_num(o, ",\"temperature\":", r.temperature);
   if (r.top_p >= 0) field_num(o, ",\"top_p\":", r.top_p);

@@ -142,6 +142,7 @@ Metrics::Worker::Worker(const Metrics& m) : m_(m) {
   upstream_errors_.assign(backends, 0);
   upstream_latency_.assign(backends * kUpstreamN, 0);
   upstream_latency_sum_.assign(backends, 0);
+  business_.assign(models, Business{});
 }
 
 Metrics::Worker& Metrics::add_worker() {
@@ -166,6 +167,18 @@ void Metrics::Worker::record(const RequestRecord& r, int model, int tier) {
   }
   if (r.prompt_tokens > 0) prompt_tokens_[mi] += static_cast<std::uint64_t>(r.prompt_tokens);
   if (r.completion_tokens > 0) completion_tokens_[mi] += static_cast<std::uint64_t>(r.completion_tokens);
+  Business& b = business_[mi];
+  if (r.cost_usd > 0) b.spent_usd += r.cost_usd;
+  if (r.saved_tokens > 0) {
+    const std::size_t by = r.cache == "semantic" ? 1 : r.cache == "coalesced" ? 2 : 0;
+    b.saved_tokens[by] += static_cast<std::uint64_t>(r.saved_tokens);
+    if (r.saved_usd > 0) b.saved_usd[by] += r.saved_usd;
+  }
+  // A stream that began: its 200 went out (a refusal is a plain reply), or its client left
+  // after a first token (499 then).
+  if (r.stream && (r.status == 200 || (r.client_cancelled && r.ttft_ms >= 0))) {
+    ++b.streams[r.client_cancelled ? 1 : r.reason == Reason::ok ? 0 : 2];
+  }
 }
 
 void Metrics::Worker::upstream_started(int backend) noexcept {
@@ -202,6 +215,7 @@ void Metrics::render(std::string& o) const {
   std::vector<double> duration_sum(models), ttft_sum(models), upstream_sum(backends);
   std::vector<std::uint64_t> up_requests(backends), up_errors(backends), up_latency(backends * kUpstreamN);
   std::vector<std::int64_t> up_in_flight(backends);
+  std::vector<Worker::Business> business(models);
   std::int64_t in_flight = 0, streams_open = 0;
   {
     std::lock_guard lock(mu_);
@@ -218,6 +232,14 @@ void Metrics::render(std::string& o) const {
         ttft_sum[i] += w->ttft_sum_[i];
         prompt[i] += w->prompt_tokens_[i];
         completion[i] += w->completion_tokens_[i];
+        const auto& wb = w->business_[i];
+        auto& b = business[i];
+        b.spent_usd += wb.spent_usd;
+        for (int k = 0; k < 3; ++k) {
+          b.saved_usd[k] += wb.saved_usd[k];
+          b.saved_tokens[k] += wb.saved_tokens[k];
+          b.streams[k] += wb.streams[k];
+        }
       }
       for (std::size_t b = 0; b < backends; ++b) {
         up_requests[b] += w->upstream_requests_[b];
@@ -266,6 +288,38 @@ void Metrics::render(std::string& o) const {
   metric_help(o, "sluice_completion_tokens_total", "counter", "Completion tokens relayed to clients, by model.");
   for (std::size_t mi = 0; mi < models; ++mi) {
     metric_line(o, "sluice_completion_tokens_total", model_label(mi), static_cast<double>(completion[mi]));
+  }
+
+  metric_help(o, "sluice_streams_total", "counter",
+              "Streamed answers that began (a 200, or a first token), by model and how they ended: completed, "
+              "client_left (the client went "
+              "away before the end), failed (the upstream or a deadline ended it). The completion rate is "
+              "completed over all.");
+  for (std::size_t mi = 0; mi < models; ++mi) {
+    for (int k = 0; k < 3; ++k) {
+      metric_line(o, "sluice_streams_total", model_label(mi) + ",outcome=\"" + kStreamOutcomes[k] + "\"",
+                  static_cast<double>(business[mi].streams[k]));
+    }
+  }
+  metric_help(o, "sluice_saved_tokens_total", "counter",
+              "Tokens (prompt and completion) not generated, by model and by what answered instead: the cache "
+              "(exact), its semantic stage, or a shared generation (coalesced).");
+  for (std::size_t mi = 0; mi < models; ++mi) {
+    for (int k = 0; k < 3; ++k) {
+      metric_line(o, "sluice_saved_tokens_total", model_label(mi) + ",by=\"" + kSavedBy[k] + "\"",
+                  static_cast<double>(business[mi].saved_tokens[k]));
+    }
+  }
+  metric_help(o, "sluice_spent_usd_total", "counter",
+              "Estimated spend of the tokens charged, by model, at the route's `price` (0 without one).");
+  for (std::size_t mi = 0; mi < models; ++mi) metric_line(o, "sluice_spent_usd_total", model_label(mi), business[mi].spent_usd);
+  metric_help(o, "sluice_saved_usd_total", "counter",
+              "Estimated money the saved tokens would have cost, by model and by what answered instead, at the "
+              "route's `price`.");
+  for (std::size_t mi = 0; mi < models; ++mi) {
+    for (int k = 0; k < 3; ++k) {
+      metric_line(o, "sluice_saved_usd_total", model_label(mi) + ",by=\"" + kSavedBy[k] + "\"", business[mi].saved_usd[k]);
+    }
   }
 
   metric_help(o, "sluice_upstream_in_flight", "gauge", "Upstream requests open now, by backend.");

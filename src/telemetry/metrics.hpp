@@ -53,7 +53,21 @@ class Metrics {
     std::vector<std::uint64_t> upstream_requests_, upstream_errors_;  // [backend]
     std::vector<std::uint64_t> upstream_latency_;                    // [backend][bucket]
     std::vector<double> upstream_latency_sum_;                       // [backend]
+    // The business side: what was spent and saved (tokens, money by the route's price),
+    // and how streams ended.
+    struct Business {
+      double spent_usd = 0;
+      double saved_usd[3] = {};                // by kSavedBy
+      std::uint64_t saved_tokens[3] = {};      // by kSavedBy
+      std::uint64_t streams[3] = {};           // by kStreamOutcomes
+    };
+    std::vector<Business> business_;  // [model]
   };
+
+  // How a request was answered without its own generation (RequestRecord::cache), and how
+  // a stream that began ended: completed, the client left, or it failed.
+  static constexpr const char* kSavedBy[] = {"cache", "semantic", "coalesced"};
+  static constexpr const char* kStreamOutcomes[] = {"completed", "client_left", "failed"};
 
   // One per worker thread, made at start; lives as long as the Metrics.
   Worker& add_worker();

@@ -46,10 +46,16 @@ struct RequestRecord {
   std::string_view priority;       // queue class the request was served in
   double queue_ms = -1;            // time waited in the concurrency gate's queue
   std::int64_t reserved_tokens = -1;
-  // The response cache (filters/cache.cpp): "hit", "miss", "refresh" (Cache-Control:
+  // The response cache (filters/cache.cpp): "hit", "semantic" (a kept answer to a prompt
+  // alike), "coalesced" (a shared generation), "miss", "refresh" (Cache-Control:
   // no-cache), "bypass" (a caching route, a request it does not take); empty: no cache.
   std::string_view cache;
   std::int64_t saved_tokens = -1;  // a hit: the tokens generating its answer cost
+  std::int64_t saved_prompt_tokens = -1;  // of which prompt tokens
+  // Estimated money at the route's price (models[].price; -1 without one): what the tokens
+  // charged cost, and what the saved tokens would have.
+  double cost_usd = -1;
+  double saved_usd = -1;
   // Guardrails (filters/guardrails.cpp): what they found and did, guard::Verdict::summary
   // ("block:injection", "redact:email,phone"); empty when nothing was found.
   std::string guard;

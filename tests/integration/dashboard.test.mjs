@@ -180,7 +180,7 @@ describe('sluice-dashboard.json', () => {
     assert.match(vars.instance.query, /^label_values\(sluice_build_info, instance\)$/);
     assert.match(vars.model.query, /^label_values\(sluice_requests_total(\{[^}]*\})?, model\)$/);
     const rows = d.panels.filter((p) => p.type === 'row').map((p) => p.title);
-    assert.deepEqual(rows, ['Overview', 'Routing and limits', 'Errors', 'Upstreams', 'Resources', 'Infrastructure']);
+    assert.deepEqual(rows, ['Overview', 'Routing and limits', 'Savings and business', 'Errors', 'Upstreams', 'Resources', 'Infrastructure']);
     const ids = new Set();
     for (const p of d.panels) {
       assert.ok(!ids.has(p.id), `panel id ${p.id} repeated`);
@@ -258,7 +258,9 @@ describe('against a live gateway', () => {
       keys: [{ name: 'dash-app', key: KEY, tenant: 'acme', tier: 'gold' }],
       models: [
         // With a canary, so that the routing families have their series too.
-        { alias: 'demo', provider: 'simulated', max_in_flight: 4, sim: { ttft: '5ms', inter_token: '1ms', jitter: 0 }, canary: { alias: 'demo-v2', weight: 50 } },
+        // With a cache, a price and guardrails: the savings row's families.
+        { alias: 'demo', provider: 'simulated', max_in_flight: 4, sim: { ttft: '5ms', inter_token: '1ms', jitter: 0 }, canary: { alias: 'demo-v2', weight: 50 },
+          cache: { any_temperature: true }, price: { input: 0.15, output: 0.6 }, guardrails: 'screen' },
         { alias: 'demo-v2', provider: 'simulated', sim: { ttft: '5ms', inter_token: '1ms', jitter: 0 } },
       ],
       redis: { url: redis.url, retry_interval: '500ms' },
@@ -268,6 +270,7 @@ describe('against a live gateway', () => {
         tokens: [{ scope: 'key', limit: 1000000, per: 'minute' }],
       },
       concurrency: { queue_size: 16, tier_priority: { gold: 'premium' } },
+      guardrails: [{ name: 'screen' }],
       data_dir: dir,
       history: { backend: 'sqlite', path: path.join(dir, 'history.db') },
       events: { brokers: '127.0.0.1:1' },

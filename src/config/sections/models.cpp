@@ -262,6 +262,16 @@ bool read_list(Loader& l, const YAML::Node& v, const std::string& p, const char*
   return true;
 }
 
+const Table<Price>& price_table() {
+  static const Table<Price> t{
+      "models[].price",
+      {
+          number("input", &Price::input, 0, 1e6, "USD per million prompt tokens."),
+          number("output", &Price::output, 0, 1e6, "USD per million completion tokens."),
+      }};
+  return t;
+}
+
 const Table<Route>& route_table() {
   static const Table<Route> t = Table<Route>{
       "models[]",
@@ -357,6 +367,16 @@ const Table<Route>& route_table() {
                           RouteCache rc;
                           read_route_cache(l, v, p, rc);
                           r.cache = rc;
+                          return true;
+                        }),
+          custom<Route>("price", "map", "none",
+                        "What this model's tokens cost, see `models[].price`: the spend and savings estimates "
+                        "(`sluice_spent_usd_total`, `sluice_saved_usd_total`, the records' `cost_usd` and "
+                        "`saved_usd`).",
+                        [](Loader& l, const YAML::Node& v, const std::string& p, Route& r) {
+                          Price pr;
+                          if (!v.IsNull() && !price_table().read(l, v, p, pr)) return false;
+                          r.price = pr;
                           return true;
                         }),
           custom<Route>("allow_params", "list", "none",
@@ -721,6 +741,7 @@ std::string describe_models(const Config& c) {
 
 void models_reference(std::vector<TableDoc>& out) {
   out.push_back(route_table().doc());
+  out.push_back(price_table().doc());
   out.push_back(backend_table().doc());
   out.push_back(sim_table().doc());
 }

@@ -119,6 +119,7 @@ std::map<std::string, Host> hosts() {
       {"events", {"{events: @, " + route + "}", "events", {}}},
       {"cache", {"{cache: @, " + route + "}", "cache", {}}},
       {"models[].cache", {"{models: [{alias: demo, provider: simulated, cache: @}]}", "models[0].cache", {}}},
+      {"models[].price", {"{models: [{alias: demo, provider: simulated, price: @}]}", "models[0].price", {}}},
       {"models[].cache.semantic",
        {"{models: [{alias: demo, provider: simulated, cache: {semantic: @}}]}", "models[0].cache.semantic", {}}},
       {"guardrails[]", {"{guardrails: [@], " + route + "}", "guardrails[0]", {{"name", "g"}}}},
