@@ -1,6 +1,7 @@
 #pragma once
 // Routes (`models`): an alias and its backends, balancing, retries, fallbacks, canary and
 // breaker override. Declared in config/sections/models.cpp.
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -19,6 +20,13 @@ namespace sluice::config {
 struct Price {
   double input = 0;   // prompt tokens
   double output = 0;  // completion tokens
+};
+
+// Embeddings requests to one backend within `window` of each other sent as one call, up
+// to max_inputs inputs (models[].embedding_batch; off without it).
+struct EmbeddingBatch {
+  std::chrono::milliseconds window{5};
+  std::size_t max_inputs = 256;
 };
 
 struct Route {
@@ -48,6 +56,7 @@ struct Route {
   std::optional<RouteCache> cache;          // the response cache (docs/cache.md); off without it
   std::string guardrails;                   // the guardrails policy screening its requests; "" = none
   std::optional<Price> price;
+  std::optional<EmbeddingBatch> embedding_batch;
 
   const Backend& primary() const noexcept { return backends.front(); }
 };

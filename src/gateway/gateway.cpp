@@ -19,6 +19,7 @@
 #include "guard/guard.hpp"
 #include "conversations/store.hpp"
 #include "common/text.hpp"
+#include "gateway/embed_batch.hpp"
 #include "gateway/state.hpp"
 #include "http/server.hpp"
 #include "sim/sim.hpp"
@@ -173,6 +174,7 @@ class GatewayImpl final : public Gateway {
     shared_.conversations = conversations_.get();
     cache_ = std::make_unique<cache::Cache>(c);
     shared_.cache = cache_.get();
+    shared_.embed_batches = &embed_batches_;
     if (!c.guardrails.empty()) {
       guards_ = std::make_unique<guard::Guards>(c.guardrails);
       shared_.guards = guards_.get();
@@ -380,7 +382,8 @@ class GatewayImpl final : public Gateway {
   std::unique_ptr<limits::Gate> gate_;
   std::unique_ptr<conversations::Store> conversations_;  // stored responses
   std::unique_ptr<cache::Cache> cache_;                  // the response cache
-  std::unique_ptr<guard::Guards> guards_;                // the guardrails policies, compiled
+  std::unique_ptr<guard::Guards> guards_;
+  BatchCounters embed_batches_;                // the guardrails policies, compiled
   std::string tokenizer_info_;
   std::string connections_info_;
   std::unique_ptr<Router> router_;  // before the server: the workers use it

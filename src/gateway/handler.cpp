@@ -13,6 +13,7 @@
 #include "common/text.hpp"
 #include "filters/registry.hpp"
 #include "gateway/cache_admin.hpp"
+#include "gateway/embed_batch.hpp"
 #include "gateway/reconcile.hpp"
 #include "gateway/state.hpp"
 #include "history/history.hpp"
@@ -117,7 +118,8 @@ class WorkerHandler {
         table_(g.router->table()),
         client_(http::Client::create(ex, cfg_.upstream_pool_per_host)),
         cut_timer_(ex) {
-    if (g.cache) cache_ = g.cache->for_worker(ex);  // (also on the admin listener: /admin/cache)
+    if (g.cache) cache_ = g.cache->for_worker(ex);
+    if (!admin_listener_ && g.embed_batches) batcher_ = std::make_unique<EmbedBatcher>(ex, *client_, *g.embed_batches);  // (also on the admin listener: /admin/cache)
     if (admin_listener_) return;  // no requests to limit or count there
     if (g.limiter && g.limiter->active()) limiter_ = g.limiter->make_worker(ex);
     if (g.metrics) metrics_ = &g.metrics->add_worker();
@@ -1191,7 +1193,7 @@ class WorkerHandler {
         if (h.metrics_) h.metrics_->upstream_finished(be.metrics_backend, known && failed, since_t0 / 1000.0);
       }
     } settle{*this, ctx, owner, set, member, be, passes, judged, is_canary, t0};
-    auto f = co_await relay(ex, ctx, creq, be);
+    auto f = co_await relay(ex, ctx, creq, be, *set.route);
     settle.outcome(f);
     co_return f;
   }
@@ -1209,7 +1211,7 @@ class WorkerHandler {
 
   // Phases 7..13: the upstream call and the relay.
   awaitable<std::optional<Failure>> relay(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
-                                          const BackendRuntime& be) {
+                                          const BackendRuntime& be, const config::Route& route) {
     // Upstream request: the adapter rewrites the body (or the codec, for a backend that
     // serves the client's API itself); credentials and trace go in headers.
     const bool native = ctx.codec->native_on(be.cfg);
@@ -1232,34 +1234,47 @@ class WorkerHandler {
     // watch on the client connection aborts the upstream exchange if the client leaves
     // (measured: a coroutine race here cost about 11,000 instructions per request).
     std::variant<std::monostate, http::ClientError, ErrorAnswer, std::string> outcome;
-    http::AbortHandle abort;
-    // (Unless others share the generation: then it is read whole for them.)
-    ex.watch_client([&abort, shares = ctx.shares] {
-      if (!shares || !shares->others_reading()) abort.abort();
-    });
-    struct Unwatch {  // also on an exception: the watch refers to `abort`
-      http::Exchange& ex;
-      ~Unwatch() { ex.unwatch_client(); }
-    } unwatch{ex};
-    auto sent = co_await client_->send(be.target, ureq, to.connect, left_until(deadline), &abort);
-    if (auto* err = std::get_if<http::ClientError>(&sent)) {
-      outcome = std::move(*err);
-    } else {
-      auto& resp = *std::get<std::unique_ptr<http::ClientResponse>>(sent);
-      abort.bind([&resp] { resp.abort(); });
-      ctx.rec.upstream_status = resp.status();
-      if (resp.status() < 200 || resp.status() > 299) {
-        outcome = co_await read_error_answer(resp);
+    if (creq.task == llm::Task::embed && route.embedding_batch && !native && batcher_) {
+      // Micro-batched with other embeddings requests to this backend (embed_batch.hpp).
+      auto got = co_await batcher_->submit(be, *route.embedding_batch, creq, std::move(ureq.headers), deadline,
+                                           to.connect, cfg_.max_upstream_response_bytes);
+      if (got.error) {
+        outcome = std::move(*got.error);
       } else {
-        auto body = co_await resp.read_all(cfg_.max_upstream_response_bytes, left_until(deadline));
-        if (auto* err = std::get_if<http::ClientError>(&body)) {
-          resp.abort();
-          outcome = std::move(*err);
-        } else {
-          outcome = std::move(std::get<std::string>(body));
-        }
+        ctx.rec.upstream_status = got.status;
+        if (got.status >= 200 && got.status <= 299) outcome = std::move(got.body);
+        else outcome = ErrorAnswer{got.status, std::move(got.body), std::move(got.retry_after)};
       }
-      abort.unbind();
+    } else {
+      http::AbortHandle abort;
+      // (Unless others share the generation: then it is read whole for them.)
+      ex.watch_client([&abort, shares = ctx.shares] {
+        if (!shares || !shares->others_reading()) abort.abort();
+      });
+      struct Unwatch {  // also on an exception: the watch refers to `abort`
+        http::Exchange& ex;
+        ~Unwatch() { ex.unwatch_client(); }
+      } unwatch{ex};
+      auto sent = co_await client_->send(be.target, ureq, to.connect, left_until(deadline), &abort);
+      if (auto* err = std::get_if<http::ClientError>(&sent)) {
+        outcome = std::move(*err);
+      } else {
+        auto& resp = *std::get<std::unique_ptr<http::ClientResponse>>(sent);
+        abort.bind([&resp] { resp.abort(); });
+        ctx.rec.upstream_status = resp.status();
+        if (resp.status() < 200 || resp.status() > 299) {
+          outcome = co_await read_error_answer(resp);
+        } else {
+          auto body = co_await resp.read_all(cfg_.max_upstream_response_bytes, left_until(deadline));
+          if (auto* err = std::get_if<http::ClientError>(&body)) {
+            resp.abort();
+            outcome = std::move(*err);
+          } else {
+            outcome = std::move(std::get<std::string>(body));
+          }
+        }
+        abort.unbind();
+      }
     }
     ex.unwatch_client();  // (idempotent) before replying
     if (ex.client_gone() && ctx.shares && !native && std::holds_alternative<std::string>(outcome)) {
@@ -1720,6 +1735,7 @@ class WorkerHandler {
   std::unique_ptr<limits::WorkerLimiter> limiter_;  // null when no limit is configured
   std::shared_ptr<conversations::WorkerStore> conversations_;  // stored responses (null on the admin listener)
   std::shared_ptr<cache::WorkerCache> cache_;                  // the response cache (null on the admin listener)
+  std::unique_ptr<EmbedBatcher> batcher_;                      // embeddings micro-batching (not on the admin listener)
   // The request policies, in order; each pass holds it too (a frame destroyed after the
   // handler, at a forced stop, drops its filters' states through it).
   std::shared_ptr<const filters::Chain> chain_ = std::make_shared<const filters::Chain>();

@@ -35,6 +35,8 @@ class EventSink;
 
 namespace sluice::gateway {
 
+struct BatchCounters;
+
 struct Shared {
   std::shared_ptr<const config::Config> cfg;  // as started; routes and backends come from router's table
   Router* router = nullptr;
@@ -57,6 +59,7 @@ struct Shared {
   conversations::Store* conversations = nullptr;  // stored responses (Responses API)
   cache::Cache* cache = nullptr;                  // the response cache (routes opt in)
   guard::Guards* guards = nullptr;                // the guardrails policies (null: none configured)
+  BatchCounters* embed_batches = nullptr;         // embeddings micro-batching (embed_batch.hpp)
   tokenizer::Counter tokens;           // exact BPE where rank files were found, else estimates
   bool count_prompts = false;          // token quotas apply: count prompts exactly at admission
   std::atomic<bool> draining{false};

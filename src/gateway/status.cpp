@@ -5,6 +5,7 @@
 #include "common/text.hpp"
 #include "cache/cache.hpp"
 #include "guard/guard.hpp"
+#include "gateway/embed_batch.hpp"
 #include "gateway/state.hpp"
 #include "events/events.hpp"
 #include "history/history.hpp"
@@ -38,6 +39,7 @@ std::string render_metrics(const Shared& g) {
   if (g.router) g.router->render_metrics(o);
   if (g.cache) g.cache->render_metrics(o);
   if (g.guards) g.guards->render_metrics(o);
+  if (g.embed_batches) g.embed_batches->render(o);
   if (const auto* server = g.server.load(std::memory_order_acquire)) {
     const auto c = server->connection_stats();
     help(o, "sluice_client_connections_open", "gauge", "Client connections open (all workers).");

@@ -4,6 +4,8 @@
 // upstream as is or to Ollama's /api/embed, and answered in OpenAI's shape. No I/O here.
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <vector>
 #include <string>
 #include <string_view>
 
@@ -48,5 +50,24 @@ std::optional<Completion> read_openai_embeddings(std::string upstream_body);
 // its float32 little-endian bytes. nullopt for anything else: not one vector per input,
 // vectors of different lengths, a value that is not a finite float32.
 std::optional<Completion> translate_ollama_embeddings(std::string_view upstream_body, const ChatRequest& req);
+
+// Micro-batching (gateway/embed_batch.hpp): embeddings requests to one backend sent as one
+// call (embed_batch.cpp).
+//
+// What two requests must share to go in one call: encoding_format, dimensions, and the
+// kind of their inputs (text, or token ids: one call's input holds one kind).
+std::string embedding_batch_key(const ChatRequest& req);
+// A request's inputs, one JSON value each (a string, or an array of token ids).
+std::vector<boost::json::value> embedding_inputs(const ChatRequest& req);
+// The request of one call: `first` with `inputs` (every request's, in order) as its input.
+ChatRequest merge_embeddings(const ChatRequest& first, boost::json::array inputs);
+// The upstream's answer to such a call, split back: one answer per request in the
+// upstream's own form (OpenAI's list, or Ollama's {"embeddings":...}), request k's
+// `counts[k]` vectors in order (OpenAI's index from 0 again); the prompt tokens shared in
+// proportion to `weights` (largest remainder: they add up to the total). nullopt when the
+// answer does not hold one vector per input.
+std::optional<std::vector<std::string>> split_embeddings_answer(config::Provider wire, std::string_view body,
+                                                                std::span<const std::size_t> counts,
+                                                                std::span<const std::int64_t> weights);
 
 }  // namespace sluice::llm

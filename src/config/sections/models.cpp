@@ -272,6 +272,18 @@ const Table<Price>& price_table() {
   return t;
 }
 
+const Table<EmbeddingBatch>& embedding_batch_table() {
+  static const Table<EmbeddingBatch> t{
+      "models[].embedding_batch",
+      {
+          duration("window", &EmbeddingBatch::window, Millis{1},
+                   "How long the first embeddings request of a batch waits for others to the same backend."),
+          integer("max_inputs", &EmbeddingBatch::max_inputs, 1, 2048,
+                  "Inputs in one call at most; a batch that reaches it is sent at once."),
+      }};
+  return t;
+}
+
 const Table<Route>& route_table() {
   static const Table<Route> t = Table<Route>{
       "models[]",
@@ -377,6 +389,16 @@ const Table<Route>& route_table() {
                           Price pr;
                           if (!v.IsNull() && !price_table().read(l, v, p, pr)) return false;
                           r.price = pr;
+                          return true;
+                        }),
+          custom<Route>("embedding_batch", "map", "none",
+                        "Micro-batching of embeddings requests, see `models[].embedding_batch`: requests to one "
+                        "backend arriving within `window` go upstream as one call (same `encoding_format`, "
+                        "`dimensions` and kind of input), and each gets its own vectors back.",
+                        [](Loader& l, const YAML::Node& v, const std::string& p, Route& r) {
+                          EmbeddingBatch b;
+                          if (!v.IsNull() && !embedding_batch_table().read(l, v, p, b)) return false;
+                          r.embedding_batch = b;
                           return true;
                         }),
           custom<Route>("allow_params", "list", "none",
@@ -742,6 +764,7 @@ std::string describe_models(const Config& c) {
 void models_reference(std::vector<TableDoc>& out) {
   out.push_back(route_table().doc());
   out.push_back(price_table().doc());
+  out.push_back(embedding_batch_table().doc());
   out.push_back(backend_table().doc());
   out.push_back(sim_table().doc());
 }
