@@ -15,6 +15,10 @@ struct SimSettings {
   double jitter = 0.1;              // +/- fraction applied to each delay
   int max_in_flight = 64;           // sequences decoding at once ("GPU slots")
   int max_waiting = 1024;           // queue beyond that; past it -> 503
+  // The KV cache, in tokens (0: not modelled): a sequence holds its prompt and its planned
+  // output there while it decodes, and waits for room; GET /metrics reports the use in
+  // vLLM's names (docs/simulator.md, "Load signals").
+  std::int64_t kv_tokens = 0;
   int default_output_tokens = 32;   // when the request sets no max_tokens/num_predict
   int max_output_tokens = 4096;
   // Fault injection, each a probability in [0,1] per request.

@@ -56,6 +56,9 @@ int run_cli(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-waiting", s.max_waiting, "Requests queued for a slot; beyond: 503 queue full")
       ->capture_default_str();
+  app.add_option("--kv-tokens", s.kv_tokens,
+                 "KV-cache capacity in tokens (0: not modelled); GET /metrics reports its use as vLLM does")
+      ->capture_default_str();
   app.add_option("--default-output-tokens", s.default_output_tokens,
                  "Output tokens when the request sets no limit")->capture_default_str();
   app.add_option("--max-output-tokens", s.max_output_tokens, "Cap on output tokens")->capture_default_str();

@@ -107,6 +107,7 @@ std::string validate(const config::SimSettings& s) {
   if (!rate_ok(s.jitter)) return "jitter must be in [0,1]";
   if (s.max_in_flight < 1) return "max_in_flight must be >= 1";
   if (s.max_waiting < 0) return "max_waiting must be >= 0";
+  if (s.kv_tokens < 0) return "kv_tokens must be >= 0";
   if (s.default_output_tokens < 0) return "default_output_tokens must be >= 0";
   if (s.max_output_tokens < 0) return "max_output_tokens must be >= 0";
   if (!rate_ok(s.error_rate_429)) return "error_rate_429 must be in [0,1]";
@@ -130,6 +131,7 @@ std::string settings_json(const config::SimSettings& s) {
   o["jitter"] = s.jitter;
   o["max_in_flight"] = s.max_in_flight;
   o["max_waiting"] = s.max_waiting;
+  o["kv_tokens"] = s.kv_tokens;
   o["default_output_tokens"] = s.default_output_tokens;
   o["max_output_tokens"] = s.max_output_tokens;
   o["error_rate_429"] = s.error_rate_429;
@@ -197,6 +199,14 @@ bool apply_settings_json(std::string_view text, config::SimSettings& s, std::str
     else if (key == "jitter") n.jitter = d;
     else if (key == "max_in_flight") ok = integer(n.max_in_flight, 1);
     else if (key == "max_waiting") ok = integer(n.max_waiting, 0);
+    else if (key == "kv_tokens") {
+      if (d < 0 || d > 1e12) {
+        error = "kv_tokens must be >= 0";
+        ok = false;
+      } else {
+        n.kv_tokens = static_cast<std::int64_t>(d);
+      }
+    }
     else if (key == "default_output_tokens") ok = integer(n.default_output_tokens, 0);
     else if (key == "max_output_tokens") ok = integer(n.max_output_tokens, 0);
     else if (key == "error_rate_429") n.error_rate_429 = d;
@@ -280,9 +290,10 @@ OutputPlan plan_output(std::optional<std::int64_t> requested, const config::SimS
 // A queued acquire(). `granted` is written under Engine::mu_; the channel (thread-safe)
 // wakes the waiting coroutine on its own executor.
 struct Engine::Waiter {
-  explicit Waiter(const asio::any_io_executor& ex) : wake(ex, 1) {}
+  explicit Waiter(const asio::any_io_executor& ex, std::int64_t k) : wake(ex, 1), kv(k) {}
   asio::experimental::concurrent_channel<void(boost::system::error_code)> wake;
   bool granted = false;
+  std::int64_t kv = 0;
 };
 
 Engine::Engine(config::SimSettings settings) : settings_(settings) {
@@ -362,6 +373,7 @@ Engine::Slot& Engine::Slot::operator=(Slot&& o) noexcept {
   if (this != &o) {
     release();
     engine_ = o.engine_;
+    kv_ = o.kv_;
     o.engine_ = nullptr;
   }
   return *this;
@@ -371,21 +383,30 @@ void Engine::Slot::release() noexcept {
   if (engine_) {
     Engine* e = engine_;
     engine_ = nullptr;
-    e->release_slot();
+    e->release_slot(kv_);
   }
 }
 
-void Engine::release_slot() noexcept {
+void Engine::release_slot(std::int64_t kv) noexcept {
   std::lock_guard lk(mu_);
   --in_flight_;
+  kv_used_ -= kv;
   grant_locked();
 }
 
+// A slot is free, and (with a KV cache modelled) room for the sequence's tokens, or no
+// sequence at all (one larger than the cache runs alone).
+bool Engine::fits_locked(std::int64_t kv) const noexcept {
+  if (in_flight_ >= settings_.max_in_flight) return false;
+  return settings_.kv_tokens <= 0 || kv_used_ == 0 || kv_used_ + kv <= settings_.kv_tokens;
+}
+
 void Engine::grant_locked() {
-  while (in_flight_ < settings_.max_in_flight && !queue_.empty()) {
+  while (!queue_.empty() && fits_locked(queue_.front()->kv)) {
     auto w = std::move(queue_.front());
     queue_.pop_front();
     ++in_flight_;
+    kv_used_ += w->kv;
     w->granted = true;
     // Buffered channel of size 1, one send per waiter: never blocks, never fails while
     // the channel is open. The receiver resumes on its own executor.
@@ -393,17 +414,18 @@ void Engine::grant_locked() {
   }
 }
 
-asio::awaitable<std::optional<Engine::Slot>> Engine::acquire() {
+asio::awaitable<std::optional<Engine::Slot>> Engine::acquire(std::int64_t kv) {
   const auto ex = co_await asio::this_coro::executor;
   std::shared_ptr<Waiter> w;
   {
     std::lock_guard lk(mu_);
-    if (queue_.empty() && in_flight_ < settings_.max_in_flight) {
+    if (queue_.empty() && fits_locked(kv)) {
       ++in_flight_;
-      co_return std::optional<Slot>(std::in_place, this);
+      kv_used_ += kv;
+      co_return std::optional<Slot>(std::in_place, this, kv);
     }
     if (static_cast<std::int64_t>(queue_.size()) >= settings_.max_waiting) co_return std::nullopt;
-    w = std::make_shared<Waiter>(ex);
+    w = std::make_shared<Waiter>(ex, kv);
     queue_.push_back(w);
   }
   // Runs on every exit that did not hand the slot to the caller: an exception (the
@@ -418,6 +440,7 @@ asio::awaitable<std::optional<Engine::Slot>> Engine::acquire() {
       std::lock_guard lk(e->mu_);
       if (w->granted) {
         --e->in_flight_;
+        e->kv_used_ -= w->kv;
         e->grant_locked();
       } else {
         auto it = std::find(e->queue_.begin(), e->queue_.end(), w);
@@ -432,7 +455,7 @@ asio::awaitable<std::optional<Engine::Slot>> Engine::acquire() {
       std::lock_guard lk(mu_);
       if (w->granted) {
         guard.committed = true;
-        co_return std::optional<Slot>(std::in_place, this);
+        co_return std::optional<Slot>(std::in_place, this, kv);
       }
     }
     if (ec) throw boost::system::system_error(ec);  // cancelled while queued
@@ -462,6 +485,8 @@ Stats Engine::stats() const {
   Stats s = counters_;
   s.in_flight = in_flight_;
   s.waiting = static_cast<std::int64_t>(queue_.size());
+  s.kv_used = kv_used_;
+  s.kv_tokens = settings_.kv_tokens;
   return s;
 }
 
@@ -483,6 +508,7 @@ std::string stats_json(const Stats& s) {
   o["errors_503"] = s.errors_503;
   o["aborted"] = s.aborted;
   o["hung"] = s.hung;
+  o["kv_used"] = s.kv_used;
   o["rejected_queue_full"] = s.rejected_queue_full;
   o["in_flight"] = s.in_flight;
   o["waiting"] = s.waiting;

@@ -87,8 +87,8 @@ class Engine {
   class Slot {
    public:
     Slot() = default;
-    explicit Slot(Engine* e) : engine_(e) {}
-    Slot(Slot&& o) noexcept : engine_(o.engine_) { o.engine_ = nullptr; }
+    explicit Slot(Engine* e, std::int64_t kv = 0) : engine_(e), kv_(kv) {}
+    Slot(Slot&& o) noexcept : engine_(o.engine_), kv_(o.kv_) { o.engine_ = nullptr; }
     Slot& operator=(Slot&& o) noexcept;
     ~Slot() { release(); }
     void release() noexcept;
@@ -96,6 +96,7 @@ class Engine {
 
    private:
     Engine* engine_ = nullptr;
+    std::int64_t kv_ = 0;  // KV-cache tokens it holds
   };
 
   // Takes a slot, waiting in FIFO order without blocking the thread (the caller's
@@ -103,7 +104,8 @@ class Engine {
   // queue already holds max_waiting requests. Cancellation (e.g. the losing side of
   // `work() || client_gone()`) removes the waiter from the queue; a slot granted at the
   // same moment is released again.
-  boost::asio::awaitable<std::optional<Slot>> acquire();
+  // `kv`: the KV-cache tokens the sequence holds while it runs (settings().kv_tokens).
+  boost::asio::awaitable<std::optional<Slot>> acquire(std::int64_t kv = 0);
 
   enum class Counter {
     requests, responses, embeddings, moderations, completed, cancelled, errors_429, errors_500, errors_503, aborted, hung,
@@ -116,7 +118,8 @@ class Engine {
   struct Waiter;
 
  private:
-  void release_slot() noexcept;
+  void release_slot(std::int64_t kv) noexcept;
+  bool fits_locked(std::int64_t kv) const noexcept;
   void grant_locked();  // hands free slots to waiters; mu_ held
   void reseed_locked(std::uint64_t seed);
 
@@ -124,6 +127,7 @@ class Engine {
   config::SimSettings settings_;
   std::mt19937_64 rng_;
   std::int64_t in_flight_ = 0;
+  std::int64_t kv_used_ = 0;
   std::deque<std::shared_ptr<Waiter>> queue_;
   Stats counters_;  // counter fields only; gauges come from in_flight_ / queue_
 };

@@ -66,13 +66,13 @@ struct RunState {
 // What every request goes through after fault selection: the hang fault (until the client
 // goes), then a decoding slot (a full queue is answered). nullopt: the request is over.
 asio::awaitable<std::optional<Engine::Slot>> enter(Engine& eng, http::Exchange& ex, Api api, const Fault& fault,
-                                                   RunState& st) {
+                                                   RunState& st, std::int64_t kv = 0) {
   if (fault.kind == FaultKind::hang) {
     eng.count(Engine::Counter::hung);
     co_await sleep_until(Clock::time_point::max());  // until the client goes (or shutdown)
     co_return std::nullopt;
   }
-  std::optional<Engine::Slot> slot = co_await eng.acquire();
+  std::optional<Engine::Slot> slot = co_await eng.acquire(kv);
   if (!slot) {
     eng.count(Engine::Counter::rejected_queue_full);
     st.finished = true;
@@ -98,7 +98,9 @@ Clock::time_point first_token_at(Engine& eng, const config::SimSettings& s, cons
 asio::awaitable<void> serve(std::shared_ptr<Engine> eng, http::Exchange& ex, GenRequest req,
                             config::SimSettings s, Fault fault, Clock::time_point arrival,
                             RunState& st) {
-  std::optional<Engine::Slot> slot = co_await enter(*eng, ex, req.api, fault, st);
+  // The KV cache holds the prompt and the planned output while the sequence runs.
+  const std::int64_t kv = req.prompt_tokens + plan_output(req.max_tokens, s).tokens;
+  std::optional<Engine::Slot> slot = co_await enter(*eng, ex, req.api, fault, st, kv);
   if (!slot) co_return;
   const Clock::time_point slot_time = Clock::now();
 
@@ -301,6 +303,32 @@ asio::awaitable<void> serve_embeddings(std::shared_ptr<Engine> eng, http::Exchan
 }
 
 
+// GET /metrics as vLLM's Prometheus endpoint names its load signals (requests running and
+// waiting, the KV cache's use as a fraction), one series per served model name.
+std::string vllm_metrics(const Stats& st, const std::vector<std::string>& models) {
+  const double usage = st.kv_tokens > 0 ? std::min(1.0, static_cast<double>(st.kv_used) / static_cast<double>(st.kv_tokens)) : 0.0;
+  const std::string model = models.empty() ? std::string("sim") : models.front();
+  std::string o;
+  auto family = [&](std::string_view name, std::string_view type, std::string_view help, double v) {
+    o += "# HELP ";
+    o += name;
+    o += ' ';
+    o += help;
+    o += "\n# TYPE ";
+    o += name;
+    o += ' ';
+    o += type;
+    o += '\n';
+    o += name;
+    o += "{model_name=\"" + model + "\"} " + std::to_string(v) + "\n";
+  };
+  family("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", static_cast<double>(st.in_flight));
+  family("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", static_cast<double>(st.waiting));
+  family("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", usage);
+  family("vllm:gpu_cache_usage_perc", "gauge", "GPU KV-cache usage. 1 means 100 percent usage.", usage);
+  return o;
+}
+
 http::Response json_reply(int status, std::string body) {
   http::Response r;
   r.status = status;
@@ -325,6 +353,12 @@ http::Response route(Shared& sh, std::string_view method, std::string_view path,
   if (path == "/api/version")
     return get ? json_reply(200, R"({"version":"0.0.0-sluice-sim"})") : method_not_allowed();
   if (path == "/sim/stats") return get ? json_reply(200, stats_json(eng.stats())) : method_not_allowed();
+  if (path == "/metrics") {
+    if (!get) return method_not_allowed();
+    http::Response r = json_reply(200, vllm_metrics(eng.stats(), sh.models));
+    r.content_type = "text/plain; version=0.0.4";
+    return r;
+  }
   if (path == "/sim/reset") {
     if (!post) return method_not_allowed();
     eng.reset_stats();

@@ -28,6 +28,8 @@ struct Stats {
   std::uint64_t rejected_queue_full = 0;  // 503: max_waiting reached
   std::int64_t in_flight = 0;             // slots in use (gauge, not reset)
   std::int64_t waiting = 0;               // queued for a slot (gauge, not reset)
+  std::int64_t kv_used = 0;               // KV-cache tokens held by running sequences (gauge)
+  std::int64_t kv_tokens = 0;             // the KV cache's capacity (0: not modelled)
 };
 
 // {"requests":..,...,"in_flight":..,"waiting":..}

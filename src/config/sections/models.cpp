@@ -47,6 +47,9 @@ const Table<SimSettings>& sim_table() {
           integer("max_in_flight", &SimSettings::max_in_flight, 1, 1'000'000, "Sequences decoding at once."),
           integer("max_waiting", &SimSettings::max_waiting, 0, 10'000'000,
                   "Queue beyond `max_in_flight`; past it → 503."),
+          integer("kv_tokens", &SimSettings::kv_tokens, 0, 1'000'000'000,
+                  "KV-cache capacity in tokens (0: not modelled): a sequence holds its prompt and planned output "
+                  "while it decodes and waits for room; `/metrics` reports the use in vLLM's names."),
           integer("default_output_tokens", &SimSettings::default_output_tokens, 1, 10'000'000,
                   "Output length when the request sets none; at most `max_output_tokens`."),
           integer("max_output_tokens", &SimSettings::max_output_tokens, 1, 10'000'000, "Output cap."),
