@@ -25,7 +25,7 @@ using std::chrono::milliseconds;
 struct Cache::Shared {
   explicit Shared(const config::Config& c)
       : settings(c.cache), memory(c.cache.max_bytes), prefix(c.redis.key_prefix),
-        semantic(c.cache.semantic_max_entries, c.cache.semantic_max_partitions) {
+        semantic(c.cache.semantic_max_entries, c.cache.semantic_max_partitions, c.cache.semantic_max_bytes) {
     for (const auto& r : c.routes) {
       if (r.cache && r.cache->semantic) semantic_on = true;
     }
@@ -110,7 +110,7 @@ class MemoryWorker final : public WorkerCache {
     co_return sh_->memory.drop(route, hash);
   }
   SemanticIndex& semantic() override { return sh_->semantic; }
-  void remember(Remembered r) override { sh_->semantic.add(r); }
+  void remember(Remembered r) override { sh_->semantic.add_later(std::move(r)); }
 
  private:
   std::shared_ptr<Cache::Shared> sh_;
@@ -141,10 +141,13 @@ class RedisWorker final : public WorkerCache {
   SemanticIndex& semantic() override { return sh_->semantic; }
 
   void remember(Remembered r) override {
-    sh_->semantic.add(r);
+    std::vector<std::string> fields = encode_fields(r);
+    sh_->semantic.add_later(std::move(r));
     if (!conn_->up()) return;
-    std::vector<std::string> argv{"XADD", stream_key(*sh_), "MAXLEN", "~", std::to_string(sh_->settings.semantic_max_entries), "*"};
-    for (auto& f : encode_fields(r)) argv.push_back(std::move(f));
+    // The fleet's recent entries: what a new instance learns at start.
+    const std::size_t keep = std::min<std::size_t>(sh_->settings.semantic_max_entries * sh_->settings.semantic_max_partitions, 200'000);
+    std::vector<std::string> argv{"XADD", stream_key(*sh_), "MAXLEN", "~", std::to_string(keep), "*"};
+    for (auto& f : fields) argv.push_back(std::move(f));
     net::co_spawn(ex_, [conn = conn_, argv = std::move(argv)]() mutable -> net::awaitable<void> { co_await conn->command(std::move(argv)); },
                   net::detached);
   }
@@ -277,7 +280,9 @@ class RedisWorker final : public WorkerCache {
     while (*alive) {
       bool more = false;
       if (conn->up()) {
-        auto r = co_await conn->command("XREAD", "COUNT", "512", "STREAMS", key, last);
+        // (Few at a time: an entry may hold a vector of 16,384 floats, and a command must
+        // come back within the connection's timeout.)
+        auto r = co_await conn->command("XREAD", "COUNT", "32", "STREAMS", key, last);
         // [[key, [[id, [f, v, ...]], ...]]] or nil
         if (r.ok() && r.reply->type == store::RedisReply::Type::array && r.reply->elements.size() == 1 &&
             r.reply->elements[0].elements.size() == 2) {
@@ -287,12 +292,13 @@ class RedisWorker final : public WorkerCache {
             last = item.elements[0].str;
             std::vector<std::string> fv;
             for (const auto& e : item.elements[1].elements) fv.push_back(e.str);
-            if (auto rem = decode_fields(fv)) sh->semantic.add(*rem);
+            if (auto rem = decode_fields(fv)) sh->semantic.add_later(std::move(*rem));
           }
-          more = items.size() == 512;
+          more = items.size() == 32;
         }
       }
-      if (more) continue;
+      // (Read on while there is more, unless the index's thread is behind.)
+      if (more && sh->semantic.queued() < SemanticIndex::kMaxQueued / 2) continue;
       timer.expires_after(milliseconds(250));
       boost::system::error_code ec;
       co_await timer.async_wait(net::redirect_error(net::use_awaitable, ec));
@@ -345,6 +351,8 @@ std::string Cache::status_json() const {
   if (shared_->semantic_on) {
     o += R"(,"semantic":{"entries_here":)" + std::to_string(shared_->semantic.entries()) +
          R"(,"partitions_here":)" + std::to_string(shared_->semantic.partitions()) +
+         R"(,"bytes_here":)" + std::to_string(shared_->semantic.bytes()) +
+         R"(,"dropped":)" + std::to_string(shared_->semantic.dropped()) +
          R"(,"simhash_hits":)" + n(counters_.simhash_hits) + R"(,"embedding_hits":)" + n(counters_.embedding_hits) +
          R"(,"embeddings":)" + n(counters_.embeddings) + R"(,"embedding_errors":)" + n(counters_.embedding_errors) +
          R"(,"stale_matches":)" + n(counters_.stale_matches) + "}";

@@ -120,8 +120,13 @@ void canonical_body(std::string& out, const json::object& body, bool roles_only 
       first_m = false;
       const auto* o = m.if_object();
       if (roles_only) {
+        // Who speaks: the role, and the name of the speaker when given.
         const auto* role = o ? o->if_contains("role") : nullptr;
         canonical(out, role ? *role : json::value());
+        if (const auto* name = o ? o->if_contains("name") : nullptr) {
+          out += '/';
+          canonical(out, *name);
+        }
         continue;
       }
       if (!o || !o->contains("content")) {

@@ -23,8 +23,9 @@ struct CacheSettings {
   std::chrono::milliseconds local_ttl{10 * 1000};
   // The semantic stage's index: entries per partition (requests alike but for their
   // messages' text) and partitions, on this instance; beyond them the oldest go first.
-  std::size_t semantic_max_entries = 10000;
+  std::size_t semantic_max_entries = 2000;
   std::size_t semantic_max_partitions = 1024;
+  std::size_t semantic_max_bytes = 256u << 20;
 };
 
 // A route's semantic stage (models[].cache.semantic; off without it): a request the exact
@@ -34,7 +35,7 @@ struct CacheSettings {
 struct SemanticCache {
   std::string embedding;  // the alias of a route that serves embeddings; empty: SimHash only
   double threshold = 0.92;
-  int simhash_distance = 3;  // bits of 64; -1: no SimHash stage
+  int simhash_distance = 0;  // 0: the same words only; more: bits of 64; -1: no SimHash stage
   std::chrono::milliseconds timeout{2000};  // the embedding call
   std::size_t max_text_bytes = 4096;        // longer prompts: the exact key only
   bool tools = false;                       // also requests with tools or tool calls

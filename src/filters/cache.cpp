@@ -37,7 +37,7 @@ struct State {
   // The semantic stage: the prompt's text, partition, SimHash and embedding (when made).
   bool semantic = false;
   std::string text, partition;
-  std::uint64_t simhash = 0;
+  std::uint64_t simhash = 0, words = 0;
   std::vector<float> vector;
 };
 
@@ -95,8 +95,20 @@ class CacheFilter final : public FilterWith<State> {
       s.text = cache::semantic_text(r.chat, rc->semantic->tools);
       if (!s.text.empty() && s.text.size() <= rc->semantic->max_text_bytes) {
         s.semantic = true;
-        s.partition = cache::partition_of(*r.route.config, r.chat, rc->shared ? std::string_view() : r.key.tenant);
+        // The partition also names the embedding route and its model: vectors of two models
+        // are never compared.
+        std::string scope = rc->shared ? std::string() : r.key.tenant;
+        scope += '\n';
+        scope += rc->semantic->embedding;
+        if (const config::Route* er = r.route.table && !rc->semantic->embedding.empty()
+                                          ? r.route.table->find_route(rc->semantic->embedding)
+                                          : nullptr) {
+          scope += '/';
+          scope += er->primary().model;
+        }
+        s.partition = cache::partition_of(*r.route.config, r.chat, scope);
         s.simhash = cache::simhash(s.text);
+        s.words = cache::words_hash(s.text);
       }
     }
     if (d.no_cache) outcome(r, "refresh");
@@ -174,15 +186,19 @@ class CacheFilter final : public FilterWith<State> {
                    .prompt_tokens = std::max<std::int64_t>(r.rec.prompt_tokens, 0),
                    .completion_tokens = std::max<std::int64_t>(r.rec.completion_tokens, 0),
                    .stored_ms = r.rec.unix_ms};
-    if (s.semantic) {
-      cache_->remember(cache::Remembered{.route = s.key.route,
-                                         .partition = std::move(s.partition),
-                                         .hash = s.key.hash,
-                                         .simhash = s.simhash,
-                                         .vector = std::move(s.vector)});
-    }
+    // The answer first, then its prompt in the index: a match must find its answer kept.
+    std::string route = s.key.route, hash = s.key.hash;
     cache_->put(std::move(s.key), std::move(e), ttl);
     counters_.stores.fetch_add(1, std::memory_order_relaxed);
+    if (s.semantic) {
+      cache_->remember(cache::Remembered{.route = std::move(route),
+                                         .partition = std::move(s.partition),
+                                         .scope = rc->shared ? std::string() : r.key.tenant,
+                                         .hash = std::move(hash),
+                                         .simhash = s.simhash,
+                                         .words = s.words,
+                                         .vector = std::move(s.vector)});
+    }
   }
 
  private:
@@ -192,7 +208,7 @@ class CacheFilter final : public FilterWith<State> {
   boost::asio::awaitable<std::optional<cache::Entry>> semantic_lookup(Request& r, State& s, std::optional<cache::Match>& m) {
     const config::SemanticCache& sc = *r.route.config->cache->semantic;
     cache::SemanticIndex& index = cache_->semantic();
-    m = index.by_simhash(s.key.route, s.partition, s.simhash, sc.simhash_distance);
+    m = index.by_simhash(s.key.route, s.partition, s.simhash, s.words, sc.simhash_distance, sc.threshold);
     if (m) {
       if (auto e = co_await kept(s, *m)) {
         counters_.simhash_hits.fetch_add(1, std::memory_order_relaxed);

@@ -73,6 +73,7 @@ namespace {
 void finish(Batch& b, const std::function<BatchReply(std::size_t)>& reply_of) {
   for (std::size_t i = 0; i < b.waiters.size(); ++i) {
     b.waiters[i]->reply = reply_of(i);
+    b.waiters[i]->reply.follower = i > 0;
     b.waiters[i]->done = true;
     b.waiters[i]->wake.cancel();
   }
@@ -100,6 +101,8 @@ net::awaitable<void> send(std::shared_ptr<EmbedBatcher::State> st, std::shared_p
   req.target = std::move(call.target);
   req.body = std::move(call.body);
   req.headers = b->headers;
+  const bool many = b->waiters.size() > 1;
+  auto alone = [](std::size_t) { return BatchReply{.error = std::nullopt, .status = 0, .body = {}, .retry_after = {}, .alone = true}; };
   auto sent = co_await st->client.send(b->target, req, b->connect, left_until(b->deadline));
   if (auto* err = std::get_if<http::ClientError>(&sent)) {
     const http::ClientError e = *err;
@@ -113,6 +116,10 @@ net::awaitable<void> send(std::shared_ptr<EmbedBatcher::State> st, std::shared_p
   auto body = co_await resp.read_all(ok ? b->max_bytes : 64 * 1024, ok ? left_until(b->deadline) : milliseconds(5000));
   if (auto* err = std::get_if<http::ClientError>(&body)) {
     resp.abort();
+    if (ok && many && err->kind == http::ClientErrc::too_large) {  // each alone may fit
+      finish(*b, alone);
+      co_return;
+    }
     if (ok) {
       const http::ClientError e = *err;
       finish(*b, [&e](std::size_t) { return BatchReply{.error = e, .status = 0, .body = {}, .retry_after = {}}; });
@@ -120,11 +127,19 @@ net::awaitable<void> send(std::shared_ptr<EmbedBatcher::State> st, std::shared_p
     }
   }
   std::string text = std::holds_alternative<std::string>(body) ? std::move(std::get<std::string>(body)) : std::string();
+  if (!ok && many && status >= 400 && status <= 499 && status != 429) {
+    finish(*b, alone);  // one input may be at fault (too long...): not the others' error
+    co_return;
+  }
   if (!ok) {  // every request gets the upstream's error answer (each may retry elsewhere)
     finish(*b, [&](std::size_t) { return BatchReply{.error = std::nullopt, .status = status, .body = text, .retry_after = retry_after}; });
     co_return;
   }
   auto parts = llm::split_embeddings_answer(b->wire, text, counts, weights);
+  if (!parts && many) {
+    finish(*b, alone);
+    co_return;
+  }
   if (!parts) {
     const http::ClientError e{http::ClientErrc::protocol, "the upstream's answer to a batched call does not hold one vector per input"};
     finish(*b, [&e](std::size_t) { return BatchReply{.error = e, .status = 0, .body = {}, .retry_after = {}}; });

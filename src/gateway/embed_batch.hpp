@@ -41,6 +41,13 @@ struct BatchReply {
   int status = 0;
   std::string body;
   std::string retry_after;
+  // The call failed for a reason one request may have caused (a 4xx other than 429, an
+  // answer too large or that could not be split): the request goes alone, unbatched, so
+  // that only the one at fault fails.
+  bool alone = false;
+  // Not the batch's first request: the call's outcome is the first's to count (backend
+  // health, breakers), once.
+  bool follower = false;
 };
 
 class EmbedBatcher {

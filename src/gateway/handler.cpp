@@ -79,6 +79,7 @@ struct Context {
   bool keep_completion = false;
   cache::Flight* shares = nullptr;  // other requests share this one's generation (filters::Request::shares)
   std::optional<config::Price> price;  // the route's (models[].price): the record's money estimates
+  bool batch_follower = false;  // this attempt's answer came from another request's batched call
 };
 
 // The outcome of relaying one upstream answer.
@@ -1161,9 +1162,11 @@ class WorkerHandler {
 
       void outcome(const std::optional<Failure>& f) {
         known = true;
-        // A client that left, or a gateway out of fds, says nothing about the backend.
-        client_left = f ? f->reason == Reason::client_closed || f->reason == Reason::local_resources
-                        : ctx.rec.reason == Reason::client_closed;
+        // A client that left, or a gateway out of fds, says nothing about the backend; nor
+        // does a batched call's outcome but once (its first request's).
+        client_left = ctx.batch_follower ||
+                      (f ? f->reason == Reason::client_closed || f->reason == Reason::local_resources
+                         : ctx.rec.reason == Reason::client_closed);
         failed = f ? retryable(*f) || f->reason == Reason::upstream_timeout : upstream_failed(ctx.rec);
       }
       ~Settle() {
@@ -1234,18 +1237,27 @@ class WorkerHandler {
     // watch on the client connection aborts the upstream exchange if the client leaves
     // (measured: a coroutine race here cost about 11,000 instructions per request).
     std::variant<std::monostate, http::ClientError, ErrorAnswer, std::string> outcome;
+    bool batched = false;
+    ctx.batch_follower = false;
     if (creq.task == llm::Task::embed && route.embedding_batch && !native && batcher_) {
-      // Micro-batched with other embeddings requests to this backend (embed_batch.hpp).
-      auto got = co_await batcher_->submit(be, *route.embedding_batch, creq, std::move(ureq.headers), deadline,
-                                           to.connect, cfg_.max_upstream_response_bytes);
-      if (got.error) {
-        outcome = std::move(*got.error);
-      } else {
-        ctx.rec.upstream_status = got.status;
-        if (got.status >= 200 && got.status <= 299) outcome = std::move(got.body);
-        else outcome = ErrorAnswer{got.status, std::move(got.body), std::move(got.retry_after)};
+      // Micro-batched with other embeddings requests to this backend (embed_batch.hpp);
+      // sent alone when the batch's call failed in a way one request may have caused.
+      http::HeaderList headers = ureq.headers;
+      auto got = co_await batcher_->submit(be, *route.embedding_batch, creq, std::move(headers), deadline, to.connect,
+                                           cfg_.max_upstream_response_bytes);
+      if (!got.alone) {
+        batched = true;
+        ctx.batch_follower = got.follower;
+        if (got.error) {
+          outcome = std::move(*got.error);
+        } else {
+          ctx.rec.upstream_status = got.status;
+          if (got.status >= 200 && got.status <= 299) outcome = std::move(got.body);
+          else outcome = ErrorAnswer{got.status, std::move(got.body), std::move(got.retry_after)};
+        }
       }
-    } else {
+    }
+    if (!batched) {
       http::AbortHandle abort;
       // (Unless others share the generation: then it is read whole for them.)
       ex.watch_client([&abort, shares = ctx.shares] {

@@ -31,6 +31,16 @@ std::vector<std::int64_t> apportion(std::int64_t total, std::span<const std::int
   }
   std::stable_sort(rest.begin(), rest.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   for (std::size_t k = 0; given < total && k < rest.size(); ++k, ++given) ++out[rest[k].second];
+  // Every request is charged something when the total allows: a share rounded to 0 takes
+  // one from the largest.
+  if (total >= static_cast<std::int64_t>(out.size())) {
+    for (auto& x : out) {
+      if (x > 0) continue;
+      auto big = std::max_element(out.begin(), out.end());
+      --*big;
+      x = 1;
+    }
+  }
   return out;
 }
 
@@ -99,7 +109,8 @@ std::optional<std::vector<std::string>> split_embeddings_answer(config::Provider
     const auto* es = o.if_contains("embeddings");
     if (!es || !es->is_array() || es->get_array().size() != all) return std::nullopt;
     const auto& vectors = es->get_array();
-    const auto shares = apportion(std::max<std::int64_t>(count_of(o, "prompt_eval_count"), 0), weights);
+    const std::int64_t prompt = count_of(o, "prompt_eval_count");
+    const auto shares = apportion(std::max<std::int64_t>(prompt, 0), weights);
     std::size_t at = 0;
     for (std::size_t k = 0; k < counts.size(); ++k) {
       json::object one;
@@ -107,7 +118,7 @@ std::optional<std::vector<std::string>> split_embeddings_answer(config::Provider
       json::array mine;
       for (std::size_t i = 0; i < counts[k]; ++i) mine.push_back(vectors[at++]);
       one["embeddings"] = std::move(mine);
-      one["prompt_eval_count"] = shares[k];
+      if (prompt >= 0) one["prompt_eval_count"] = shares[k];  // (absent: each request counts its own)
       out.push_back(json::serialize(one));
     }
     return out;

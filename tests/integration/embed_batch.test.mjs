@@ -7,15 +7,30 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { KEY, metricValue, request, startGateway, startSim } from './lib.mjs';
+import { KEY, metricValue, request, startGateway, startRecorder, startSim } from './lib.mjs';
 
-let sim, gw;
+let sim, gw, rec;
+// An OpenAI-style embedding upstream that refuses a batch holding a POISON input (as a
+// server refuses an input over its length) and fails one holding FAIL.
 const embed = (model, input, extra = {}) =>
   request(`${gw.url}/v1/embeddings`, { method: 'POST', key: KEY, body: { model, input, ...extra } });
 const calls = async () => (await sim.stats()).embeddings;
 
 before(async () => {
   sim = await startSim({ ttft: '20ms', 'inter-token': '1ms' });
+  rec = await startRecorder((req, res, json) => {
+    if (!req.url.endsWith('/embeddings')) return false;
+    const inputs = [json.input].flat();
+    const reply = (status, body) => {
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(body));
+    };
+    const bad = inputs.find((t) => String(t).includes('POISON'));
+    if (bad) reply(400, { error: { message: `Invalid 'input': '${bad}' is too long`, type: 'invalid_request_error' } });
+    else if (inputs.some((t) => String(t).includes('FAIL'))) reply(500, { error: { message: 'boom' } });
+    else reply(200, { object: 'list', model: 'x', data: inputs.map((t, i) => ({ object: 'embedding', index: i, embedding: [String(t).length, 1] })), usage: { prompt_tokens: inputs.length, total_tokens: inputs.length } });
+    return true;
+  });
   gw = await startGateway({
     keys: [{ name: 'app', key: KEY, tenant: 'acme', models: ['*'] }],
     models: [
@@ -23,12 +38,15 @@ before(async () => {
       { alias: 'small', provider: 'openai', base_url: `${sim.url}/v1`, embedding_batch: { window: '50ms', max_inputs: 4 } },
       { alias: 'ollama', provider: 'ollama', base_url: sim.url, model: 'nomic-embed-text', embedding_batch: { window: '20ms' } },
       { alias: 'plain', provider: 'openai', base_url: `${sim.url}/v1` },
+      { alias: 'rec', provider: 'openai', base_url: `${rec.url}/v1`, retries: 0, embedding_batch: { window: '50ms' } },
     ],
+    routing: { health: { eject_after: 3 } },
   });
 });
 after(async () => {
   await gw?.stop();
   await sim?.stop();
+  await rec?.close();
 });
 
 describe('embeddings micro-batching', () => {
@@ -72,6 +90,37 @@ describe('embeddings micro-batching', () => {
     const got = await Promise.all(Array.from({ length: 12 }, (_, i) => embed('small', `text ${i}`)));
     for (const r of got) assert.equal(r.status, 200, r.text);
     assert.ok((await calls()) - c0 >= 3, 'at most 4 inputs a call');
+  });
+
+  test("one request's bad input fails that request only, and no other sees its text", async () => {
+    rec.requests.length = 0;
+    const inputs = Array.from({ length: 12 }, (_, i) => `good ${i}`);
+    inputs.splice(5, 0, 'POISON secret text of another tenant');
+    const got = await Promise.all(inputs.map((t) => request(`${gw.url}/v1/embeddings`, { method: 'POST', key: KEY, body: { model: 'rec', input: t } })));
+    for (const [i, r] of got.entries()) {
+      if (inputs[i].startsWith('POISON')) {
+        assert.equal(r.status, 400, r.text);
+        continue;
+      }
+      assert.equal(r.status, 200, r.text);
+      assert.deepEqual(r.json.data[0].embedding, [inputs[i].length, 1]);
+      assert.ok(!r.text.includes('secret'));
+    }
+    // The batch that held it was refused, then its requests went alone.
+    const calls = rec.requests.filter((q) => q.url.endsWith('/embeddings')).map((q) => [q.json.input].flat());
+    const refused = calls.find((c) => c.length > 1 && c.some((t) => t.startsWith('POISON')));
+    assert.ok(refused, `a batched call held the bad input: ${JSON.stringify(calls)}`);
+    for (const t of refused) assert.ok(calls.some((c) => c.length === 1 && c[0] === t), `${t} sent alone after`);
+  });
+
+  test("a batched call's failure counts once against the backend", async () => {
+    const got = await Promise.all(Array.from({ length: 6 }, (_, i) => request(`${gw.url}/v1/embeddings`, { method: 'POST', key: KEY, body: { model: 'rec', input: `FAIL ${i}` } })));
+    for (const r of got) assert.ok(r.status >= 500, `${r.status} ${r.text}`);
+    // Six requests, one upstream exchange: under eject_after 3, not an ejection.
+    const backend = new URL(rec.url).host;
+    assert.equal(metricValue(await gw.metrics(), 'sluice_backend_ejections_total', { backend }), 0);
+    const ok = await request(`${gw.url}/v1/embeddings`, { method: 'POST', key: KEY, body: { model: 'rec', input: 'after' } });
+    assert.equal(ok.status, 200, ok.text);
   });
 
   test('an upstream error reaches every request of the batch', async () => {

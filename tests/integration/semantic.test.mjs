@@ -93,9 +93,11 @@ describe('semantic stage, one instance', () => {
     const m = await gw.metrics();
     assert.ok(metricValue(m, 'sluice_cache_semantic_hits_total', { stage: 'embedding' }) >= 1);
     assert.ok(metricValue(m, 'sluice_cache_embeddings_total') >= 4);
+    // (Entries go into the index on its own thread.)
+    await waitFor(async () => (await gw.infra()).cache.semantic.entries_here >= 3, { what: 'three prompts in the index' });
     const infra = await gw.infra();
-    assert.ok(infra.cache.semantic.entries_here >= 3, JSON.stringify(infra.cache));
     assert.ok(infra.cache.semantic.embedding_hits >= 1);
+    assert.ok(infra.cache.semantic.bytes_here > 0);
   });
 
   test('the SimHash stage answers the same words differently written without an embedding call', async () => {
@@ -108,8 +110,13 @@ describe('semantic stage, one instance', () => {
     const after = await stats();
     assert.equal(after.embeddings, before.embeddings, 'no embedding call');
     assert.equal(after.requests, before.requests);
-    // Without an embedding route a paraphrase is not found.
+    // Without an embedding route a paraphrase is not found; nor is a prompt one word
+    // apart (a SimHash a few bits away is not the same question by default).
     assert.equal((await ask(gw, `Where is the biggest river of ${s}?`, { model: 'simhash-only' })).headers.get('x-sluice-cache'), 'miss');
+    const long = `Please check whether the nightly export job for ${s} may work with the new schema, and tell me which tables it touches and in what order, since we migrate tomorrow morning and the team is waiting`;
+    assert.equal((await ask(gw, long, { model: 'simhash-only' })).headers.get('x-sluice-cache'), 'miss');
+    await new Promise((r) => setTimeout(r, 100));
+    assert.equal((await ask(gw, long.replace('may work', 'may not work'), { model: 'simhash-only' })).headers.get('x-sluice-cache'), 'miss', '"not" matters');
     assert.ok(metricValue(await gw.metrics(), 'sluice_cache_semantic_hits_total', { stage: 'simhash' }) >= 1);
   });
 
@@ -132,6 +139,12 @@ describe('semantic stage, one instance', () => {
       body: { model: 'gpt', temperature: 0, max_tokens: 8, messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: para }] },
     });
     assert.equal(shaped.headers.get('x-sluice-cache'), 'miss', 'a system message more');
+    const named = await request(`${gw.url}/v1/chat/completions`, {
+      method: 'POST',
+      key: KEY,
+      body: { model: 'gpt', temperature: 0, max_tokens: 8, messages: [{ role: 'user', name: 'bob', content: para }] },
+    });
+    assert.equal(named.headers.get('x-sluice-cache'), 'miss', 'another speaker');
     assert.equal((await ask(gw, para)).headers.get('x-sluice-cache'), 'semantic', 'the same request does hit');
   });
 

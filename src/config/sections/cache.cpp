@@ -35,8 +35,11 @@ const Table<CacheSettings>& cache_table() {
                   "The semantic stage's index on this instance: entries per partition (requests alike but for their "
                   "messages' text: one route, tenant and set of parameters); beyond it the oldest is replaced."),
           integer("semantic_max_partitions", &CacheSettings::semantic_max_partitions, 1, 1'000'000,
-                  "Partitions the semantic index holds on this instance; beyond it the least recently used is "
-                  "dropped whole."),
+                  "Partitions the semantic index holds on this instance; beyond it, the tenant holding the most "
+                  "gives up its least recently used one."),
+          integer("semantic_max_bytes", &CacheSettings::semantic_max_bytes, 1 << 20, kMaxI64,
+                  "Memory the semantic index may hold on this instance (vectors and graphs, estimated); beyond it "
+                  "partitions go as beyond `semantic_max_partitions`."),
       }};
   return t;
 }
@@ -53,8 +56,10 @@ const Table<SemanticCache>& semantic_table() {
           number("threshold", &SemanticCache::threshold, 0.5, 1.0,
                  "The cosine similarity from which a kept answer is served for another prompt."),
           integer("simhash_distance", &SemanticCache::simhash_distance, -1, 16,
-                  "The SimHash stage: a kept prompt whose 64-bit SimHash differs in at most this many bits is the same "
-                  "question (no embedding call). -1: no SimHash stage."),
+                  "The SimHash stage (no embedding call). 0: a kept prompt of the same words (case, punctuation and "
+                  "spacing aside) is the same question. More: one whose 64-bit SimHash differs in at most this many "
+                  "bits, and at `1 - bits/64` >= `threshold`, is too; beware: one word changed in a prompt of fifty "
+                  "moves only a few bits. -1: no SimHash stage."),
           duration("timeout", &SemanticCache::timeout, Millis{1},
                    "How long a request waits for its prompt's embedding; then it goes on as a miss."),
           integer("max_text_bytes", &SemanticCache::max_text_bytes, 1, 1 << 20,

@@ -56,6 +56,12 @@ TEST(SemanticSimHash, NormalisedTextIsOneHashAndOtherTextIsFar) {
   EXPECT_GT(hamming(simhash(longer), simhash("How do I bake sourdough bread at home with a starter?")), 16);
 }
 
+TEST(SemanticSimHash, WordsHashIsTheWordsInOrder) {
+  EXPECT_EQ(words_hash("What is the capital of France?"), words_hash("what is THE capital of france"));
+  EXPECT_NE(words_hash("may work"), words_hash("may not work"));
+  EXPECT_NE(words_hash("a b"), words_hash("b a"));
+}
+
 TEST(SemanticSimHash, TextWithoutSpacesIsShingled) {
   // Chinese: one "word" to a tokenizer by spaces; shingles make a one-character change near.
   const std::string a = "请告诉我法国的首都是哪里，并简单介绍一下这座城市的历史和文化";
@@ -76,10 +82,15 @@ TEST(SemanticText, TextOnlyAndNoToolsUnlessAsked) {
   const auto tools = req(R"({"tools":[{"type":"function","function":{"name":"f"}}],"messages":[{"role":"user","content":"hi"}]})");
   EXPECT_EQ(semantic_text(tools, false), "");
   EXPECT_EQ(semantic_text(tools, true), "user: hi");
-  EXPECT_EQ(semantic_text(req(R"({"messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,)"
-                              R"("tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},)"
-                              R"({"role":"tool","tool_call_id":"c","content":"42"}]})"), false),
-            "");
+  const auto calls = req(R"({"messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,)"
+                        R"("tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"amount\":100}"}}]},)"
+                        R"({"role":"tool","tool_call_id":"c","content":"42"}]})");
+  EXPECT_EQ(semantic_text(calls, false), "");
+  const std::string with = semantic_text(calls, true);
+  EXPECT_NE(with.find("amount"), std::string::npos) << with;
+  EXPECT_NE(with.find("tool(c): 42"), std::string::npos) << with;
+  // Who speaks is compared too.
+  EXPECT_EQ(semantic_text(req(R"({"messages":[{"role":"user","name":"alice","content":"hi"}]})"), false), "user(alice): hi");
 }
 
 TEST(SemanticPartition, EverythingButTheMessagesText) {
@@ -92,6 +103,8 @@ TEST(SemanticPartition, EverythingButTheMessagesText) {
   EXPECT_NE(p, partition_of(r, req(R"({"messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"}],)"
                                    R"("temperature":0,"max_tokens":5})"), "acme"))
       << "another shape of conversation";
+  EXPECT_NE(p, partition_of(r, req(R"({"messages":[{"role":"user","name":"bob","content":"hi"}],"temperature":0,"max_tokens":5})"), "acme"))
+      << "another speaker";
   EXPECT_NE(p, partition_of(route("other"), req(R"({"messages":[{"role":"user","content":"hi"}],"temperature":0,"max_tokens":5})"), "acme"));
 }
 
@@ -108,28 +121,32 @@ TEST(SemanticEmbedding, CallAndAnswerForms) {
   EXPECT_TRUE(read_embedding(R"({"embeddings":[[1,0,0]]})"));  // Ollama's /api/embed
   for (const char* junk : {"", "[]", "{}", R"({"data":[]})", R"({"data":[{"embedding":[0,0]}]})",
                            R"({"data":[{"embedding":[1,"x"]}]})", R"({"data":[{"embedding":[1e39]}]})",
-                           R"({"data":[{"embedding":[1]},{"embedding":[1]}]})", R"({"embeddings":[[1],[2]]})"}) {
+                           R"({"data":[{"embedding":[1]},{"embedding":[1]}]})", R"({"embeddings":[[1],[2]]})",
+                           R"({"data":[{"embedding":[1e-45,1e-45,1e-45]}]})"}) {
     EXPECT_FALSE(read_embedding(junk)) << junk;
   }
 }
 
 TEST(SemanticStream, FieldsRoundTripAndJunkIsRefused) {
-  Remembered r{.route = "gpt", .partition = kP, .hash = h('b'), .simhash = 0x0123456789abcdefULL, .vector = unit({1, 2, 3})};
+  Remembered r{.route = "gpt", .partition = kP, .scope = "acme", .hash = h('b'), .simhash = 0x0123456789abcdefULL,
+               .words = 42, .vector = unit({1, 2, 3})};
   const auto f = encode_fields(r);
   auto back = decode_fields(f);
   ASSERT_TRUE(back);
   EXPECT_EQ(back->route, "gpt");
   EXPECT_EQ(back->hash, h('b'));
   EXPECT_EQ(back->simhash, r.simhash);
+  EXPECT_EQ(back->words, 42u);
+  EXPECT_EQ(back->scope, "acme");
   EXPECT_EQ(back->vector, r.vector);
   auto broken = f;
-  broken[7] = "xyz";  // the SimHash
+  broken[9] = "xyz";  // the SimHash
   EXPECT_FALSE(decode_fields(broken));
   broken = f;
-  broken[9] = "abc";  // not whole floats
+  broken[13] = "abc";  // not whole floats
   EXPECT_FALSE(decode_fields(broken));
   broken = f;
-  broken[5] = "short";  // the hash
+  broken[7] = "short";  // the hash
   EXPECT_FALSE(decode_fields(broken));
   EXPECT_FALSE(decode_fields(std::vector<std::string>{"r", "gpt"}));
 }
@@ -137,9 +154,9 @@ TEST(SemanticStream, FieldsRoundTripAndJunkIsRefused) {
 TEST(SemanticIndex, FindsBySimHashAndByCosineWithinItsPartitionOnly) {
   SemanticIndex idx(100, 10);
   EXPECT_FALSE(idx.nearest("r", kP, unit({1, 0, 0}), 0.9));
-  EXPECT_TRUE(idx.add({.route = "r", .partition = kP, .hash = h('1'), .simhash = 0xF0, .vector = unit({1, 0.1f, 0})}));
-  EXPECT_TRUE(idx.add({.route = "r", .partition = kP, .hash = h('2'), .simhash = 0xFFFF0000, .vector = unit({0, 1, 0})}));
-  EXPECT_FALSE(idx.add({.route = "r", .partition = kP, .hash = h('2'), .simhash = 0xFFFF0000, .vector = unit({0, 1, 0})}))
+  EXPECT_TRUE(idx.add({.route = "r", .partition = kP, .hash = h('1'), .simhash = 0xF0, .words = 0x11, .vector = unit({1, 0.1f, 0})}));
+  EXPECT_TRUE(idx.add({.route = "r", .partition = kP, .hash = h('2'), .simhash = 0xFFFF0000, .words = 0x22, .vector = unit({0, 1, 0})}));
+  EXPECT_FALSE(idx.add({.route = "r", .partition = kP, .hash = h('2'), .simhash = 0xFFFF0000, .words = 0x22, .vector = unit({0, 1, 0})}))
       << "known";
   EXPECT_EQ(idx.entries(), 2u);
 
@@ -151,16 +168,24 @@ TEST(SemanticIndex, FindsBySimHashAndByCosineWithinItsPartitionOnly) {
   EXPECT_FALSE(idx.nearest("r", std::string(64, 'c'), unit({1, 0, 0}), 0.5)) << "another partition";
   EXPECT_FALSE(idx.nearest("r", kP, unit({1, 0}), 0.5)) << "another length";
 
-  auto s = idx.by_simhash("r", kP, 0xF1, 3);
+  // Distance 0: the same words (not merely the same SimHash).
+  auto s = idx.by_simhash("r", kP, 0x1234, 0x11, 0, 0.92);
   ASSERT_TRUE(s);
   EXPECT_EQ(s->hash, h('1'));
   EXPECT_TRUE(s->by_simhash);
-  EXPECT_FALSE(idx.by_simhash("r", kP, 0xFF, 3)) << "4 bits away";
-  EXPECT_FALSE(idx.by_simhash("r", kP, 0xF0, -1)) << "stage off";
+  EXPECT_FALSE(idx.by_simhash("r", kP, 0xF0, 0x12, 0, 0.92)) << "the same SimHash, other words";
+  // Near-duplicates, when asked for: within the bits and the threshold.
+  s = idx.by_simhash("r", kP, 0xF1, 0x99, 3, 0.92);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->hash, h('1'));
+  EXPECT_NEAR(s->similarity, 1 - 1 / 64.0, 1e-9);
+  EXPECT_FALSE(idx.by_simhash("r", kP, 0xF1, 0x99, 3, 0.99)) << "1 bit: 0.984, under the threshold";
+  EXPECT_FALSE(idx.by_simhash("r", kP, 0xFF, 0x99, 3, 0.5)) << "4 bits away";
+  EXPECT_FALSE(idx.by_simhash("r", kP, 0xF0, 0x11, -1, 0.5)) << "stage off";
 
   idx.forget("r", kP, h('1'));
   EXPECT_EQ(idx.entries(), 1u);
-  EXPECT_FALSE(idx.by_simhash("r", kP, 0xF0, 0));
+  EXPECT_FALSE(idx.by_simhash("r", kP, 0xF0, 0x11, 0, 0.5));
   m = idx.nearest("r", kP, unit({1, 0, 0}), 0.0);
   ASSERT_TRUE(m);
   EXPECT_EQ(m->hash, h('2')) << "the forgotten one is not found again";
@@ -168,8 +193,12 @@ TEST(SemanticIndex, FindsBySimHashAndByCosineWithinItsPartitionOnly) {
   // Learnt again (from the fleet): found again.
   EXPECT_TRUE(idx.add({.route = "r", .partition = kP, .hash = h('1'), .simhash = 0xF0, .vector = unit({1, 0.1f, 0})}));
   EXPECT_EQ(idx.nearest("r", kP, unit({1, 0, 0}), 0.9)->hash, h('1'));
-  EXPECT_EQ(idx.drop("r"), 2u);
+  // Forgotten by key alone (an operator's drop without a route).
+  idx.forget("", "", h('2'));
+  EXPECT_EQ(idx.entries(), 1u);
+  EXPECT_EQ(idx.drop("r"), 1u);
   EXPECT_EQ(idx.entries(), 0u);
+  EXPECT_EQ(idx.bytes(), 0u);
 }
 
 TEST(SemanticIndex, BoundedOldestFirstAndGrowsItsGraph) {
@@ -179,21 +208,68 @@ TEST(SemanticIndex, BoundedOldestFirstAndGrowsItsGraph) {
     std::string s = std::to_string(i);
     return std::string(64 - s.size(), '0') + s;
   };
-  for (int i = 0; i < 300; ++i) idx.add({.route = "r", .partition = kP, .hash = hash(i), .simhash = std::uint64_t(i), .vector = vec(i)});
+  for (int i = 0; i < 300; ++i) {
+    idx.add({.route = "r", .partition = kP, .hash = hash(i), .simhash = std::uint64_t(i), .words = std::uint64_t(i), .vector = vec(i)});
+  }
   EXPECT_EQ(idx.entries(), 200u);
   // The first 100 were replaced; the last 200 are found by their own vector.
-  EXPECT_FALSE(idx.by_simhash("r", kP, 5, 0));
+  EXPECT_FALSE(idx.by_simhash("r", kP, 5, 5, 0, 0.9));
   for (int i : {100, 150, 299}) {
     auto m = idx.nearest("r", kP, vec(i), 0.9999);
     ASSERT_TRUE(m) << i;
     EXPECT_EQ(m->hash, hash(i));
   }
   // Partitions: the least recently used goes when a third comes.
-  idx.add({.route = "r", .partition = std::string(64, 'b'), .hash = h('x'), .simhash = 1, .vector = {}});
-  EXPECT_TRUE(idx.by_simhash("r", kP, 299, 0));  // (used now)
-  idx.add({.route = "r", .partition = std::string(64, 'c'), .hash = h('y'), .simhash = 1, .vector = {}});
+  idx.add({.route = "r", .partition = std::string(64, 'b'), .hash = h('x'), .simhash = 1, .words = 1, .vector = {}});
+  EXPECT_TRUE(idx.by_simhash("r", kP, 299, 299, 0, 0.9));  // (used now)
+  idx.add({.route = "r", .partition = std::string(64, 'c'), .hash = h('y'), .simhash = 1, .words = 1, .vector = {}});
   EXPECT_EQ(idx.partitions(), 2u);
-  EXPECT_FALSE(idx.by_simhash("r", std::string(64, 'b'), 1, 0));
-  EXPECT_TRUE(idx.by_simhash("r", kP, 299, 0));
+  EXPECT_FALSE(idx.by_simhash("r", std::string(64, 'b'), 1, 1, 0, 0.9));
+  EXPECT_TRUE(idx.by_simhash("r", kP, 299, 299, 0, 0.9));
   EXPECT_EQ(idx.entries(), 201u);
+}
+
+TEST(SemanticIndex, OneTenantsPartitionsNeverPushOutAnothers) {
+  SemanticIndex idx(10, 4);
+  idx.add({.route = "r", .partition = std::string(64, 'a'), .scope = "acme", .hash = h('1'), .words = 1});
+  for (char c : std::string("bcdefgh")) {
+    idx.add({.route = "r", .partition = std::string(64, c), .scope = "globex", .hash = h(c), .words = 2});
+  }
+  EXPECT_EQ(idx.partitions(), 4u);
+  EXPECT_TRUE(idx.by_simhash("r", std::string(64, 'a'), 0, 1, 0, 0.9)) << "acme's one partition stays";
+  EXPECT_TRUE(idx.by_simhash("r", std::string(64, 'h'), 0, 2, 0, 0.9)) << "globex keeps its newest";
+  EXPECT_FALSE(idx.by_simhash("r", std::string(64, 'b'), 0, 2, 0, 0.9)) << "and gave up its oldest";
+}
+
+TEST(SemanticIndex, BoundedInBytes) {
+  // 256 floats a vector: about 1.2 KB an entry with the graph; 64 KiB hold a few dozen.
+  SemanticIndex idx(1000, 1000, 64 << 10);
+  std::vector<float> v(256, 0.0625f);
+  for (int i = 0; i < 200; ++i) {
+    std::string part = std::to_string(i);
+    part = std::string(64 - part.size(), '0') + part;
+    idx.add({.route = "r", .partition = part, .scope = "t", .hash = h('x'), .vector = v});
+  }
+  EXPECT_LE(idx.bytes(), std::size_t{64 << 10});
+  EXPECT_GT(idx.partitions(), 0u);
+  EXPECT_LT(idx.partitions(), 200u);
+}
+
+TEST(SemanticIndex, AnotherEmbeddingLengthStartsThePartitionsGraphAfresh) {
+  SemanticIndex idx(10, 10);
+  idx.add({.route = "r", .partition = kP, .hash = h('1'), .vector = unit({1, 0, 0})});
+  idx.add({.route = "r", .partition = kP, .hash = h('2'), .vector = unit({1, 0, 0, 0})});
+  EXPECT_FALSE(idx.nearest("r", kP, unit({1, 0, 0}), 0.5)) << "the old vectors are gone";
+  auto m = idx.nearest("r", kP, unit({1, 0, 0, 0}), 0.5);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->hash, h('2'));
+}
+
+TEST(SemanticIndex, InsertionsOnItsOwnThread) {
+  SemanticIndex idx(100, 10);
+  for (char c : std::string("123456")) idx.add_later({.route = "r", .partition = kP, .hash = h(c), .words = std::uint64_t(c)});
+  idx.settle();
+  EXPECT_EQ(idx.entries(), 6u);
+  EXPECT_TRUE(idx.by_simhash("r", kP, 0, std::uint64_t('4'), 0, 0.9));
+  EXPECT_EQ(idx.dropped(), 0u);
 }

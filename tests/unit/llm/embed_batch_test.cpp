@@ -74,6 +74,29 @@ TEST(EmbedBatch, OllamaAnswerSplit) {
   EXPECT_EQ(json::parse((*parts)[1]), json::parse(R"({"model":"n","embeddings":[[3]],"prompt_eval_count":3})"));
 }
 
+TEST(EmbedBatch, AnOllamaAnswerWithoutItsCountLeavesEachRequestToCountItsOwn) {
+  const std::size_t counts[] = {1, 1};
+  const std::int64_t weights[] = {1, 1};
+  auto parts = llm::split_embeddings_answer(config::Provider::ollama, R"({"embeddings":[[1],[2]]})", counts, weights);
+  ASSERT_TRUE(parts);
+  EXPECT_FALSE(json::parse((*parts)[0]).as_object().contains("prompt_eval_count"));
+}
+
+TEST(EmbedBatch, EveryRequestIsChargedSomethingWhenTheTotalAllows) {
+  const std::size_t counts[] = {1, 1, 1};
+  const std::int64_t weights[] = {1000, 1, 1};
+  auto parts = llm::split_embeddings_answer(config::Provider::ollama,
+                                            R"({"embeddings":[[1],[2],[3]],"prompt_eval_count":5})", counts, weights);
+  ASSERT_TRUE(parts);
+  std::int64_t sum = 0;
+  for (const auto& p : *parts) {
+    const auto n = json::parse(p).at("prompt_eval_count").as_int64();
+    EXPECT_GE(n, 1);
+    sum += n;
+  }
+  EXPECT_EQ(sum, 5);
+}
+
 TEST(EmbedBatch, AnswersThatDoNotHoldOneVectorPerInputAreRefused) {
   const std::size_t counts[] = {1, 1};
   const std::int64_t weights[] = {1, 1};
