@@ -2,6 +2,7 @@
 // One backend of a route: the provider, where it is, the model, the credential and the
 // simulator settings. What the translation layer (llm/) needs of the configuration.
 // Declared in config/sections/models.cpp.
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -12,6 +13,21 @@ namespace sluice::config {
 
 enum class Provider { simulated, openai, ollama, anthropic };
 std::string_view to_string(Provider p) noexcept;
+
+// Where a backend's own load signals are read (docs/routing.md, "Load-aware admission"):
+// vLLM's Prometheus endpoint (requests running and waiting, KV-cache usage), or Ollama's
+// /api/ps (the memory its loaded models hold, against vram_bytes).
+enum class LoadSource : std::uint8_t { none, vllm, ollama };
+std::string_view to_string(LoadSource s) noexcept;
+
+struct LoadSignals {
+  LoadSource source = LoadSource::none;
+  std::string path;  // default: /metrics (vllm), /api/ps (ollama)
+  std::chrono::milliseconds interval{1000};
+  double max_kv = 0.85;         // from this share of its memory on, the backend takes no new request
+  std::int64_t vram_bytes = 0;  // ollama: the memory its models may hold
+  bool operator==(const LoadSignals&) const = default;
+};
 
 struct Backend {
   Provider provider = Provider::simulated;
@@ -34,6 +50,7 @@ struct Backend {
   // It serves OpenAI's Responses API itself (provider openai): /v1/responses requests are
   // passed to it in their own form (api::Codec::native_on) instead of translated to chat.
   bool native_responses = false;
+  LoadSignals load;
 
   bool operator==(const Backend&) const = default;
 };

@@ -90,6 +90,31 @@ void read_sim(Loader& l, const YAML::Node& n, const std::string& path, SimSettin
   }
 }
 
+const Enum<LoadSource>& load_source_enum() {
+  static const Enum<LoadSource> e{"load source", {{"none", LoadSource::none}, {"vllm", LoadSource::vllm}, {"ollama", LoadSource::ollama}}};
+  return e;
+}
+
+const Table<LoadSignals>& load_table() {
+  static const Table<LoadSignals> t{
+      "models[].backends[].load",
+      {
+          choice("source", &LoadSignals::source, load_source_enum(),
+                 "Where the backend's load is read: `vllm` (its Prometheus endpoint: `vllm:num_requests_running`, "
+                 "`vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc`), `ollama` (`/api/ps`: the memory its "
+                 "loaded models hold, against `vram_bytes`)."),
+          text("path", &LoadSignals::path, "The path read on the backend's host and port.")
+              .with_default("`/metrics` (vllm), `/api/ps` (ollama)"),
+          duration("interval", &LoadSignals::interval, Millis{50}, "How often it is read."),
+          number("max_kv", &LoadSignals::max_kv, 0.05, 1.0,
+                 "From this share of its KV cache (or memory) in use, the backend takes no new request: another "
+                 "backend of the route does, or, when every one is that full, requests wait in the concurrency "
+                 "gate by priority."),
+          integer("vram_bytes", &LoadSignals::vram_bytes, 0, kMaxI64, "`ollama`: the memory its models may hold."),
+      }};
+  return t;
+}
+
 // The keys of one backend: an entry of `backends`, or (those marked short_form) the
 // route's own map in the short form. The short form names the backend's in-flight limit
 // backend_max_in_flight (max_in_flight is the route's).
@@ -133,6 +158,20 @@ const Table<Backend>& backend_table() {
                   "short form: `backend_max_in_flight`.")
               .read_at(-1),
           boolean("probe", &Backend::probe, "Whether the active health probe runs for it (when `routing.health.interval` is set)."),
+          custom<Backend>("load", "map", "none",
+                          "The backend's own load signals, see `models[].backends[].load` and `docs/routing.md` "
+                          "(\"Load-aware admission\").",
+                          [](Loader& l, const YAML::Node& v, const std::string& p, Backend& b) {
+                            if (v.IsNull()) return true;
+                            if (!load_table().read(l, v, p, b.load)) return false;
+                            if (b.load.source == LoadSource::ollama && b.load.vram_bytes <= 0) {
+                              l.error(join(p, "vram_bytes"), l.line_of(v), "source ollama needs vram_bytes (the memory its models may hold)");
+                              return false;
+                            }
+                            if (b.load.path.empty()) b.load.path = b.load.source == LoadSource::ollama ? "/api/ps" : "/metrics";
+                            return true;
+                          })
+              .short_form(),
           boolean("native_responses", &Backend::native_responses,
                   "The backend serves OpenAI's Responses API itself (`POST <base_url>/responses`: OpenAI, vLLM): "
                   "`/v1/responses` requests are passed to it in their own form, with the features only it can "
@@ -768,6 +807,7 @@ void models_reference(std::vector<TableDoc>& out) {
   out.push_back(route_table().doc());
   out.push_back(price_table().doc());
   out.push_back(embedding_batch_table().doc());
+  out.push_back(load_table().doc());
   out.push_back(backend_table().doc());
   out.push_back(sim_table().doc());
 }
@@ -791,6 +831,15 @@ std::string_view to_string(Provider p) noexcept {
     case Provider::anthropic: return "anthropic";
   }
   return "unknown";
+}
+
+std::string_view to_string(LoadSource s) noexcept {
+  switch (s) {
+    case LoadSource::none: return "none";
+    case LoadSource::vllm: return "vllm";
+    case LoadSource::ollama: return "ollama";
+  }
+  return "none";
 }
 
 }  // namespace sluice::config

@@ -119,6 +119,8 @@ std::map<std::string, Host> hosts() {
       {"events", {"{events: @, " + route + "}", "events", {}}},
       {"cache", {"{cache: @, " + route + "}", "cache", {}}},
       {"models[].cache", {"{models: [{alias: demo, provider: simulated, cache: @}]}", "models[0].cache", {}}},
+      {"models[].backends[].load",
+       {"{models: [{alias: demo, provider: openai, base_url: 'http://127.0.0.1:1', load: @}]}", "models[0].load", {{"source", "vllm"}}}},
       {"models[].embedding_batch",
        {"{models: [{alias: demo, provider: simulated, embedding_batch: @}]}", "models[0].embedding_batch", {}}},
       {"models[].price", {"{models: [{alias: demo, provider: simulated, price: @}]}", "models[0].price", {}}},

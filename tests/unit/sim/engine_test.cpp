@@ -152,7 +152,7 @@ TEST(Settings, JsonRoundTripAndValidation) {
   auto v = boost::json::parse(settings_json(s)).as_object();
   EXPECT_EQ(v.at("ttft_ms").as_int64(), 5);
   EXPECT_EQ(v.at("max_in_flight").as_int64(), 3);
-  EXPECT_EQ(v.size(), 16u);
+  EXPECT_EQ(v.size(), 17u);
 
   const config::SimSettings before = s;
   for (const char* bad : {R"({"nope":1})", R"({"max_in_flight":0})", R"({"max_in_flight":1.5})",
@@ -266,6 +266,46 @@ TEST(Slots, SecondRequestWaitsUntilTheFirstReleases) {
   // B's coroutine ended, so its slot went back too.
   EXPECT_EQ(e.stats().in_flight, 0);
   EXPECT_EQ(e.stats().waiting, 0);
+}
+
+TEST(Slots, ASequenceWaitsForRoomInTheKvCache) {
+  config::SimSettings s = quiet();
+  s.max_in_flight = 8;  // slots to spare: the KV cache is what bounds
+  s.kv_tokens = 1000;
+  Engine e(s);
+  asio::io_context ioc;
+  std::vector<std::string> log;
+  std::optional<Engine::Slot> held;
+
+  asio::co_spawn(ioc, [&]() -> asio::awaitable<void> {
+    auto slot = co_await e.acquire(600);
+    log.push_back("A got");
+    held = std::move(slot);
+  }, asio::detached);
+  asio::co_spawn(ioc, [&]() -> asio::awaitable<void> {
+    auto slot = co_await e.acquire(600);
+    log.push_back("B got");
+  }, asio::detached);
+  ioc.poll();
+  ASSERT_EQ(log, (std::vector<std::string>{"A got"}));
+  EXPECT_EQ(e.stats().kv_used, 600);
+  EXPECT_EQ(e.stats().waiting, 1);
+
+  held.reset();  // room again
+  ioc.restart();
+  ioc.poll();
+  ASSERT_EQ(log, (std::vector<std::string>{"A got", "B got"}));
+  EXPECT_EQ(e.stats().kv_used, 0);
+
+  // A sequence larger than the whole cache runs alone rather than never.
+  std::optional<Engine::Slot> big;
+  asio::co_spawn(ioc, [&]() -> asio::awaitable<void> { big = co_await e.acquire(5000); }, asio::detached);
+  ioc.restart();
+  ioc.poll();
+  ASSERT_TRUE(big && *big);
+  EXPECT_EQ(e.stats().kv_used, 5000);
+  big.reset();
+  EXPECT_EQ(e.stats().kv_used, 0);
 }
 
 TEST(Slots, FifoOrder) {
@@ -412,7 +452,7 @@ TEST(Stats, CountAndReset) {
   EXPECT_EQ(st.errors_503, 1u);
   auto j = boost::json::parse(stats_json(st)).as_object();
   EXPECT_EQ(j.at("requests").to_number<std::uint64_t>(), 2u);
-  EXPECT_EQ(j.size(), 14u);
+  EXPECT_EQ(j.size(), 15u);
   e.count(Engine::Counter::moderations);
   EXPECT_EQ(e.stats().moderations, 1u);
   e.count(Engine::Counter::embeddings);
