@@ -188,6 +188,8 @@ class GatewayImpl final : public Gateway {
 
     router_ = std::make_unique<Router>(shared_.cfg, metrics_.get());
     shared_.router = router_.get();
+    // A model whose every backend reports its memory full: its requests wait in the gate.
+    router_->on_hold([gate = gate_.get()](const std::string& alias, bool held) { gate->hold(alias, held); });
     router_->start();
 
     http::ServerOptions so;

@@ -122,8 +122,17 @@ BackendRuntime::~BackendRuntime() {
   }
 }
 
+bool BackendRuntime::saturated(Clock::time_point now) const {
+  if (cfg.load.source == config::LoadSource::none) return false;
+  const auto r = load.get(now, 3 * cfg.load.interval);
+  return r && r->kv >= cfg.load.max_kv;
+}
+
 bool BackendRuntime::usable(Clock::time_point now, bool despite_ejection) const {
   if (despite_ejection ? !health.healthy() : !health.usable(now)) return false;
+  // A backend whose memory is full takes no new request while another can (when none
+  // can, the gate holds the route's requests; one let through goes anyway).
+  if (!despite_ejection && saturated(now)) return false;
   if (cfg.max_in_flight > 0 && in_flight.load(std::memory_order_relaxed) >= cfg.max_in_flight) return false;
   if (breaker && breaker->state(now) == upstream::Breaker::State::open) return false;
   if (provider && provider->breaker && provider->breaker->state(now) == upstream::Breaker::State::open) return false;
@@ -158,6 +167,9 @@ struct Router::Impl {
   std::atomic<int> webhook_posts{0};  // notices being sent
   std::unordered_map<std::string, std::string> last_state;  // backend name -> state word (monitor)
   std::unordered_map<std::string, bool> probing;            // backend name -> probe in flight
+  std::unordered_map<std::string, Clock::time_point> load_due;  // backend name -> next load read
+  std::unordered_map<std::string, bool> held;               // route alias -> held (hold_tick)
+  net::steady_timer load_timer{io};
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
 
   // A backend nobody uses any more is destroyed on this thread, not on the worker that
@@ -383,6 +395,40 @@ std::vector<std::shared_ptr<ProviderRuntime>> Router::providers() const {
 
 namespace {
 
+// A share for JSON (four decimals).
+std::string fmt_double(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f", v);
+  return buf;
+}
+
+// One read of a backend's load signals (GET its load path on its host and port).
+net::awaitable<void> read_load(http::Client& client, std::shared_ptr<BackendRuntime> be) {
+  const auto& l = be->cfg.load;
+  http::ClientRequest req;
+  req.method = "GET";
+  req.target = l.path;
+  for (const auto& h : be->credentials) req.headers.push_back(h);
+  const auto timeout = std::max(l.interval, Ms(200));
+  auto sent = co_await client.send(be->target, req, timeout, timeout);
+  if (auto* err = std::get_if<http::ClientError>(&sent)) {
+    be->load.failed();
+    co_return;
+  }
+  auto& resp = *std::get<std::unique_ptr<http::ClientResponse>>(sent);
+  auto body = co_await resp.read_all(4 << 20, timeout);
+  auto* text = std::get_if<std::string>(&body);
+  if (!text || resp.status() != 200) {
+    if (!text) resp.abort();
+    be->load.failed();
+    co_return;
+  }
+  auto r = l.source == config::LoadSource::ollama ? upstream::read_ollama_ps(*text, l.vram_bytes)
+                                                   : upstream::read_vllm_metrics(*text);
+  if (r) be->load.set(*r, Clock::now());
+  else be->load.failed();
+}
+
 // A probe: a real one-token completion, not an open port. OK (an empty error) when a 2xx
 // answer carries a completion in the backend's protocol within the timeout.
 net::awaitable<std::string> probe_exchange(http::Client& client, const BackendRuntime& be, const config::Config& cfg,
@@ -472,6 +518,39 @@ void Router::start() {
         }
       },
       net::detached);
+  // Load signals: each backend with `load` read every its interval (not two at once); then
+  // the routes whose every backend is saturated are held at the gate.
+  net::co_spawn(
+      impl_->io,
+      [this]() -> net::awaitable<void> {
+        auto& t = impl_->load_timer;
+        std::unordered_map<std::string, std::shared_ptr<bool>> reading;
+        while (!impl_->stopping) {
+          const auto now = Clock::now();
+          Ms next(250);
+          for (const auto& be : backends()) {
+            const auto& l = be->cfg.load;
+            if (l.source == config::LoadSource::none) continue;
+            next = std::min(next, std::chrono::duration_cast<Ms>(l.interval));
+            auto& busy = reading[be->name];
+            if (!busy) busy = std::make_shared<bool>(false);
+            auto& due = impl_->load_due[be->name];
+            if (*busy || now < due) continue;
+            due = now + l.interval;
+            *busy = true;
+            net::co_spawn(impl_->io,
+                          [this, be, flag = busy]() -> net::awaitable<void> {
+                            co_await read_load(*impl_->client, be);
+                            *flag = false;
+                            hold_tick();
+                          },
+                          net::detached);
+          }
+          t.expires_after(std::max(next / 2, Ms(25)));
+          co_await t.async_wait(nothrow);  // cancelled by stop()
+        }
+      },
+      net::detached);
   // The monitor: every 250 ms, logs backend state changes and notices routes that lose
   // or regain a usable backend.
   net::co_spawn(
@@ -498,12 +577,37 @@ void Router::stop() {
   net::post(impl_->io, [this] {
     impl_->probe_timer.cancel();
     impl_->monitor_timer.cancel();
+    impl_->load_timer.cancel();
   });
   impl_->work.reset();
   if (impl_->thread.joinable()) impl_->thread.join();
   impl_->io.restart();
   impl_->io.poll();  // disposals posted while it stopped
   impl_->started = false;
+}
+
+void Router::hold_tick() {
+  const auto tab = table();
+  const auto now = Clock::now();
+  for (const auto& [alias, rr] : tab->routes) {
+    bool loaded = false, all = !rr.members.empty();
+    for (const auto& m : rr.members) {
+      if (m->cfg.load.source == config::LoadSource::none) {
+        all = false;
+        continue;
+      }
+      loaded = true;
+      if (!m->saturated(now)) all = false;
+    }
+    if (!loaded) continue;
+    bool& was = impl_->held[alias];
+    if (was == all) continue;
+    was = all;
+    std::string f = R"("route":)";
+    append_json_string(f, alias);
+    notify(all ? "route.held" : "route.released", std::move(f));
+    if (on_hold_) on_hold_(alias, all);
+  }
 }
 
 void Router::monitor_tick() {
@@ -663,6 +767,31 @@ void Router::render_metrics(std::string& o) const {
   for (std::size_t i = 0; i < bes.size(); ++i)
     metric_line(o, "sluice_backend_probe_seconds", label("backend", bes[i]->name),
                 hs[i].last_probe_ms < 0 ? -1 : hs[i].last_probe_ms / 1000.0);
+  {
+    // The backends' own load signals (only those with `load`).
+    const auto now = Clock::now();
+    std::vector<std::pair<const BackendRuntime*, std::optional<upstream::LoadReading>>> loaded;
+    for (const auto& b : bes) {
+      if (b->cfg.load.source != config::LoadSource::none) loaded.emplace_back(b.get(), b->load.get(now, 3 * b->cfg.load.interval));
+    }
+    auto gauge = [&](std::string_view name, std::string_view help, auto value) {
+      metric_help(o, name, "gauge", help);
+      for (const auto& [b, r] : loaded) metric_line(o, name, label("backend", b->name), value(b, r));
+    };
+    gauge("sluice_backend_kv_usage", "Share of the backend's KV cache (or memory) in use, by its own signals (-1: no fresh reading).",
+          [](const BackendRuntime*, const std::optional<upstream::LoadReading>& r) { return r ? r->kv : -1.0; });
+    gauge("sluice_backend_requests_running", "Requests the backend says it is generating (-1: unknown).",
+          [](const BackendRuntime*, const std::optional<upstream::LoadReading>& r) { return r ? static_cast<double>(r->running) : -1.0; });
+    gauge("sluice_backend_requests_waiting", "Requests the backend says wait in its own queue (-1: unknown).",
+          [](const BackendRuntime*, const std::optional<upstream::LoadReading>& r) { return r ? static_cast<double>(r->waiting) : -1.0; });
+    gauge("sluice_backend_saturated", "1 while the backend's memory is at or above its max_kv: it takes no new request.",
+          [now](const BackendRuntime* b, const std::optional<upstream::LoadReading>&) { return b->saturated(now) ? 1.0 : 0.0; });
+    metric_help(o, "sluice_backend_load_reads_total", "counter", "Reads of the backend's load signals, by result.");
+    for (const auto& [b, r] : loaded) {
+      metric_line(o, "sluice_backend_load_reads_total", label("backend", b->name) + ",result=\"ok\"", static_cast<double>(b->load.reads()));
+      metric_line(o, "sluice_backend_load_reads_total", label("backend", b->name) + ",result=\"failed\"", static_cast<double>(b->load.failures()));
+    }
+  }
   metric_help(o, "sluice_backend_ejections_total", "counter", "Times the backend was ejected after consecutive failed requests.");
   for (std::size_t i = 0; i < bes.size(); ++i)
     metric_line(o, "sluice_backend_ejections_total", label("backend", bes[i]->name), static_cast<double>(hs[i].ejections));
@@ -768,6 +897,14 @@ void Router::render_infra(std::string& o) const {
          R"(,"probe_streak":)" + std::to_string(h.probe_streak) + R"(,"last_probe_ms":)" +
          std::to_string(static_cast<std::int64_t>(h.last_probe_ms)) + R"(,"last_probe_error":)";
     append_json_string(o, h.last_probe_error);
+    if (b->cfg.load.source != config::LoadSource::none) {
+      const auto r = b->load.get(now, 3 * b->cfg.load.interval);
+      o += R"(},"load":{"source":")" + std::string(config::to_string(b->cfg.load.source)) + R"(","fresh":)" +
+           (r ? "true" : "false") + R"(,"kv":)" + fmt_double(r ? r->kv : -1) + R"(,"running":)" +
+           std::to_string(r ? r->running : -1) + R"(,"waiting":)" + std::to_string(r ? r->waiting : -1) +
+           R"(,"saturated":)" + (b->saturated(now) ? "true" : "false") + R"(,"max_kv":)" + fmt_double(b->cfg.load.max_kv) +
+           R"(,"reads":)" + std::to_string(b->load.reads()) + R"(,"failures":)" + std::to_string(b->load.failures());
+    }
     o += R"(},"breaker":)";
     append_breaker(o, b->breaker.get(), now);
     o += R"(,"provider_breaker":)";

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -22,6 +23,7 @@
 #include "upstream/breaker.hpp"
 #include "upstream/canary.hpp"
 #include "upstream/health.hpp"
+#include "upstream/load.hpp"
 
 namespace sluice::sim {
 class SimServer;
@@ -64,6 +66,7 @@ struct BackendRuntime {
   upstream::Health health;
   std::atomic<std::int64_t> in_flight{0};
   std::unique_ptr<sim::SimServer> sim;  // the embedded simulator behind a `simulated` backend
+  upstream::Load load;                   // its own load signals (cfg.load), read by the monitor thread
 
   BackendRuntime(std::string n, upstream::HealthSettings hs);
   ~BackendRuntime();
@@ -72,6 +75,9 @@ struct BackendRuntime {
   // ejection steers traffic away, it never leaves a set with nothing to try).
   bool usable(std::chrono::steady_clock::time_point now, bool despite_ejection = false) const;
   std::string_view state_word(std::chrono::steady_clock::time_point now) const;  // for logs and /infra
+  // Its memory (KV cache) at or above cfg.load.max_kv by a fresh reading (younger than
+  // three intervals: an old or missing one says nothing).
+  bool saturated(std::chrono::steady_clock::time_point now) const;
 };
 
 // Counters of one alias, kept across reloads.
@@ -144,9 +150,15 @@ class Router {
   void render_metrics(std::string& out) const;
   void render_infra(std::string& out) const;
   std::vector<std::shared_ptr<ProviderRuntime>> providers() const;
+  // Called (on the monitor thread) when every backend of a route becomes saturated, and
+  // when one has room again: the concurrency gate then holds or releases the route's
+  // requests. Set before start().
+  void on_hold(std::function<void(const std::string& alias, bool held)> fn) { on_hold_ = std::move(fn); }
 
  private:
   void monitor_tick();
+  void hold_tick();  // the routes whose every backend is saturated
+  std::function<void(const std::string&, bool)> on_hold_;
   using ProviderMap = std::unordered_map<std::string, std::shared_ptr<ProviderRuntime>>;
   std::shared_ptr<BackendRuntime> backend_for(const config::Config& cfg, const config::Route& route,
                                               const config::Backend& b, ProviderMap& providers);

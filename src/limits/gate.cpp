@@ -1,5 +1,8 @@
 #include "limits/gate.hpp"
 
+#include <algorithm>
+#include <limits>
+
 #include "config/config.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -54,6 +57,10 @@ Gate::Gate(const config::Config& cfg) : cfg_(cfg) {
       sum += b.max_in_flight;
     }
     if (all_limited && (model_limit == 0 || sum < model_limit)) model_limit = static_cast<int>(sum);
+    // A model whose backends report their load gets a slot (unlimited) the router can hold.
+    const bool loaded = std::any_of(r.backends.begin(), r.backends.end(),
+                                    [](const config::Backend& b) { return b.load.source != config::LoadSource::none; });
+    if (loaded && model_limit == 0) model_limit = std::numeric_limits<int>::max();
     if (model_limit > 0) model_slots_[r.alias] = std::make_unique<Slot>(Slot{"model:" + r.alias, model_limit, 0});
     const config::Backend* b = sole_backend(r);
     if (b && b->max_in_flight > 0) {
@@ -91,9 +98,17 @@ Priority Gate::priority(const config::ApiKey& key, std::string_view header) cons
 
 bool Gate::fits(const Need& n) const {
   for (const Slot* s : n.slots) {
-    if (s && s->used >= s->limit) return false;
+    if (s && (s->used >= s->limit || s->held)) return false;
   }
   return true;
+}
+
+void Gate::hold(const std::string& alias, bool held) {
+  std::lock_guard lock(mu_);
+  auto it = model_slots_.find(alias);
+  if (it == model_slots_.end() || it->second->held == held) return;
+  it->second->held = held;
+  if (!held) dispatch();
 }
 
 void Gate::take(const Need& n) {

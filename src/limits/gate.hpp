@@ -38,6 +38,7 @@ class Gate {
     std::string name;      // "key:prod-app", "model:demo", "backend:10.0.0.5:8000"
     int limit = 0;
     int used = 0;          // guarded by the gate's mutex
+    bool held = false;     // the model's backends are all full (hold()): nothing is let through
   };
   // The slots one request needs (null = unlimited), and whose request it is (the queue is
   // shared fairly between keys).
@@ -76,6 +77,10 @@ class Gate {
   // true = taken (leave() gives them back); false = enter() decides (queue or refuse).
   bool try_enter(const Need& need);
   void leave(const Need& need);
+  // Holds (or releases) a model's new requests: they wait in the queue, by priority, while
+  // every backend of the model reports its memory full (docs/routing.md, "Load-aware
+  // admission"). Only for models with load signals (they have a slot for it).
+  void hold(const std::string& alias, bool held);
 
   struct Snapshot {
     std::array<int, kPriorities> depth{};
