@@ -25,6 +25,12 @@ struct BreakerConfig {
   std::chrono::milliseconds p95_ttft{0};      // open when the window's P95 is above; 0 = never
   std::chrono::milliseconds open_for{5'000};  // then half-open
   int half_open_probes = 3;                   // requests let through while half-open
+  // Recovery with hysteresis (recover_for > 0): half-open lets half_open_share of the
+  // requests through for at least recover_for, and closes only when their P95 is at or
+  // under p95_ttft_recover (default p95_ttft); above p95_ttft it opens again.
+  std::chrono::milliseconds recover_for{0};
+  std::chrono::milliseconds p95_ttft_recover{0};
+  double half_open_share = 0.1;
 };
 
 // Active probes (a real one-token completion on a timer) and passive ejection.

@@ -57,7 +57,8 @@ bool same_health(const config::HealthConfig& a, const config::HealthConfig& b) {
 bool same_breaker(const config::BreakerConfig& a, const config::BreakerConfig& b) {
   return a.enabled == b.enabled && a.window == b.window && a.min_requests == b.min_requests &&
          a.error_rate == b.error_rate && a.p95_ttft == b.p95_ttft && a.open_for == b.open_for &&
-         a.half_open_probes == b.half_open_probes;
+         a.half_open_probes == b.half_open_probes && a.recover_for == b.recover_for &&
+         a.p95_ttft_recover == b.p95_ttft_recover && a.half_open_share == b.half_open_share;
 }
 
 constexpr auto nothrow = net::as_tuple(net::use_awaitable);
@@ -110,7 +111,10 @@ upstream::BreakerSettings breaker_settings(const config::BreakerConfig& c) {
           .error_rate = c.error_rate,
           .p95_latency_ms = static_cast<double>(c.p95_ttft.count()),
           .open_for = c.open_for,
-          .half_open_probes = static_cast<std::uint32_t>(c.half_open_probes)};
+          .half_open_probes = static_cast<std::uint32_t>(c.half_open_probes),
+          .recover_for = c.recover_for,
+          .p95_recover_ms = static_cast<double>(c.p95_ttft_recover.count()),
+          .half_open_share = c.half_open_share};
 }
 
 BackendRuntime::BackendRuntime(std::string n, upstream::HealthSettings hs) : name(std::move(n)), health(hs) {}

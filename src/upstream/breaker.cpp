@@ -1,5 +1,6 @@
 #include "upstream/breaker.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace sluice::upstream {
@@ -29,7 +30,44 @@ void Breaker::advance(Clock::time_point now) {
     probes_sent_ = probes_ok_ = 0;
     ++round_;
     ++counts_.half_opened;
+    half_open_at_ = now;
+    credit_ = 0;
+    recovering_.clear();
   }
+}
+
+// Half-open with hysteresis: one outcome of a request let through. True when it ended the
+// half-open state (closed or opened again).
+bool Breaker::recover_step(Clock::time_point now, bool failed, double latency_ms) {
+  if (failed) {
+    std::snprintf(reason_, sizeof reason_, "a request failed while recovering");
+    open(now);
+    return true;
+  }
+  // The P95 of the last recover_for: it must stay under the lower threshold that long.
+  if (latency_ms >= 0) recovering_.emplace_back(now, latency_ms);
+  while (!recovering_.empty() && (now - recovering_.front().first > s_.recover_for || recovering_.size() > 10000)) {
+    recovering_.pop_front();
+  }
+  if (recovering_.size() < std::max<std::uint32_t>(s_.half_open_probes, 1)) return false;
+  std::vector<double> v;
+  v.reserve(recovering_.size());
+  for (const auto& [at, ms] : recovering_) v.push_back(ms);
+  const std::size_t k = std::min(v.size() - 1, static_cast<std::size_t>(0.95 * static_cast<double>(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  const double p95 = v[k];
+  if (s_.p95_latency_ms > 0 && p95 > s_.p95_latency_ms) {
+    std::snprintf(reason_, sizeof reason_, "p95 %.0f ms while recovering over %zu requests", p95, v.size());
+    open(now);
+    return true;
+  }
+  const double recover = s_.p95_recover_ms > 0 ? s_.p95_recover_ms : s_.p95_latency_ms;
+  if (now - half_open_at_ < s_.recover_for || (recover > 0 && p95 > recover)) return false;  // the band: stay
+  state_ = State::closed;
+  seen_.store(state_, std::memory_order_relaxed);
+  ++counts_.closed;
+  window_.clear();
+  return true;
 }
 
 Breaker::Pass Breaker::allow(Clock::time_point now) {
@@ -40,6 +78,13 @@ Breaker::Pass Breaker::allow(Clock::time_point now) {
     case State::closed: return {true, false, 0};
     case State::open: return {};
     case State::half_open:
+      if (s_.recover_for.count() > 0) {
+        // A share of the requests, evenly: every 1/share-th.
+        credit_ += s_.half_open_share;
+        if (credit_ < 1.0) return {};
+        credit_ -= 1.0;
+        return {true, true, round_};
+      }
       if (probes_sent_ >= s_.half_open_probes) {
         if (now - probe_at_ < s_.open_for) return {};
         ++round_;  // the missing outcomes are lost: a new round, as many probes again
@@ -68,6 +113,10 @@ void Breaker::record(Clock::time_point now, bool failed, double latency_ms, Pass
   const bool slow = s_.p95_latency_ms > 0 && latency_ms > s_.p95_latency_ms;
   if (state_ == State::half_open) {
     if (!pass.probe || pass.round != round_) return;  // admitted before, or an older round
+    if (s_.recover_for.count() > 0) {
+      recover_step(now, failed, latency_ms);
+      return;
+    }
     if (failed || slow) {
       std::snprintf(reason_, sizeof reason_, "a half-open probe %s", failed ? "failed" : "was slow");
       open(now);

@@ -2,7 +2,11 @@
 // A circuit breaker for one backend (or one provider): opens on the error rate over a
 // sliding window, or on the window's P95 latency (time to first token, or total time)
 // above a threshold; after `open_for` it lets `half_open_probes` requests through, and
-// closes when they all succeed (fast enough), or opens again on the first failure.
+// closes when they all succeed (fast enough), or opens again on the first failure. With
+// `recover_for`, recovery has hysteresis: half-open lets `half_open_share` of the
+// requests through for at least recover_for and closes only when their P95 is at or
+// under p95_recover_ms (below the opening threshold); above the opening threshold (or on
+// a failure) it opens again; in between it stays half-open.
 // Pure logic; time is passed in, so tests need no clock. Thread-safe (one mutex).
 #include <atomic>
 #include <chrono>
@@ -10,6 +14,9 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <deque>
+#include <utility>
+#include <vector>
 
 #include "upstream/window.hpp"
 
@@ -22,6 +29,9 @@ struct BreakerSettings {
   double p95_latency_ms = 0;                     // open when the window's P95 is above this; 0 = never
   std::chrono::milliseconds open_for{5'000};     // then half-open
   std::uint32_t half_open_probes = 3;            // requests let through while half-open
+  std::chrono::milliseconds recover_for{0};      // > 0: recovery with hysteresis (above)
+  double p95_recover_ms = 0;                     // 0: p95_latency_ms
+  double half_open_share = 0.1;
 };
 
 class Breaker {
@@ -71,6 +81,11 @@ class Breaker {
   std::uint32_t probes_sent_ = 0, probes_ok_ = 0;
   std::uint32_t round_ = 0;  // half-open rounds so far
   Clock::time_point probe_at_{};  // the last half-open probe let through
+  // Recovery with hysteresis: when half-open began, the share's credit, the latencies seen.
+  Clock::time_point half_open_at_{};
+  double credit_ = 0;
+  std::deque<std::pair<Clock::time_point, double>> recovering_;  // the last recover_for's
+  bool recover_step(Clock::time_point now, bool failed, double latency_ms);
   SlidingWindow window_;
   Counts counts_;
   char reason_[96] = {0};

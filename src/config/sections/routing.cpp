@@ -44,7 +44,18 @@ const Table<BreakerConfig>& breaker_table() {
                    "answer) is above; 0 = never."),
           duration("open_for", &BreakerConfig::open_for, Millis{1}, "Then half-open."),
           integer("half_open_probes", &BreakerConfig::half_open_probes, 1, 1'000'000,
-                  "Requests let through while half-open."),
+                  "Requests let through while half-open (with `recover_for`: at least this many before it may "
+                  "close)."),
+          duration("recover_for", &BreakerConfig::recover_for, Millis{0},
+                   "Recovery with hysteresis: half-open lasts at least this long, letting `half_open_share` of the "
+                   "requests through, and closes only when their P95 stays at or under `p95_ttft_recover`. 0 = the "
+                   "plain recovery: `half_open_probes` successes close it."),
+          duration("p95_ttft_recover", &BreakerConfig::p95_ttft_recover, Millis{0},
+                   "With `recover_for`: the P95 under which the half-open requests must stay for it to close (lower "
+                   "than `p95_ttft`: the band between them keeps it half-open).")
+              .with_default("`p95_ttft`"),
+          number("half_open_share", &BreakerConfig::half_open_share, 0.001, 1,
+                 "With `recover_for`: the share of requests let through while half-open."),
       }};
   return t;
 }

@@ -132,3 +132,56 @@ TEST(Breaker, AReleasedProbeSlotGoesToTheNextRequest) {
   b.record(t, false, 10, q);
   EXPECT_EQ(b.state(t), Breaker::State::closed);
 }
+
+// The article's P95 breaker: back only after the P95 stays under a lower threshold for a
+// time, with a share of the requests let through meanwhile.
+TEST(Breaker, RecoveryWithHysteresis) {
+  Breaker b({.window = 10s, .min_requests = 5, .error_rate = 0, .p95_latency_ms = 1000, .open_for = 1s,
+             .half_open_probes = 5, .recover_for = 10s, .p95_recover_ms = 500, .half_open_share = 0.25});
+  auto t = T0;
+  for (int i = 0; i < 5; ++i) b.record(t += 10ms, false, 1500);
+  ASSERT_EQ(b.state(t), Breaker::State::open);
+  t += 1100ms;
+  ASSERT_EQ(b.state(t), Breaker::State::half_open);
+  // A quarter of the requests go through.
+  int passed = 0;
+  std::vector<Breaker::Pass> passes;
+  for (int i = 0; i < 40; ++i) {
+    if (auto p = b.allow(t)) {
+      ++passed;
+      passes.push_back(p);
+    }
+  }
+  EXPECT_EQ(passed, 10);
+  // In the band (between 500 and 1000 ms): half-open, however long.
+  for (int i = 0; i < 10; ++i) b.record(t += 2s, false, 800, passes[static_cast<std::size_t>(i)]);
+  EXPECT_EQ(b.state(t), Breaker::State::half_open);
+  // Under 500 ms, but not yet for 10 s: still half-open (the 800s are in the last 10 s).
+  auto more = [&](double ms, int n, std::chrono::milliseconds step) {
+    for (int i = 0; i < n; ++i) {
+      Breaker::Pass p;
+      while (!(p = b.allow(t))) {}
+      b.record(t += step, false, ms, p);
+    }
+  };
+  more(300, 3, 1s);
+  EXPECT_EQ(b.state(t), Breaker::State::half_open);
+  // Ten seconds under 500 ms: closed.
+  more(300, 12, 1s);
+  EXPECT_EQ(b.state(t), Breaker::State::closed);
+  EXPECT_EQ(b.counts().closed, 1u);
+}
+
+TEST(Breaker, RecoveringOpensAgainAboveTheUpperThresholdOrOnAFailure) {
+  BreakerSettings s{.window = 10s, .min_requests = 5, .error_rate = 0, .p95_latency_ms = 1000, .open_for = 1s,
+                    .half_open_probes = 3, .recover_for = 5s, .p95_recover_ms = 500, .half_open_share = 1};
+  for (bool fail : {false, true}) {
+    Breaker b(s);
+    auto t = T0;
+    for (int i = 0; i < 5; ++i) b.record(t += 10ms, false, 1500);
+    t += 1100ms;
+    for (int i = 0; i < 3; ++i) b.record(t += 100ms, fail, 2000, b.allow(t));
+    EXPECT_EQ(b.state(t), Breaker::State::open) << (fail ? "a failure" : "slow");
+    EXPECT_EQ(b.counts().opened, 2u);
+  }
+}
