@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 mode="${1:-smoke}"
 BUILD="${FUZZ_BUILD:-build-fuzz}"
 JOBS="${FUZZ_JOBS:-2}"
-ALL_TARGETS="http_request http_response framing stream chat_request completion anthropic config history_query resp guard"
+ALL_TARGETS="http_request http_response framing stream chat_request completion anthropic config history_query resp guard signals"
 TARGETS="${FUZZ_TARGETS:-$ALL_TARGETS}"
 case "$mode" in
   smoke) SECS="${FUZZ_SECONDS:-20}" ;;
