@@ -22,16 +22,7 @@ namespace json = boost::json;
 
 namespace {
 
-std::uint64_t hash64(std::string_view s, std::uint64_t seed = 0) noexcept {
-  std::uint64_t h = 0xcbf29ce484222325ULL ^ seed;  // FNV-1a, then MurmurHash3's fmix64
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdULL;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ULL;
-  h ^= h >> 33;
-  return h;
-}
+std::uint64_t hash64(std::string_view s, std::uint64_t seed = 0) noexcept { return fmix64(fnv1a(s, kFnvBasis ^ seed)); }
 
 // The words of a text: runs of ASCII letters and digits (lower-cased) and of non-ASCII
 // bytes (UTF-8 letters); anything else separates them.

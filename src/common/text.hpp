@@ -37,6 +37,22 @@ void append_iso8601(std::string& out, std::int64_t unix_ms);
 void append_base64(std::string& out, std::string_view bytes);
 // Lower-case hex of the bytes (a digest: "9f86d0...").
 void append_hex(std::string& out, std::string_view bytes);
+
+// FNV-1a 64 over `bytes`, from `h` (its offset basis by default), and MurmurHash3's
+// fmix64 finaliser (spreads FNV's weak low bits): together a fast non-cryptographic hash.
+inline constexpr std::uint64_t kFnvBasis = 0xcbf29ce484222325ULL;
+constexpr std::uint64_t fnv1a(std::string_view bytes, std::uint64_t h = kFnvBasis) noexcept {
+  for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+constexpr std::uint64_t fmix64(std::uint64_t h) noexcept {
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ULL;
+  h ^= h >> 33;
+  return h;
+}
 // Appends the base64 of `values` as float32 little-endian bytes, on any host (OpenAI's
 // embeddings with encoding_format "base64").
 void append_float32_base64(std::string& out, std::span<const float> values);

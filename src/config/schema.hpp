@@ -320,6 +320,20 @@ Key<S> section(std::string_view name, Sub S::*m, const Table<Sub>& t, std::strin
           {});
 }
 
+// A nested map read into the optional member `m` with its own table: absent, none; given
+// (`{}` too), its values over the defaults.
+template <class S, class Sub>
+Key<S> optional_section(std::string_view name, std::optional<Sub> S::*m, const Table<Sub>& t, std::string doc) {
+  return make_key<S>(name, "map", "", std::move(doc), "none",
+          [m, &t](Loader& l, const YAML::Node& n, const std::string& p, S& s) {
+            Sub v;
+            if (!n.IsNull() && !t.read(l, n, p, v)) return false;
+            s.*m = std::move(v);
+            return true;
+          },
+          {});
+}
+
 // A nested map whose keys are fields of S itself (limits, admin: top-level fields of Config).
 template <class S>
 Key<S> group(std::string_view name, const Table<S>& t, std::string doc) {

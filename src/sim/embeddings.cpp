@@ -32,16 +32,8 @@ constexpr std::array<std::string_view, 24> kStopWords = {
     "it", "of", "on", "or", "that", "the", "this", "to", "was", "were", "with", "i"};
 
 std::uint64_t feature_hash(char kind, std::string_view bytes) noexcept {
-  std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a 64: offset basis, then prime per byte
-  h = (h ^ static_cast<unsigned char>(kind)) * 0x100000001b3ULL;
-  for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ULL;
-  // MurmurHash3 fmix64: spreads FNV's weak low bits before the modulo.
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdULL;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ULL;
-  h ^= h >> 33;
-  return h;
+  // FNV-1a over the kind and the bytes; fmix64 spreads its weak low bits before the modulo.
+  return fmix64(fnv1a(bytes, fnv1a(std::string_view(&kind, 1))));
 }
 
 class Accumulator {

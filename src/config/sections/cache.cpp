@@ -89,16 +89,10 @@ const Table<RouteCache>& route_cache_table() {
                   "Identical requests (the same key) arriving while the first is being generated share its one "
                   "upstream generation (on this instance): each gets the answer, streamed from the start then as it "
                   "comes, under its own id. With `enabled: false`, only this."),
-          custom<RouteCache>("semantic", "map", "none",
-                             "The semantic stage, see `models[].cache.semantic`: a request the exact key misses is "
-                             "answered with a kept answer to a prompt that says the same in other words. Never for "
-                             "requests with images or other non-text parts.",
-                             [](Loader& l, const YAML::Node& v, const std::string& p, RouteCache& rc) {
-                               SemanticCache sc;
-                               if (!v.IsNull() && !semantic_table().read(l, v, p, sc)) return false;
-                               rc.semantic = std::move(sc);
-                               return true;
-                             }),
+          optional_section("semantic", &RouteCache::semantic, semantic_table(),
+                           "The semantic stage, see `models[].cache.semantic`: a request the exact key misses is "
+                           "answered with a kept answer to a prompt that says the same in other words. Never for "
+                           "requests with images or other non-text parts."),
       }};
   return t;
 }

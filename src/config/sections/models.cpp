@@ -423,26 +423,14 @@ const Table<Route>& route_table() {
                           r.cache = rc;
                           return true;
                         }),
-          custom<Route>("price", "map", "none",
-                        "What this model's tokens cost, see `models[].price`: the spend and savings estimates "
-                        "(`sluice_spent_usd_total`, `sluice_saved_usd_total`, the records' `cost_usd` and "
-                        "`saved_usd`).",
-                        [](Loader& l, const YAML::Node& v, const std::string& p, Route& r) {
-                          Price pr;
-                          if (!v.IsNull() && !price_table().read(l, v, p, pr)) return false;
-                          r.price = pr;
-                          return true;
-                        }),
-          custom<Route>("embedding_batch", "map", "none",
-                        "Micro-batching of embeddings requests, see `models[].embedding_batch`: requests to one "
-                        "backend arriving within `window` go upstream as one call (same `encoding_format`, "
-                        "`dimensions` and kind of input), and each gets its own vectors back.",
-                        [](Loader& l, const YAML::Node& v, const std::string& p, Route& r) {
-                          EmbeddingBatch b;
-                          if (!v.IsNull() && !embedding_batch_table().read(l, v, p, b)) return false;
-                          r.embedding_batch = b;
-                          return true;
-                        }),
+          optional_section("price", &Route::price, price_table(),
+                           "What this model's tokens cost, see `models[].price`: the spend and savings estimates "
+                           "(`sluice_spent_usd_total`, `sluice_saved_usd_total`, the records' `cost_usd` and "
+                           "`saved_usd`)."),
+          optional_section("embedding_batch", &Route::embedding_batch, embedding_batch_table(),
+                           "Micro-batching of embeddings requests, see `models[].embedding_batch`: requests to one "
+                           "backend arriving within `window` go upstream as one call (same `encoding_format`, "
+                           "`dimensions` and kind of input), and each gets its own vectors back."),
           custom<Route>("allow_params", "list", "none",
                         "Request fields that bill or store on the operator's upstream account, which clients may set "
                         "on this model: `service_tier`, `store`, `web_search_options`; and, for backends that serve "
