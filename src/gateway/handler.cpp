@@ -119,8 +119,8 @@ class WorkerHandler {
         table_(g.router->table()),
         client_(http::Client::create(ex, cfg_.upstream_pool_per_host)),
         cut_timer_(ex) {
-    if (g.cache) cache_ = g.cache->for_worker(ex);
-    if (!admin_listener_ && g.embed_batches) batcher_ = std::make_unique<EmbedBatcher>(ex, *client_, *g.embed_batches);  // (also on the admin listener: /admin/cache)
+    if (g.cache) cache_ = g.cache->for_worker(ex);  // (also on the admin listener: /admin/cache)
+    if (!admin_listener_ && g.embed_batches) batcher_ = std::make_unique<EmbedBatcher>(ex, *client_, *g.embed_batches);
     if (admin_listener_) return;  // no requests to limit or count there
     if (g.limiter && g.limiter->active()) limiter_ = g.limiter->make_worker(ex);
     if (g.metrics) metrics_ = &g.metrics->add_worker();
