@@ -96,6 +96,10 @@ struct Concurrency {
   std::array<std::chrono::milliseconds, kPriorities> max_wait{
       std::chrono::milliseconds(10000), std::chrono::milliseconds(2000), std::chrono::milliseconds(1000)};
   std::map<std::string, Priority, std::less<>> tier_priority;  // key tier -> class
+  // Urgency: a request whose last user message holds one of these words is raised to
+  // urgent_class, within its key's allowance (keys[].max_priority).
+  std::vector<std::string> urgent_keywords;
+  Priority urgent_class = Priority::premium;
 };
 
 }  // namespace sluice::config

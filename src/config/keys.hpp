@@ -23,6 +23,9 @@ struct ApiKey {
   bool admin = false;
   int max_in_flight = -1;      // -1: concurrency.per_key
   std::optional<Priority> priority;  // highest queue class; default from the tier
+  // The highest class a request of this key may ask for (X-Priority) or be raised to
+  // (urgency); none: its own class.
+  std::optional<Priority> max_priority;
   // The guardrails policy for this key's requests, instead of the route's; "none": none.
   std::string guardrails;
 

@@ -240,6 +240,23 @@ struct Enum {
   }
 };
 
+// A list of strings (aliases, request fields, keywords); each entry read by `add`.
+template <class Add>
+bool read_list(Loader& l, const YAML::Node& v, const std::string& p, const char* what, Add add) {
+  if (v.IsNull()) return true;
+  if (!v.IsSequence()) {
+    l.fail(p, v, std::string("expected a list of ") + what + ", got " + kind_of(v));
+    return false;
+  }
+  for (size_t i = 0; i < v.size(); ++i) {
+    const YAML::Node a = v[i];
+    const std::string ap = index(p, i);
+    std::string name;
+    if (l.get_string(a, ap, name)) add(a, ap, std::move(name));
+  }
+  return true;
+}
+
 // ---------------------------------------------------------------------------------------
 // Row factories, by type.
 

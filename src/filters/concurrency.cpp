@@ -3,8 +3,11 @@
 // coroutine); one that waits is taken out of the queue the moment its client leaves. The
 // slots go back at the end hook (before the record), or with the request's state however
 // it ends.
+#include <algorithm>
+#include <boost/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "config/config.hpp"
 #include "filters/filter.hpp"
@@ -16,6 +19,41 @@
 namespace sluice::filters {
 
 namespace {
+
+// Whether the request's last user message holds one of the urgent keywords (ASCII
+// letters in any case; other bytes as they are).
+bool urgent(const llm::ChatRequest& chat, const std::vector<std::string>& words) {
+  if (words.empty()) return false;
+  const auto* messages = chat.body.if_contains("messages");
+  if (!messages || !messages->is_array()) return false;
+  const boost::json::object* last = nullptr;
+  for (const auto& m : messages->get_array()) {
+    const auto* o = m.if_object();
+    const auto* role = o ? o->if_contains("role") : nullptr;
+    if (role && role->is_string() && role->get_string() == "user") last = o;
+  }
+  if (!last) return false;
+  auto lower = [](unsigned char c) { return c >= 'A' && c <= 'Z' ? static_cast<unsigned char>(c - 'A' + 'a') : c; };
+  auto holds = [&](std::string_view text) {
+    for (const auto& w : words) {
+      auto it = std::search(text.begin(), text.end(), w.begin(), w.end(),
+                            [&](char a, char b) { return lower(static_cast<unsigned char>(a)) == lower(static_cast<unsigned char>(b)); });
+      if (it != text.end()) return true;
+    }
+    return false;
+  };
+  const auto* content = last->if_contains("content");
+  if (!content) return false;
+  if (content->is_string()) return holds(content->get_string());
+  if (content->is_array()) {
+    for (const auto& part : content->get_array()) {
+      const auto* p = part.if_object();
+      const auto* text = p ? p->if_contains("text") : nullptr;
+      if (text && text->is_string() && holds(text->get_string())) return true;
+    }
+  }
+  return false;
+}
 
 struct State {
   limits::Gate::Need need;
@@ -34,7 +72,7 @@ class Concurrency final : public FilterWith<State> {
     if (r.kind != Kind::generate) return Next::go;  // counting tokens holds no slot
     s.need = gate_.need(r.key, r.chat.model);
     if (s.need.empty()) return Next::go;
-    s.prio = gate_.priority(r.key, r.ex.request().header("x-priority"));
+    s.prio = gate_.priority(r.key, r.ex.request().header("x-priority"), urgent(r.chat, cfg_.concurrency.urgent_keywords));
     if (!gate_.try_enter(s.need)) return Next::wait;
     r.rec.priority = config::to_string(s.prio);
     s.pass.emplace(&gate_, s.need);

@@ -85,15 +85,18 @@ Gate::Need Gate::need(const config::ApiKey& key, const std::string& alias) const
   return n;
 }
 
-Priority Gate::priority(const config::ApiKey& key, std::string_view header) const {
+Priority Gate::priority(const config::ApiKey& key, std::string_view header, bool urgent) const {
   Priority own = Priority::standard;
   if (key.priority) {
     own = *key.priority;
   } else if (auto it = cfg_.concurrency.tier_priority.find(key.tier); it != cfg_.concurrency.tier_priority.end()) {
     own = it->second;
   }
-  if (auto asked = config::priority_from_name(header)) return std::min(*asked, own);
-  return own;
+  const Priority allowed = key.max_priority ? std::max(*key.max_priority, own) : own;
+  Priority p = own;
+  if (auto asked = config::priority_from_name(header)) p = std::min(*asked, allowed);
+  if (urgent) p = std::max(p, std::min(cfg_.concurrency.urgent_class, allowed));
+  return p;
 }
 
 bool Gate::fits(const Need& n) const {

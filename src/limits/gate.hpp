@@ -68,9 +68,11 @@ class Gate {
   ~Gate();
 
   Need need(const config::ApiKey& key, const std::string& alias) const;
-  // The class a request waits in: X-Priority if given and not above the key's own
-  // class (from `priority:` or its tier), else the key's class.
-  Priority priority(const config::ApiKey& key, std::string_view header) const;
+  // The class a request waits in: X-Priority if given and not above the key's allowance
+  // (max_priority, else its own class: from `priority:` or its tier), else the key's
+  // class; an urgent request (concurrency.urgent_keywords) is raised to urgent_class,
+  // within the allowance.
+  Priority priority(const config::ApiKey& key, std::string_view header, bool urgent = false) const;
 
   boost::asio::awaitable<Result> enter(Need need, Priority p, Cancel& cancel);
   // The slots at once when they are free (enter()'s first step, without a coroutine):

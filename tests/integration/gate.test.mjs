@@ -129,6 +129,43 @@ describe('priority queue', () => {
   });
 });
 
+describe('urgency', () => {
+  const ALLOWED = 'sk-urg-aaaabbbbccccdddd';
+  let gw;
+  before(async () => {
+    const c = config();
+    c.keys.push({ name: 'may-urge', key: ALLOWED, tenant: 'acme', priority: 'standard', max_priority: 'premium' });
+    c.concurrency.urgent_keywords = ['紧急', '立刻', 'urgent'];
+    gw = await startGateway(c);
+  });
+  after(async () => {
+    await gw.stop();
+  });
+
+  const say = (text) => ({ ...BODY, messages: [{ role: 'user', content: text }] });
+
+  test('a keyword raises a request within its key allowance, and it starts before the standard queue', async () => {
+    const t = tracker(gw);
+    const all = [];
+    all.push((await t.send('blocker', KEY)).res);
+    all.push((await t.send('s1', ALLOWED, { body: say('please summarise this') })).res);
+    all.push((await t.send('no-allowance', KEY, { body: say('URGENT: the server is down') })).res);
+    all.push((await t.send('urgent', ALLOWED, { body: say('紧急! 服务器宕机了') })).res);
+    assert.deepEqual((await infra(gw)).queued, { vip: 0, premium: 1, standard: 2 });
+    const results = await Promise.all(all);
+    assert.deepEqual(t.done, ['blocker', 'urgent', 's1', 'no-allowance']);
+    const line = await gw.logFor(results[3].headers.get('x-request-id'));
+    assert.equal(line.priority, 'premium');
+    assert.equal((await gw.logFor(results[2].headers.get('x-request-id'))).priority, 'standard', 'a key without the allowance stays');
+  });
+
+  test('X-Priority may ask up to the allowance, not beyond', async () => {
+    const r = await chat(gw, say('hello'), { key: ALLOWED, headers: { 'x-priority': 'vip' } });
+    assert.equal(r.status, 200);
+    assert.equal((await gw.logFor(r.headers.get('x-request-id'))).priority, 'premium');
+  });
+});
+
 describe('queue limits', () => {
   test('queue full: 429 queue_full with Retry-After', async () => {
     await withGateway(config({ queueSize: 2 }), async (gw) => {

@@ -298,6 +298,25 @@ const Table<Concurrency>& concurrency_table() {
                                 }
                                 return true;
                               }),
+          custom<Concurrency>("urgent_keywords", "list of strings", "none",
+                              "Words that make a request urgent when its last user message holds one (the article's "
+                              "`紧急`, `立刻`, `马上`; ASCII letters in any case): it is raised to `urgent_class`, "
+                              "within its key's `max_priority`.",
+                              [](Loader& l, const YAML::Node& v, const std::string& p, Concurrency& cc) {
+                                return read_list(l, v, p, "keywords", [&](const YAML::Node& e, const std::string& ep, std::string w) {
+                                  (void)e;
+                                  if (w.empty()) {
+                                    l.error(ep, l.line_of(e), "a keyword must not be empty");
+                                    return;
+                                  }
+                                  cc.urgent_keywords.push_back(std::move(w));
+                                });
+                              }),
+          custom<Concurrency>("urgent_class", "`vip`, `premium` or `standard`", "`premium`",
+                              "The class an urgent request is raised to (within its key's `max_priority`).",
+                              [](Loader& l, const YAML::Node& n, const std::string& p, Concurrency& cc) {
+                                return l.get_priority(n, p, cc.urgent_class);
+                              }),
       }};
   return t;
 }

@@ -71,6 +71,15 @@ const Table<ApiKey>& keys_table() {
                            k.priority = pr;
                            return true;
                          }),
+          custom<ApiKey>("max_priority", "`vip`, `premium` or `standard`", "the key's own class",
+                         "The highest class a request of this key may ask for (`X-Priority`) or be raised to by "
+                         "urgency (`concurrency.urgent_keywords`); at least its own class.",
+                         [](Loader& l, const YAML::Node& n, const std::string& p, ApiKey& k) {
+                           Priority pr{};
+                           if (!l.get_priority(n, p, pr)) return false;
+                           k.max_priority = pr;
+                           return true;
+                         }),
       }};
   return t;
 }

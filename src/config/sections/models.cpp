@@ -287,23 +287,6 @@ void read_backend(Loader& l, const YAML::Node& n, const std::string& path, const
   }
 }
 
-// A list of names (aliases, request fields); each entry read by `add`.
-template <class Add>
-bool read_list(Loader& l, const YAML::Node& v, const std::string& p, const char* what, Add add) {
-  if (v.IsNull()) return true;
-  if (!v.IsSequence()) {
-    l.fail(p, v, std::string("expected a list of ") + what + ", got " + kind_of(v));
-    return false;
-  }
-  for (size_t i = 0; i < v.size(); ++i) {
-    const YAML::Node a = v[i];
-    const std::string ap = index(p, i);
-    std::string name;
-    if (l.get_string(a, ap, name)) add(a, ap, std::move(name));
-  }
-  return true;
-}
-
 const Table<Price>& price_table() {
   static const Table<Price> t{
       "models[].price",
