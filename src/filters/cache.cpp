@@ -30,7 +30,7 @@ namespace {
 
 struct State {
   bool lookup = false;    // ask the cache in the admit phase
-  bool keep = false;      // keep the answer at the end
+  bool keep = false;      // keep the answer once it is whole (answered)
   bool coalesce = false;  // share a generation in flight, or lead one
   cache::Key key;
   std::shared_ptr<cache::Flight> lead;  // the generation this request leads
@@ -70,7 +70,9 @@ class CacheFilter final : public FilterWith<State> {
       : cache_(std::move(c)), counters_(counters), flights_(flights), settings_(settings), client_(client) {}
 
   std::string_view name() const override { return "cache"; }
-  unsigned phases() const override { return bit(Phase::request) | bit(Phase::admit) | bit(Phase::end); }
+  unsigned phases() const override {
+    return bit(Phase::request) | bit(Phase::admit) | bit(Phase::answered) | bit(Phase::end);
+  }
 
  protected:
   Next on(Phase p, Request& r, State& s, Stop&) override {
@@ -157,25 +159,13 @@ class CacheFilter final : public FilterWith<State> {
     co_return Next::go;
   }
 
-  void end(Request& r, State& s) override {
-    if (s.lead) {
-      // Whatever this request got, the followers get: the answer, or that there is none
-      // (before anything was sent, they generate their own).
-      if (!r.completion->empty() && llm::keepable(*r.completion)) {
-        s.lead->finish(*r.completion, std::max<std::int64_t>(r.rec.prompt_tokens, 0),
-                       std::max<std::int64_t>(r.rec.completion_tokens, 0));
-      } else {
-        s.lead->fail(r.rec.reason == Reason::ok ? Reason::upstream_error : r.rec.reason,
-                     r.rec.error.empty() ? std::string("the shared generation failed") : r.rec.error);
-      }
-      flights_.land(s.key.hash, s.lead.get());
-      s.lead.reset();
-    }
-    if (r.rec.cache == "coalesced" && r.rec.saved_tokens > 0) {
-      counters_.coalesced_tokens.fetch_add(static_cast<std::uint64_t>(r.rec.saved_tokens), std::memory_order_relaxed);
-    }
+  // The answer is whole and good: the followers get it, and it is kept, before the client
+  // has its last bytes (a client that asks again at once finds it).
+  void answered(Request& r, State& s) override {
+    land(r, s);
     if (!s.keep || !r.completion || r.completion->empty()) return;
-    if (r.rec.status != 200 || r.rec.reason != Reason::ok || r.rec.client_cancelled) return;
+    s.keep = false;
+    if (r.rec.status != 200 || r.rec.reason != Reason::ok) return;
     // Only what the route's own backends answered (not a fallback's or a canary's), and
     // only a whole answer.
     if (!r.rec.served_by.empty() || r.completion->size() > settings_.max_entry_bytes) return;
@@ -201,7 +191,29 @@ class CacheFilter final : public FilterWith<State> {
     }
   }
 
+  void end(Request& r, State& s) override {
+    land(r, s);
+    if (r.rec.cache == "coalesced" && r.rec.saved_tokens > 0) {
+      counters_.coalesced_tokens.fetch_add(static_cast<std::uint64_t>(r.rec.saved_tokens), std::memory_order_relaxed);
+    }
+  }
+
  private:
+  // The generation this request led ends: whatever this request got, the followers get:
+  // the answer, or that there is none (before anything was sent, they generate their own).
+  void land(Request& r, State& s) {
+    if (!s.lead) return;
+    if (!r.completion->empty() && llm::keepable(*r.completion)) {
+      s.lead->finish(*r.completion, std::max<std::int64_t>(r.rec.prompt_tokens, 0),
+                     std::max<std::int64_t>(r.rec.completion_tokens, 0));
+    } else {
+      s.lead->fail(r.rec.reason == Reason::ok ? Reason::upstream_error : r.rec.reason,
+                   r.rec.error.empty() ? std::string("the shared generation failed") : r.rec.error);
+    }
+    flights_.land(s.key.hash, s.lead.get());
+    s.lead.reset();
+  }
+
   // The semantic stage: a kept prompt within the SimHash distance, else (with an embedding
   // route) one whose embedding is within the threshold; its answer if the cache still has
   // it (else it is forgotten). The prompt's embedding stays in the state, for its entry.

@@ -70,7 +70,25 @@ boost::asio::awaitable<Next> Pass::resume(Phase p) {
   }
 }
 
+void Pass::answered() {
+  if (answered_ || !(chain_->phases_ & bit(Phase::answered))) return;
+  answered_ = true;
+  std::exception_ptr first;
+  for (std::size_t i = 0; i < chain_->filters_.size(); ++i) {
+    if (!(entered_ & (std::uint64_t{1} << i))) continue;
+    Filter& f = filter(i);
+    if (!(f.phases() & bit(Phase::answered))) continue;
+    try {
+      f.answered(req_, state(i));
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
 void Pass::end() {
+  answered_ = true;
   std::exception_ptr first;
   for (std::size_t i = chain_->filters_.size(); i > 0; --i) {
     const std::uint64_t b = std::uint64_t{1} << (i - 1);

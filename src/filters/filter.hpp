@@ -9,6 +9,10 @@
 //   - hooks at named phases, called in the chain's order:
 //       request  after parse and route, on the request in chat-completions form;
 //       admit    admission: may wait (Redis, the queue) and may refuse;
+//       answered the upstream's answer is whole and good, before its last bytes go to the
+//                client (a 200's body, a stream's end): what a filter keeps of it (the
+//                cache) is kept before the client can ask again. Not called for an answer
+//                that failed, or one a filter gave (a cache hit);
 //       end      after the answer (or a refusal, or an exception), before the record:
 //                settle, release. Called, last filter first, for every filter that saw
 //                the request (one of its request or admit hooks ran).
@@ -60,7 +64,7 @@ enum class Encoding;
 
 namespace sluice::filters {
 
-enum class Phase : std::uint8_t { request, admit, end };
+enum class Phase : std::uint8_t { request, admit, answered, end };
 inline constexpr unsigned bit(Phase p) { return 1u << static_cast<unsigned>(p); }
 
 // What the request asks of the upstream.
@@ -151,6 +155,7 @@ class Filter {
   virtual Next on(Phase, Request&, void* state, Stop&) { return Next::go; }
   // Called after on() answered wait; answers go or stop.
   virtual boost::asio::awaitable<Next> wait(Phase, Request&, void* state, Stop&);
+  virtual void answered(Request&, void* state) {}
   virtual void end(Request&, void* state) {}
 };
 
@@ -167,11 +172,13 @@ class FilterWith : public Filter {
   boost::asio::awaitable<Next> wait(Phase ph, Request& r, void* s, Stop& stop) final {
     return wait(ph, r, *static_cast<S*>(s), stop);
   }
+  void answered(Request& r, void* s) final { answered(r, *static_cast<S*>(s)); }
   void end(Request& r, void* s) final { end(r, *static_cast<S*>(s)); }
 
  protected:
   virtual Next on(Phase, Request&, S&, Stop&) { return Next::go; }
   virtual boost::asio::awaitable<Next> wait(Phase, Request&, S&, Stop&);
+  virtual void answered(Request&, S&) {}
   virtual void end(Request&, S&) {}
 };
 
@@ -212,6 +219,9 @@ class Pass {
   // second call runs none again). A hook that throws does not keep the others from
   // running; the first exception is rethrown after them.
   void end();
+  // The answered hooks of every filter that saw the request, first first; once (a second
+  // call, or one after end(), runs none). Exceptions as in end().
+  void answered();
   Stop& stop() { return stop_; }
   Request& request() { return req_; }
 
@@ -222,6 +232,7 @@ class Pass {
   Stop stop_;
   std::size_t at_ = 0;         // the filter run() stopped at (wait), for resume()
   std::uint64_t entered_ = 0;  // bit i: filter i saw the request and its end hook is due
+  bool answered_ = false;
   static constexpr std::size_t kInline = 512;
   alignas(std::max_align_t) std::byte inline_[kInline];
   std::byte* heap_ = nullptr;  // when the states do not fit inline_ (or need more alignment)

@@ -4,6 +4,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/json/parse.hpp>
 #include <chrono>
+#include <cstdio>
 #include <random>
 
 #include "api/codec.hpp"
@@ -80,6 +81,7 @@ struct Context {
   cache::Flight* shares = nullptr;  // other requests share this one's generation (filters::Request::shares)
   std::optional<config::Price> price;  // the route's (models[].price): the record's money estimates
   bool batch_follower = false;  // this attempt's answer came from another request's batched call
+  filters::Pass* pass = nullptr;  // the request's filters, for their answered hooks
 };
 
 // The outcome of relaying one upstream answer.
@@ -602,6 +604,11 @@ class WorkerHandler {
     // concurrency gate), of a request whose record names its model.
     filters::Request freq = filter_request(filters::Kind::generate, ex, ctx, creq, *rr, *tab);
     filters::Pass pass(chain_, freq);
+    ctx.pass = &pass;
+    struct Unset {
+      Context& ctx;
+      ~Unset() { ctx.pass = nullptr; }
+    } unset{ctx};
     try {
       if (!co_await run_phase(pass, filters::Phase::request, ex, ctx)) co_return;
       ctx.metrics_model = rr->metrics_model;
@@ -620,6 +627,19 @@ class WorkerHandler {
       throw;
     }
     pass.end();
+  }
+
+  // The answer is whole and good, its last bytes not yet sent: the filters' answered hooks
+  // (what the cache keeps is kept before the client can ask again). A hook that fails
+  // costs the client nothing.
+  static void answered(Context& ctx) noexcept {
+    if (!ctx.pass) return;
+    try {
+      ctx.pass->answered();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "sluice: a filter's answered hook failed: %s\n", e.what());
+    } catch (...) {
+    }
   }
 
   filters::Request filter_request(filters::Kind kind, http::Exchange& ex, Context& ctx, llm::ChatRequest& creq,
@@ -866,12 +886,14 @@ class WorkerHandler {
         // The canary judge compares the two sides only (not the fallbacks).
         const bool is_canary = rr.judge && &set == rr.canary;
         const bool judged = rr.judge && (is_canary || &set == &rr);
+        // (Named before the answer is whole: the answered hooks read it.)
+        ctx.rec.served_by = &set != &rr ? set.record_alias : std::string_view{};
         auto f = co_await attempt(ex, ctx, creq, rr, set, pick, be, passes, judged, is_canary);
         if (!f) {
           ctx.rec.attempts = attempts;
-          if (&set != &rr) ctx.rec.served_by = set.record_alias;
           co_return;  // answered (or the client left)
         }
+        ctx.rec.served_by = {};
         note(be, f->answer ? "HTTP " + std::to_string(f->answer->status) : f->message);
         last_wire = be.wire;
         const bool again = retryable(*f);
@@ -1413,6 +1435,7 @@ class WorkerHandler {
     if (ctx.keep_completion && !native) ctx.completion = done->body;
     std::string body = native ? std::move(done->body) : ctx.codec->answer(*done, creq, ctx.request_id);
     if (ctx.keep_answer) ctx.answer = body;
+    answered(ctx);
     http::Response r = json_reply(200, std::move(body), ctx);
     if (!co_await ex.reply(std::move(r))) ctx.rec.client_cancelled = true;
     co_return std::nullopt;
@@ -1568,6 +1591,7 @@ class WorkerHandler {
       ctx.rec.status = 200;
       if (ctx.keep_answer) ctx.answer = translator->final_answer();
       if (!ex.started()) co_await begin();  // an empty but well-formed stream
+      answered(ctx);  // before the end: a client that asks again at once finds it kept
       if (!co_await ex.end_stream()) ctx.rec.client_cancelled = true;
       co_return std::nullopt;
     }

@@ -5,6 +5,7 @@
 // never kept; Redis shares it across instances and its outage only costs hits; operators
 // list and drop entries through /admin/cache.
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 
 import { assembled, delay, KEY, metricValue, rawRequest, request, sse, startGateway, startRecorder, startRedis, startSim, waitFor } from './lib.mjs';
@@ -229,6 +230,58 @@ describe('response cache, in memory', () => {
     const text = r.events.filter((e) => e.json?.type === 'content_block_delta').map((e) => e.json.delta.text).join('');
     assert.equal(text, first.json.content[0].text);
     assert.equal(r.events.at(-1).json.type, 'message_stop');
+  });
+
+  test('a client that asks again the moment its answer ends finds it kept, whole and streamed', async () => {
+    // Two connections opened beforehand: the repeat goes out on the second the moment the
+    // first's last byte arrives (the answer is kept before that byte is written).
+    const open = () =>
+      new Promise((resolve, reject) => {
+        const s = net.connect(gw.port, '127.0.0.1', () => resolve(s));
+        s.on('error', reject);
+      });
+    // One request on socket s; resolves with the head's lines when its answer is whole
+    // (Content-Length read, or the chunked body's end).
+    const ask = (s, body) =>
+      new Promise((resolve, reject) => {
+        let buf = Buffer.alloc(0);
+        const onData = (d) => {
+          buf = Buffer.concat([buf, d]);
+          const text = buf.toString('latin1');
+          const headEnd = text.indexOf('\r\n\r\n');
+          if (headEnd < 0) return;
+          const head = text.slice(0, headEnd).toLowerCase();
+          const len = /content-length: (\d+)/.exec(head);
+          const whole = len ? buf.length >= headEnd + 4 + Number(len[1]) : text.endsWith('\r\n0\r\n\r\n');
+          if (!whole) return;
+          s.off('data', onData);
+          s.off('error', reject);
+          resolve(head);
+        };
+        s.on('data', onData);
+        s.on('error', reject);
+        const payload = JSON.stringify(body);
+        s.write(
+          `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\n` +
+            `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(payload)}\r\n\r\n${payload}`,
+        );
+      });
+    const a = await open();
+    const b = await open();
+    try {
+      let misses = 0;
+      for (let i = 0; i < 200; ++i) {
+        const body = { model: 'gpt', temperature: 0, max_tokens: 4, stream: i % 2 === 1, messages: [{ role: 'user', content: prompt() }] };
+        const first = await ask(a, body);
+        assert.match(first, /x-sluice-cache: miss/);
+        const again = await ask(b, body);
+        if (!/x-sluice-cache: hit/.test(again)) ++misses;
+      }
+      assert.equal(misses, 0, 'every repeat is a hit');
+    } finally {
+      a.destroy();
+      b.destroy();
+    }
   });
 
   test('operators list and drop entries; metrics and /infra count', async () => {

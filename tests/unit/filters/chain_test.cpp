@@ -96,6 +96,9 @@ class Probe final : public FilterWith<Counted> {
     if (after_wait_ == Next::stop) stop.reason = Reason::queue_full, stop.message = n_;
     co_return after_wait_;
   }
+  void answered(Request&, Counted& s) override {
+    log_.calls.push_back(n_ + ".answered(" + std::to_string(s.value) + ")");
+  }
   void end(Request&, Counted& s) override { log_.calls.push_back(n_ + ".end(" + std::to_string(s.value) + ")"); }
 
  private:
@@ -117,8 +120,9 @@ struct Fixture {
   telemetry::RequestRecord rec;
   Request req{.key = key, .chat = chat, .api = "chat.completions", .ex = ex, .route = {}, .reply_headers = headers, .rec = rec};
 
-  // Runs both phases as the handler does, then the end hooks; the outcome.
-  Next run(std::shared_ptr<Chain> chain, Stop* out = nullptr) {
+  // Runs both phases as the handler does (with `answer`, the answered hooks after a go,
+  // twice), then the end hooks; the outcome.
+  Next run(std::shared_ptr<Chain> chain, Stop* out = nullptr, bool answer = false) {
     auto fut = net::co_spawn(
         io,
         [&]() -> net::awaitable<Next> {
@@ -130,7 +134,12 @@ struct Fixture {
             if (n != Next::go) break;
           }
           if (out) *out = pass.stop();
+          if (answer && n == Next::go) {
+            pass.answered();
+            pass.answered();  // once
+          }
           pass.end();
+          pass.answered();  // none after the end
           pass.end();  // idempotent
           co_return n;
         },
@@ -152,6 +161,18 @@ TEST(FilterChain, RunsInOrderAndEndsInReverse) {
   EXPECT_EQ(f.run(c), Next::go);
   EXPECT_EQ(log.calls, (std::vector<std::string>{"a.request", "a.admit", "b.admit", "b.end(1)", "a.end(2)"}));
   EXPECT_EQ(log.states_alive, 0) << "every state is dropped with its pass";
+}
+
+TEST(FilterChain, AnsweredHooksRunInOrderOnceBeforeTheEndOnlyForFiltersThatSawTheRequest) {
+  Fixture f;
+  Log log;
+  auto c = std::make_shared<Chain>();
+  c->add(std::make_unique<Probe>("a", log, kAll | bit(Phase::answered)));
+  c->add(std::make_unique<Probe>("b", log, bit(Phase::admit) | bit(Phase::end)));  // no answered hook
+  c->add(std::make_unique<Probe>("c", log, bit(Phase::admit) | bit(Phase::answered)));
+  EXPECT_EQ(f.run(c, nullptr, true), Next::go);
+  EXPECT_EQ(log.calls, (std::vector<std::string>{"a.request", "a.admit", "b.admit", "c.admit", "a.answered(2)",
+                                                 "c.answered(1)", "b.end(1)", "a.end(2)"}));
 }
 
 TEST(FilterChain, AStopEndsThePhaseAndOnlyTheFiltersThatSawTheRequestEnd) {
