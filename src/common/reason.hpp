@@ -10,6 +10,7 @@ namespace sluice {
 #define SLUICE_REASONS(X)                                                        \
   X(ok, 200, "", "ok")                                                           \
   X(canned_reply, 200, "", "canned_reply")                                       \
+  X(queued, 202, "", "queued")                                                   \
   X(bad_json, 400, "invalid_request_error", "invalid_json")                      \
   X(invalid_request, 400, "invalid_request_error", "invalid_request")            \
   X(option_not_allowed, 400, "invalid_request_error", "option_not_allowed")      \

@@ -29,6 +29,16 @@ struct EmbeddingBatch {
   std::size_t max_inputs = 256;
 };
 
+// What the route does instead of refusing when its queue is full or a request waited
+// too long (models[].overload, docs/limits.md "Overload"): the request goes to a light
+// model, or gets the route's canned reply.
+struct Overload {
+  std::string model;  // the light model's alias ("" = none)
+  bool canned = false;  // the route's canned_reply when there is no light model or it is full too
+  // A request degrades after waiting this long (0: when its class's max_wait ends it).
+  std::chrono::milliseconds max_wait{0};
+};
+
 struct Route {
   // Bounds the data path relies on (a request's tried set is a 64-bit mask; its list of
   // sets to try is fixed-size).
@@ -57,6 +67,7 @@ struct Route {
   std::string guardrails;                   // the guardrails policy screening its requests; "" = none
   std::optional<Price> price;
   std::optional<EmbeddingBatch> embedding_batch;
+  std::optional<Overload> overload;
 
   const Backend& primary() const noexcept { return backends.front(); }
 };

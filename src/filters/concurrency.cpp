@@ -4,11 +4,13 @@
 // slots go back at the end hook (before the record), or with the request's state however
 // it ends.
 #include <algorithm>
+#include <cstdio>
 #include <boost/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/text.hpp"
 #include "config/config.hpp"
 #include "filters/filter.hpp"
 #include "filters/registry.hpp"
@@ -55,6 +57,30 @@ bool urgent(const llm::ChatRequest& chat, const std::vector<std::string>& words)
   return false;
 }
 
+// RFC 7240's wait preference (Prefer: wait=N, alone or with respond-async): how many
+// seconds the client accepts to wait; < 0 when not given. (Other preferences are ignored.)
+double accepted_wait_ms(std::string_view prefer) {
+  while (!prefer.empty()) {
+    const auto comma = prefer.find(',');
+    std::string_view item = prefer.substr(0, comma);
+    prefer = comma == std::string_view::npos ? std::string_view{} : prefer.substr(comma + 1);
+    item = item.substr(0, item.find(';'));  // its parameters
+    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
+    if (item.size() < 6 || !iequals(item.substr(0, 5), "wait=")) continue;
+    std::string_view v = item.substr(5);
+    if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+    if (v.empty() || v.size() > 9) return -1;
+    std::int64_t n = 0;
+    for (char c : v) {
+      if (c < '0' || c > '9') return -1;
+      n = n * 10 + (c - '0');
+    }
+    return static_cast<double>(n) * 1000.0;
+  }
+  return -1;
+}
+
 struct State {
   limits::Gate::Need need;
   config::Priority prio = config::Priority::standard;
@@ -88,7 +114,11 @@ class Concurrency final : public FilterWith<State> {
       http::Exchange& ex;
       ~Unwatch() { ex.unwatch_client(); }
     } unwatch{r.ex};
-    const auto res = co_await gate_.enter(s.need, s.prio, cancel);
+    const config::Overload* ov = r.route.config && r.route.config->overload ? &*r.route.config->overload : nullptr;
+    limits::Gate::Wait opts;
+    if (ov) opts.max_wait = ov->max_wait;
+    opts.accept_ms = accepted_wait_ms(r.ex.request().header_list("prefer"));
+    const auto res = co_await gate_.enter(s.need, s.prio, cancel, opts);
     r.rec.priority = config::to_string(res.served_as);
     if (res.queued) r.rec.queue_ms = res.waited_ms;
     if (res.outcome == limits::Gate::Outcome::granted) {
@@ -96,6 +126,40 @@ class Concurrency final : public FilterWith<State> {
       co_return Next::go;
     }
     const auto& cc = cfg_.concurrency;
+    if (res.outcome == limits::Gate::Outcome::queued) {
+      // The client would wait longer than it accepts: when to come back, instead.
+      const auto eta = static_cast<std::int64_t>(res.eta_ms + 0.5);
+      stop.reason = Reason::queued;
+      stop.body = R"({"status":"queued","eta":)" + std::to_string(eta) + R"(,"position":)" +
+                  std::to_string(res.position) + "}";
+      stop.message = "estimated wait " + std::to_string(eta) + " ms is longer than the client accepts";
+      stop.retry_after_ms = eta;
+      char applied[32];
+      std::snprintf(applied, sizeof applied, "wait=%lld", static_cast<long long>(opts.accept_ms / 1000));
+      r.reply_headers.emplace_back("Preference-Applied", applied);
+      co_return Next::stop;
+    }
+    // Overload degrades instead of refusing: the light model if it has a free slot at once,
+    // else the canned reply.
+    const bool overloaded =
+        res.outcome == limits::Gate::Outcome::queue_full || res.outcome == limits::Gate::Outcome::timed_out;
+    if (ov && overloaded && r.reroute) {
+      if (!ov->model.empty()) {
+        auto light = gate_.need(r.key, ov->model);
+        if (gate_.try_enter(light)) {
+          s.need = light;
+          s.pass.emplace(&gate_, s.need);
+          r.reroute->model = ov->model;
+          r.reply_headers.emplace_back("X-Sluice-Overload", "model");
+          co_return Next::go;
+        }
+      }
+      if (ov->canned) {
+        r.reroute->canned = true;
+        r.reply_headers.emplace_back("X-Sluice-Overload", "canned");
+        co_return Next::go;
+      }
+    }
     switch (res.outcome) {
       case limits::Gate::Outcome::queue_full:
         stop.reason = Reason::queue_full;

@@ -88,6 +88,13 @@ struct RouteView {
   tokenizer::Encoding encoding{};
 };
 
+// Where a filter sent the request instead of its route (models[].overload): a light
+// model's backends, or the route's canned reply.
+struct Reroute {
+  std::string model;  // the alias whose backends serve it ("" = none)
+  bool canned = false;
+};
+
 // What a filter sees of one request. `chat` is the request in chat-completions form, as
 // it goes upstream: for /v1/messages, Anthropic's `system` is a system message and each
 // `tool_result` block a tool message (docs/translation.md). `http` is the client's
@@ -115,6 +122,8 @@ struct Request {
   // frames as they come, and goes on generating after the client left while another
   // request still reads. (The filter publishes the end in its end hook.)
   cache::Flight** shares = nullptr;
+  // Set by a filter (the gate, on overload) to serve the request elsewhere.
+  Reroute* reroute = nullptr;
 };
 
 // An answer a filter gives itself instead of the upstream (a cache hit): a chat.completion,
@@ -136,6 +145,8 @@ struct Stop {
   std::string param;
   std::int64_t retry_after_ms = -1;
   std::optional<LocalAnswer> answer;
+  // With reason `queued`: the 202's JSON body ({"status":"queued","eta":...}).
+  std::string body;
 };
 
 enum class Next : std::uint8_t { go, stop, wait };

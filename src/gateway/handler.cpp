@@ -82,6 +82,8 @@ struct Context {
   std::optional<config::Price> price;  // the route's (models[].price): the record's money estimates
   bool batch_follower = false;  // this attempt's answer came from another request's batched call
   filters::Pass* pass = nullptr;  // the request's filters, for their answered hooks
+  filters::Reroute reroute;       // where a filter sent the request instead (overload)
+  std::string_view rerouted_to;   // the light model serving it (the record's served_by)
 };
 
 // The outcome of relaying one upstream answer.
@@ -618,7 +620,7 @@ class WorkerHandler {
       const config::Backend& primary = rr->route->primary();
       ctx.rec.model = rr->members.front()->record_model;  // interned: the record outlives the table
       ctx.rec.provider = config::to_string(primary.provider);
-      if (co_await run_phase(pass, filters::Phase::admit, ex, ctx)) co_await dispatch(ex, ctx, creq, *rr);
+      if (co_await run_phase(pass, filters::Phase::admit, ex, ctx)) co_await overload_or_dispatch(ex, ctx, creq, *rr, *tab);
     } catch (...) {
       // A request ended by an exception still runs the end hooks: its reservation (maybe a
       // worker's token lease) would stay held otherwise. (A catch, not a destructor: a
@@ -627,6 +629,29 @@ class WorkerHandler {
       throw;
     }
     pass.end();
+  }
+
+  // Admitted: to the route's backends, or where the gate sent it on overload (the light
+  // model's backends, or the canned reply).
+  awaitable<void> overload_or_dispatch(http::Exchange& ex, Context& ctx, llm::ChatRequest& creq, const RouteRuntime& rr,
+                                       const RoutingTable& tab) {
+    if (ctx.reroute.canned && rr.route->canned_reply) {
+      rr.stats->overload_canned.fetch_add(1, std::memory_order_relaxed);
+      co_await canned_reply(ex, ctx, creq, *rr.route->canned_reply, "overload: the model's queue is full or its wait too long");
+      co_return;
+    }
+    const RouteRuntime* light = ctx.reroute.model.empty() ? nullptr : tab.find(ctx.reroute.model);
+    if (!light) {
+      co_await dispatch(ex, ctx, creq, rr);
+      co_return;
+    }
+    rr.stats->overload_light.fetch_add(1, std::memory_order_relaxed);
+    ctx.rerouted_to = light->record_alias;
+    ctx.rec.model = light->members.front()->record_model;
+    ctx.rec.provider = config::to_string(light->route->primary().provider);
+    ctx.price = light->route->price;
+    ctx.encoding = light->encoding;
+    co_await dispatch(ex, ctx, creq, *light);
   }
 
   // The answer is whole and good, its last bytes not yet sent: the filters' answered hooks
@@ -661,7 +686,8 @@ class WorkerHandler {
                             .keep_answer = &ctx.keep_answer,
                             .completion = &ctx.completion,
                             .keep_completion = &ctx.keep_completion,
-                            .shares = &ctx.shares};
+                            .shares = &ctx.shares,
+                            .reroute = &ctx.reroute};
   }
 
   // Whether every backend that may serve the route (its own, its canary's, its fallbacks')
@@ -689,6 +715,18 @@ class WorkerHandler {
     if (n == filters::Next::wait) n = co_await pass.resume(phase);
     if (n == filters::Next::go) co_return true;
     auto& stop = pass.stop();
+    if (stop.reason == Reason::queued) {
+      // A filter's notice (the gate: the wait would be longer than the client accepts).
+      pass.end();
+      ctx.rec.status = http_status(Reason::queued);
+      ctx.rec.reason = Reason::queued;
+      ctx.rec.error = recorded_text(stop.message);
+      if (stop.retry_after_ms >= 0) {
+        ctx.headers.emplace_back("Retry-After", std::to_string(std::max<std::int64_t>((stop.retry_after_ms + 999) / 1000, 1)));
+      }
+      co_await ex.reply(json_reply(ctx.rec.status, std::move(stop.body), ctx));
+      co_return false;
+    }
     if (stop.answer && stop.reason == Reason::ok) {
       // A filter's own answer (a cache hit): sent first, then the end hooks (which may
       // keep what was sent).
@@ -887,13 +925,13 @@ class WorkerHandler {
         const bool is_canary = rr.judge && &set == rr.canary;
         const bool judged = rr.judge && (is_canary || &set == &rr);
         // (Named before the answer is whole: the answered hooks read it.)
-        ctx.rec.served_by = &set != &rr ? set.record_alias : std::string_view{};
+        ctx.rec.served_by = &set != &rr ? set.record_alias : ctx.rerouted_to;
         auto f = co_await attempt(ex, ctx, creq, rr, set, pick, be, passes, judged, is_canary);
         if (!f) {
           ctx.rec.attempts = attempts;
           co_return;  // answered (or the client left)
         }
-        ctx.rec.served_by = {};
+        ctx.rec.served_by = ctx.rerouted_to;
         note(be, f->answer ? "HTTP " + std::to_string(f->answer->status) : f->message);
         last_wire = be.wire;
         const bool again = retryable(*f);
@@ -911,7 +949,8 @@ class WorkerHandler {
     rr.stats->exhausted.fetch_add(1, std::memory_order_relaxed);
     if (rr.route->canned_reply && creq.task == llm::Task::chat) {
       rr.stats->canned.fetch_add(1, std::memory_order_relaxed);
-      co_await canned_reply(ex, ctx, creq, *rr.route->canned_reply, tried);
+      co_await canned_reply(ex, ctx, creq, *rr.route->canned_reply,
+                            tried.empty() ? "no backend could answer" : "no backend could answer (" + tried + ")");
       co_return;
     }
     std::string message = "no backend of model '" + creq.model + "' could answer";
@@ -952,9 +991,9 @@ class WorkerHandler {
   // The route's canned reply: answered as if an OpenAI upstream had sent it, through the
   // same translation as a real answer (so every dialect and streaming work alike).
   awaitable<void> canned_reply(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq, const std::string& text,
-                               const std::string& tried) {
+                               std::string why) {
     ctx.rec.reason = Reason::canned_reply;
-    ctx.rec.error = tried.empty() ? "no backend could answer" : "no backend could answer (" + tried + ")";
+    ctx.rec.error = std::move(why);
     ctx.rec.completion_tokens = 0;
     ctx.rec.prompt_tokens = 0;
     ctx.rec.status = 200;

@@ -415,7 +415,7 @@ net::awaitable<void> read_load(http::Client& client, std::shared_ptr<BackendRunt
   for (const auto& h : be->credentials) req.headers.push_back(h);
   const auto timeout = std::max(l.interval, Ms(200));
   auto sent = co_await client.send(be->target, req, timeout, timeout);
-  if (auto* err = std::get_if<http::ClientError>(&sent)) {
+  if (std::holds_alternative<http::ClientError>(sent)) {
     be->load.failed();
     co_return;
   }
@@ -840,6 +840,13 @@ void Router::render_metrics(std::string& o) const {
          [](const RouteStats& s) { return s.exhausted.load(); });
   family("sluice_route_canned_replies_total", "Requests answered with the route's canned reply.",
          [](const RouteStats& s) { return s.canned.load(); });
+  metric_help(o, "sluice_route_overload_total", "counter",
+              "Requests the model's full queue or long wait sent to its light model (to=\"model\") or its canned "
+              "reply (to=\"canned\"), models[].overload.");
+  for (const auto& [alias, st] : stats) {
+    metric_line(o, "sluice_route_overload_total", label("model", alias) + R"(,to="model")", static_cast<double>(st->overload_light.load()));
+    metric_line(o, "sluice_route_overload_total", label("model", alias) + R"(,to="canned")", static_cast<double>(st->overload_canned.load()));
+  }
   family("sluice_canary_rollbacks_total", "Automatic canary rollbacks.",
          [](const RouteStats& s) { return s.rollbacks.load(); });
   metric_help(o, "sluice_canary_requests_total", "counter", "Requests of a model with a canary, by the set chosen first.");
@@ -948,7 +955,9 @@ void Router::render_infra(std::string& o) const {
     o += st.degraded.load() ? "true" : "false";
     o += R"(,"counts":{"retries":)" + std::to_string(st.retries.load()) + R"(,"fallbacks":)" +
          std::to_string(st.fallbacks.load()) + R"(,"exhausted":)" + std::to_string(st.exhausted.load()) +
-         R"(,"canned":)" + std::to_string(st.canned.load()) + "}";
+         R"(,"canned":)" + std::to_string(st.canned.load()) + R"(,"overload_model":)" +
+         std::to_string(st.overload_light.load()) + R"(,"overload_canned":)" + std::to_string(st.overload_canned.load()) +
+         "}";
     if (r.canary) {
       o += R"(,"canary":{"model":)";
       append_json_string(o, r.canary->alias);

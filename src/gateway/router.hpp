@@ -83,6 +83,8 @@ struct BackendRuntime {
 // Counters of one alias, kept across reloads.
 struct RouteStats {
   std::atomic<std::uint64_t> retries{0}, fallbacks{0}, exhausted{0}, canned{0};
+  // Overload (models[].overload): requests sent to the light model, or given the canned reply.
+  std::atomic<std::uint64_t> overload_light{0}, overload_canned{0};
   std::atomic<std::uint64_t> canary_requests{0}, stable_requests{0}, rollbacks{0};
   std::atomic<bool> degraded{false};  // some backend of the route is not usable (for notices)
 };

@@ -157,6 +157,9 @@ std::string render_metrics(const Shared& g) {
     metric(o, "sluice_gate_rejected_total", R"(reason="queue_full")", static_cast<double>(s.queue_full));
     metric(o, "sluice_gate_rejected_total", R"(reason="queue_timeout")", static_cast<double>(s.timed_out[0]));
     metric(o, "sluice_gate_rejected_total", R"(reason="client_closed")", static_cast<double>(s.cancelled));
+    help(o, "sluice_gate_queued_answers_total", "counter",
+         "Requests answered 202 queued with an ETA (Prefer: wait=N) instead of waiting longer than their client accepts.");
+    metric(o, "sluice_gate_queued_answers_total", "", static_cast<double>(s.eta_answers));
     help(o, "sluice_gate_demoted_total", "counter", "Queued requests demoted to standard after their class's max wait.");
     for (auto c : {Priority::vip, Priority::premium}) {
       metric(o, "sluice_gate_demoted_total", "class=\"" + std::string(config::to_string(c)) + "\"",
@@ -294,7 +297,8 @@ std::string render_infra(const Shared& g) {
     o += ",\"queued\":{\"vip\":" + std::to_string(s.depth[2]) + ",\"premium\":" + std::to_string(s.depth[1]) +
          ",\"standard\":" + std::to_string(s.depth[0]) + "}";
     o += ",\"rejected\":{\"queue_full\":" + std::to_string(s.queue_full) + ",\"queue_timeout\":" +
-         std::to_string(s.timed_out[0]) + ",\"client_closed\":" + std::to_string(s.cancelled) + "}}";
+         std::to_string(s.timed_out[0]) + ",\"client_closed\":" + std::to_string(s.cancelled) +
+         "},\"queued_answers\":" + std::to_string(s.eta_answers) + "}";
   }
   if (g.conversations) {
     o += ",\"stored_responses\":";

@@ -200,7 +200,27 @@ bool Gate::try_enter(const Need& need) {
   return true;
 }
 
-net::awaitable<Gate::Result> Gate::enter(Need need, Priority p, Cancel& cancel) {
+double Gate::estimate(const Need& n, Priority p, const Waiter* self, int& position) const {
+  double eta = 0;
+  position = 0;
+  for (const Slot* s : n.slots) {
+    if (!s || (!s->held && s->used < s->limit)) continue;
+    if (s->held || s->hold_ms <= 0) return -1;  // a held model frees no slot at a known pace
+    // Ahead: every waiter of a better class, and of its own class the earlier arrivals.
+    int ahead = 0;
+    for (int c = kPriorities - 1; c >= static_cast<int>(p); --c) {
+      for (const auto& w : queues_[c]) {
+        if (c == static_cast<int>(p) && self && w->seq >= self->seq) break;
+        if (std::find(w->need.slots.begin(), w->need.slots.end(), s) != w->need.slots.end()) ++ahead;
+      }
+    }
+    const double e = (ahead + 1) * s->hold_ms / std::max(s->limit, 1);
+    if (e > eta) eta = e, position = ahead + 1;
+  }
+  return eta;
+}
+
+net::awaitable<Gate::Result> Gate::enter(Need need, Priority p, Cancel& cancel, Wait wait) {
   Result res;
   res.served_as = p;
   if (need.empty()) co_return res;
@@ -214,6 +234,15 @@ net::awaitable<Gate::Result> Gate::enter(Need need, Priority p, Cancel& cancel) 
       take(need);
       ++stats_.granted_now;
       co_return res;
+    }
+    if (wait.accept_ms >= 0) {
+      const double eta = estimate(need, p, nullptr, res.position);
+      if (eta > wait.accept_ms) {
+        ++stats_.eta_answers;
+        res.outcome = Outcome::queued;
+        res.eta_ms = eta;
+        co_return res;
+      }
     }
     if (queued_ >= cfg_.concurrency.queue_size && !make_room(need.key)) {
       ++stats_.queue_full;
@@ -243,6 +272,9 @@ net::awaitable<Gate::Result> Gate::enter(Need need, Priority p, Cancel& cancel) 
     w->cancelled = true;
     w->timer.cancel();
   };
+  // The wait's own end (Wait::max_wait), if any.
+  const auto own_end = wait.max_wait.count() > 0 ? w->arrived + wait.max_wait : Clock::time_point::max();
+  auto class_end = [&] { return w->arrived + cfg_.concurrency.max_wait[static_cast<int>(w->cls)]; };
   for (;;) {
     bool decided = false;
     {
@@ -250,7 +282,7 @@ net::awaitable<Gate::Result> Gate::enter(Need need, Priority p, Cancel& cancel) 
       decided = w->granted || w->evicted;
     }
     if (!decided && !w->cancelled) {
-      w->timer.expires_at(w->arrived + cfg_.concurrency.max_wait[static_cast<int>(w->cls)]);
+      w->timer.expires_at(std::min(class_end(), own_end));
       co_await w->timer.async_wait(net::as_tuple(net::use_awaitable));
     }
     std::lock_guard lock(mu_);
@@ -269,7 +301,15 @@ net::awaitable<Gate::Result> Gate::enter(Need need, Priority p, Cancel& cancel) 
       res.outcome = Outcome::cancelled;
       break;
     }
-    if (Clock::now() < w->arrived + cfg_.concurrency.max_wait[static_cast<int>(w->cls)]) continue;
+    const auto now = Clock::now();
+    if (now >= own_end) {
+      remove(w.get());
+      ++stats_.timed_out[0];  // (counted as one: rejected for queue_timeout)
+      observe_wait(w->cls, res.waited_ms);
+      res.outcome = Outcome::timed_out;
+      break;
+    }
+    if (now < class_end()) continue;
     if (w->cls != Priority::standard) {
       // Demoted, not dropped: into the standard queue at its arrival position.
       ++stats_.demoted[static_cast<int>(w->cls)];
@@ -282,6 +322,18 @@ net::awaitable<Gate::Result> Gate::enter(Need need, Priority p, Cancel& cancel) 
       ++queued_;
       ++queued_by_key_[w->key];
       res.demoted = true;
+      res.served_as = Priority::standard;
+      // Demoted: a client that accepts only so long learns the new estimate instead.
+      if (wait.accept_ms >= 0) {
+        const double eta = estimate(w->need, Priority::standard, w.get(), res.position);
+        if (eta > wait.accept_ms - res.waited_ms) {
+          remove(w.get());
+          ++stats_.eta_answers;
+          res.outcome = Outcome::queued;
+          res.eta_ms = eta;
+          break;
+        }
+      }
       continue;
     }
     remove(w.get());
@@ -294,11 +346,13 @@ net::awaitable<Gate::Result> Gate::enter(Need need, Priority p, Cancel& cancel) 
   co_return res;
 }
 
-void Gate::leave(const Need& need) {
+void Gate::leave(const Need& need, double held_ms) {
   if (need.empty()) return;
   std::lock_guard lock(mu_);
   for (Slot* s : need.slots) {
-    if (s) --s->used;
+    if (!s) continue;
+    --s->used;
+    if (held_ms >= 0) s->hold_ms = s->hold_ms <= 0 ? held_ms : 0.8 * s->hold_ms + 0.2 * held_ms;
   }
   --in_flight_;
   dispatch();

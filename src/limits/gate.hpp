@@ -32,6 +32,17 @@ namespace sluice::limits {
 using config::Priority;
 using config::kPriorities;
 
+// What one request asks of its wait in the gate (Gate::enter).
+struct GateWait {
+  // It waits at most this long (0: its class's max_wait, then demotion; with it, the
+  // wait ends at the earlier of the two).
+  std::chrono::milliseconds max_wait{0};
+  // The client accepts to wait this long (Prefer: wait=N); a request whose estimated
+  // wait is longer (when it would queue, and again when it is demoted) leaves with
+  // Outcome::queued instead. < 0: no estimate asked.
+  double accept_ms = -1;
+};
+
 class Gate {
  public:
   struct Slot {
@@ -39,6 +50,7 @@ class Gate {
     int limit = 0;
     int used = 0;          // guarded by the gate's mutex
     bool held = false;     // the model's backends are all full (hold()): nothing is let through
+    double hold_ms = 0;    // how long a request holds it (moving average; 0 = not measured yet)
   };
   // The slots one request needs (null = unlimited), and whose request it is (the queue is
   // shared fairly between keys).
@@ -47,14 +59,19 @@ class Gate {
     std::string_view key;  // the key's name; lives as long as the config
     bool empty() const { return !slots[0] && !slots[1] && !slots[2]; }
   };
-  enum class Outcome : std::uint8_t { granted, queue_full, timed_out, cancelled };
+  // queued: the request would wait longer than its client accepts (Wait::accept_ms); it
+  // left the queue with the estimate (eta_ms, position).
+  enum class Outcome : std::uint8_t { granted, queue_full, timed_out, cancelled, queued };
   struct Result {
     Outcome outcome = Outcome::granted;
     Priority served_as = Priority::standard;  // class it left the queue in
     bool queued = false;
     bool demoted = false;
     double waited_ms = 0;
+    double eta_ms = -1;  // (queued) the estimated further wait
+    int position = 0;    // (queued) its place in the line for its busiest slot, 1 = next
   };
+  using Wait = GateWait;
   // Set by enter() while the request waits; calling it (on the request's thread, e.g.
   // from a client-disconnect watch) removes the request from the queue at once.
   struct Cancel {
@@ -74,11 +91,12 @@ class Gate {
   // within the allowance.
   Priority priority(const config::ApiKey& key, std::string_view header, bool urgent = false) const;
 
-  boost::asio::awaitable<Result> enter(Need need, Priority p, Cancel& cancel);
+  boost::asio::awaitable<Result> enter(Need need, Priority p, Cancel& cancel, Wait wait = {});
   // The slots at once when they are free (enter()'s first step, without a coroutine):
   // true = taken (leave() gives them back); false = enter() decides (queue or refuse).
   bool try_enter(const Need& need);
-  void leave(const Need& need);
+  // held_ms (≥ 0): how long the request held its slots, for the wait estimates.
+  void leave(const Need& need, double held_ms = -1);
   // Holds (or releases) a model's new requests: they wait in the queue, by priority, while
   // every backend of the model reports its memory full (docs/routing.md, "Load-aware
   // admission"). Only for models with load signals (they have a slot for it).
@@ -89,7 +107,7 @@ class Gate {
     int in_flight = 0;     // requests holding slots
     std::uint64_t granted_now = 0;  // without waiting
     std::array<std::uint64_t, kPriorities> granted_after_wait{}, timed_out{}, demoted{};
-    std::uint64_t queue_full = 0, cancelled = 0;
+    std::uint64_t queue_full = 0, cancelled = 0, eta_answers = 0;
     // Wait time of requests that queued, by the class they left in (a histogram).
     static constexpr std::array<double, 10> kBuckets{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10};
     std::array<std::array<std::uint64_t, kBuckets.size() + 1>, kPriorities> wait_buckets{};
@@ -106,6 +124,10 @@ class Gate {
   void remove(Waiter* w);
   bool make_room(std::string_view key);
   void observe_wait(Priority cls, double ms);
+  // The estimated wait of a request needing `n` in class `p` (behind `self`'s place when
+  // it is queued): for each full slot, (requests ahead + 1) × its hold time ÷ its limit;
+  // the longest. < 0 when a full slot has no measured hold time yet.
+  double estimate(const Need& n, Priority p, const Waiter* self, int& position) const;
 
   const config::Config& cfg_;
   bool active_ = false;
@@ -124,16 +146,19 @@ class Gate {
 class GatePass {
  public:
   GatePass() = default;
-  GatePass(Gate* g, Gate::Need n) : gate_(g), need_(n) {}
-  GatePass(GatePass&& o) noexcept : gate_(o.gate_), need_(o.need_) { o.gate_ = nullptr; }
+  GatePass(Gate* g, Gate::Need n) : gate_(g), need_(n), since_(std::chrono::steady_clock::now()) {}
+  GatePass(GatePass&& o) noexcept : gate_(o.gate_), need_(o.need_), since_(o.since_) { o.gate_ = nullptr; }
   GatePass& operator=(GatePass&&) = delete;
   ~GatePass() {
-    if (gate_) gate_->leave(need_);
+    if (gate_) {
+      gate_->leave(need_, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since_).count());
+    }
   }
 
  private:
   Gate* gate_ = nullptr;
   Gate::Need need_;
+  std::chrono::steady_clock::time_point since_;
 };
 
 }  // namespace sluice::limits

@@ -135,6 +135,7 @@ EventType event_type(const RequestRecord& r) noexcept {
     case Reason::quota_exceeded:
     case Reason::queue_full:
     case Reason::queue_timeout:
+    case Reason::queued:  // told when to come back
     case Reason::limiter_unavailable:
       return EventType::rate_limited;
     default:

@@ -309,6 +309,24 @@ const Table<EmbeddingBatch>& embedding_batch_table() {
   return t;
 }
 
+const Table<Overload>& overload_table() {
+  static const Table<Overload> t{
+      "models[].overload",
+      {
+          text("model", &Overload::model,
+               "The light model (an alias, not the route itself) that serves a request this route's queue cannot: "
+               "it must have a free slot at once, else the canned reply (with `canned`) or the refusal.")
+              .with_default("none"),
+          boolean("canned", &Overload::canned,
+                  "Answer with the route's `canned_reply` (which must be set) when there is no light model or it is "
+                  "busy too."),
+          duration("max_wait", &Overload::max_wait, Millis{0},
+                   "Degrade a request that waited this long in the queue (0: when its class's `max_wait` ends the "
+                   "wait)."),
+      }};
+  return t;
+}
+
 const Table<Route>& route_table() {
   static const Table<Route> t = Table<Route>{
       "models[]",
@@ -414,6 +432,9 @@ const Table<Route>& route_table() {
                            "Micro-batching of embeddings requests, see `models[].embedding_batch`: requests to one "
                            "backend arriving within `window` go upstream as one call (same `encoding_format`, "
                            "`dimensions` and kind of input), and each gets its own vectors back."),
+          optional_section("overload", &Route::overload, overload_table(),
+                           "Overload degrades instead of refusing, see `models[].overload`: when the queue is full "
+                           "or a request waited too long, it goes to a light model or gets the canned reply."),
           custom<Route>("allow_params", "list", "none",
                         "Request fields that bill or store on the operator's upstream account, which clients may set "
                         "on this model: `service_tier`, `store`, `web_search_options`; and, for backends that serve "
@@ -680,6 +701,14 @@ void check_route_links(Loader& l, const Config& c, const std::unordered_map<std:
       else if (!aliases.count(fb)) l.error(at.path, at.line, "unknown model alias " + q(fb));
       else if (!seen.insert(fb).second) l.error(at.path, at.line, "duplicate fallback " + q(fb));
     }
+    if (r.overload) {
+      const std::string p = join(index("models", i), "overload");
+      const Overload& ov = *r.overload;
+      if (ov.model.empty() && !ov.canned) l.error(p, 0, "says neither a light model nor canned: true");
+      if (ov.model == r.alias) l.error(join(p, "model"), 0, "a route cannot be its own light model");
+      else if (!ov.model.empty() && !aliases.count(ov.model)) l.error(join(p, "model"), 0, "unknown model alias " + q(ov.model));
+      if (ov.canned && !r.canned_reply) l.error(join(p, "canned"), 0, "needs the route's canned_reply");
+    }
     if (r.canary && !r.canary->alias.empty()) {
       const std::string& ca = r.canary->alias;
       if (ca == r.alias) l.error(o.canary.path, o.canary.line, "a route cannot be its own canary");
@@ -778,6 +807,7 @@ void models_reference(std::vector<TableDoc>& out) {
   out.push_back(route_table().doc());
   out.push_back(price_table().doc());
   out.push_back(embedding_batch_table().doc());
+  out.push_back(overload_table().doc());
   out.push_back(load_table().doc());
   out.push_back(backend_table().doc());
   out.push_back(sim_table().doc());

@@ -637,6 +637,43 @@ TEST_F(RoutingConfigTest, FallbackErrors) {
   EXPECT_EQ(r.errors.size(), 3u) << all_errors(r);
 }
 
+TEST_F(RoutingConfigTest, OverloadReadAndItsErrors) {
+  auto ok = load("models:\n"
+                 "  - alias: big\n"
+                 "    provider: simulated\n"
+                 "    canned_reply: busy\n"
+                 "    overload: {model: small, canned: true, max_wait: 250ms}\n"
+                 "  - alias: small\n"
+                 "    provider: simulated\n");
+  ASSERT_TRUE(ok.ok()) << all_errors(ok);
+  const auto& ov = *ok.config->find_route("big")->overload;
+  EXPECT_EQ(ov.model, "small");
+  EXPECT_TRUE(ov.canned);
+  EXPECT_EQ(ov.max_wait, std::chrono::milliseconds(250));
+  EXPECT_FALSE(ok.config->find_route("small")->overload.has_value());
+
+  auto r = load("models:\n"
+                "  - alias: a\n"
+                "    provider: simulated\n"
+                "    overload: {}\n"                          // neither
+                "  - alias: b\n"
+                "    provider: simulated\n"
+                "    overload: {model: b}\n"                  // itself
+                "  - alias: c\n"
+                "    provider: simulated\n"
+                "    overload: {model: ghost, canned: true}\n"  // unknown; no canned_reply
+                "  - alias: d\n"
+                "    provider: simulated\n"
+                "    overload: {model: a, max_wait: soon}\n");  // not a duration
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(error_at(r, "models[0].overload").message, HasSubstr("neither a light model nor canned"));
+  EXPECT_THAT(error_at(r, "models[1].overload.model").message, HasSubstr("its own light model"));
+  EXPECT_THAT(error_at(r, "models[2].overload.model").message, HasSubstr("unknown model alias 'ghost'"));
+  EXPECT_THAT(error_at(r, "models[2].overload.canned").message, HasSubstr("canned_reply"));
+  EXPECT_EQ(error_at(r, "models[3].overload.max_wait").line, 13);
+  EXPECT_EQ(r.errors.size(), 5u) << all_errors(r);
+}
+
 TEST_F(RoutingConfigTest, CanaryErrors) {
   auto r = load("models:\n"
                 "  - alias: a\n"

@@ -93,11 +93,12 @@ class GateTest : public ::testing::Test {
     throw std::runtime_error("no key " + name);
   }
 
-  Req& start(const std::string& key_name, const std::string& alias, Priority p, std::string label = "") {
+  Req& start(const std::string& key_name, const std::string& alias, Priority p, std::string label = "",
+             Gate::Wait wait = {}) {
     Req& r = reqs.emplace_back();
     r.name = label.empty() ? key_name + "/" + alias : label;
     r.need = gate->need(key(key_name), alias);
-    net::co_spawn(io, gate->enter(r.need, p, r.cancel), [this, &r](std::exception_ptr e, Gate::Result res) {
+    net::co_spawn(io, gate->enter(r.need, p, r.cancel, wait), [this, &r](std::exception_ptr e, Gate::Result res) {
       if (e) std::rethrow_exception(e);
       r.result = res;
       r.finished = finished_++;
@@ -515,6 +516,97 @@ TEST_F(GateTest, VipDemotedToStandardThenGranted) {
   EXPECT_EQ(s.granted_after_wait[0], 1u);
   EXPECT_EQ(s.granted_after_wait[2], 0u);
   release(v);
+}
+
+// ---------------------------------------------------------------------------------------
+// The wait a client accepts (Prefer: wait=N) and a route's own max wait (overload)
+
+TEST_F(GateTest, WithoutAMeasuredHoldTimeTheEstimateIsUnknownAndTheRequestWaits) {
+  cfg.keys = {make_key("a")};
+  cfg.routes = {make_route("m", 1)};
+  make();
+  Req& h = start("a", "m", Priority::standard);
+  ASSERT_TRUE(granted(h));
+  Req& w = start("a", "m", Priority::standard, "w", {.accept_ms = 0});
+  EXPECT_FALSE(w.result) << "queued: no estimate to judge by";
+  release(h);
+  ASSERT_TRUE(run_until([&] { return w.result.has_value(); }));
+  EXPECT_EQ(w.result->outcome, Gate::Outcome::granted);
+  release(w);
+}
+
+TEST_F(GateTest, ARequestThatWouldWaitLongerThanItsClientAcceptsLeavesWithTheEstimate) {
+  cfg.keys = {make_key("a")};
+  cfg.routes = {make_route("m", 1)};
+  make();
+  Req& first = start("a", "m", Priority::standard);
+  ASSERT_TRUE(granted(first));
+  gate->leave(first.need, 200.0);  // held for 200 ms
+  Req& h = start("a", "m", Priority::standard);
+  ASSERT_TRUE(granted(h));
+  Req& impatient = start("a", "m", Priority::standard, "impatient", {.accept_ms = 100});
+  ASSERT_TRUE(impatient.result);
+  EXPECT_EQ(impatient.result->outcome, Gate::Outcome::queued);
+  EXPECT_DOUBLE_EQ(impatient.result->eta_ms, 200.0);
+  EXPECT_EQ(impatient.result->position, 1);
+  Req& patient = start("a", "m", Priority::standard, "patient", {.accept_ms = 1000});
+  EXPECT_FALSE(patient.result) << "200 ms is within what it accepts: it waits";
+  Req& second = start("a", "m", Priority::standard, "second", {.accept_ms = 300});
+  ASSERT_TRUE(second.result);
+  EXPECT_EQ(second.result->outcome, Gate::Outcome::queued);
+  EXPECT_DOUBLE_EQ(second.result->eta_ms, 400.0) << "one ahead of it";
+  EXPECT_EQ(second.result->position, 2);
+  Req& vip = start("a", "m", Priority::vip, "vip", {.accept_ms = 300});
+  EXPECT_FALSE(vip.result) << "no vip ahead of it: 200 ms";
+  auto s = gate->snapshot();
+  EXPECT_EQ(s.eta_answers, 2u);
+  EXPECT_EQ(s.depth[0] + s.depth[2], 2) << "the two that left hold no place";
+  release(h);
+  ASSERT_TRUE(run_until([&] { return vip.result.has_value(); }));
+  EXPECT_EQ(vip.result->outcome, Gate::Outcome::granted);
+  release(vip);
+  ASSERT_TRUE(run_until([&] { return patient.result.has_value(); }));
+  release(patient);
+}
+
+TEST_F(GateTest, ADemotedRequestWhoseNewEstimateIsTooLongLeavesWithIt) {
+  cfg.concurrency.max_wait = {60s, 60s, 50ms};
+  cfg.keys = {make_key("a")};
+  cfg.routes = {make_route("m", 1)};
+  make();
+  Req& first = start("a", "m", Priority::standard);
+  gate->leave(first.need, 1000.0);
+  Req& h = start("a", "m", Priority::standard);
+  ASSERT_TRUE(granted(h));
+  Req& earlier = start("a", "m", Priority::standard, "earlier");
+  Req& v = start("a", "m", Priority::vip, "vip", {.accept_ms = 1500});
+  EXPECT_FALSE(v.result) << "as vip, next: 1000 ms";
+  ASSERT_TRUE(run_until([&] { return v.result.has_value(); }));
+  EXPECT_EQ(v.result->outcome, Gate::Outcome::queued);
+  EXPECT_TRUE(v.result->demoted);
+  EXPECT_DOUBLE_EQ(v.result->eta_ms, 2000.0) << "as standard, behind the earlier one";
+  EXPECT_EQ(v.result->position, 2);
+  EXPECT_EQ(gate->snapshot().depth[0], 1) << "only the earlier one waits";
+  release(h);
+  ASSERT_TRUE(run_until([&] { return earlier.result.has_value(); }));
+  release(earlier);
+}
+
+TEST_F(GateTest, ARequestsOwnMaxWaitEndsItsWaitBeforeItsClasss) {
+  cfg.keys = {make_key("a")};
+  cfg.routes = {make_route("m", 1)};
+  make();
+  Req& h = start("a", "m", Priority::standard);
+  ASSERT_TRUE(granted(h));
+  Req& w = start("a", "m", Priority::vip, "w", {.max_wait = 30ms});
+  ASSERT_TRUE(run_until([&] { return w.result.has_value(); }, 5s));
+  EXPECT_EQ(w.result->outcome, Gate::Outcome::timed_out);
+  EXPECT_FALSE(w.result->demoted);
+  EXPECT_GE(w.result->waited_ms, 30.0);
+  auto s = gate->snapshot();
+  EXPECT_EQ(s.depth[2], 0);
+  EXPECT_EQ(s.timed_out[0], 1u);
+  release(h);
 }
 
 TEST_F(GateTest, PremiumDemotedThenTimesOutAtStandardMaxWaitFromArrival) {
