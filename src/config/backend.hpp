@@ -29,6 +29,16 @@ struct LoadSignals {
   bool operator==(const LoadSignals&) const = default;
 };
 
+// A backend's in-flight limit that follows its time to first token (docs/routing.md,
+// "Adaptive concurrency"): from max_in_flight (the ceiling) down to `min` while its TTFT's
+// p90 is above target_ttft, back up one by one while it is under and the limit is reached.
+struct AdaptiveLimit {
+  std::chrono::milliseconds target_ttft{0};  // 0 = off
+  int min = 1;
+  std::chrono::milliseconds interval{2000};  // how often the limit is reconsidered
+  bool operator==(const AdaptiveLimit&) const = default;
+};
+
 struct Backend {
   Provider provider = Provider::simulated;
   std::string base_url;        // e.g. http://127.0.0.1:11434 or https://api.openai.com/v1
@@ -51,6 +61,7 @@ struct Backend {
   // passed to it in their own form (api::Codec::native_on) instead of translated to chat.
   bool native_responses = false;
   LoadSignals load;
+  AdaptiveLimit adaptive;
 
   bool operator==(const Backend&) const = default;
 };

@@ -190,6 +190,7 @@ class GatewayImpl final : public Gateway {
     shared_.router = router_.get();
     // A model whose every backend reports its memory full: its requests wait in the gate.
     router_->on_hold([gate = gate_.get()](const std::string& alias, bool held) { gate->hold(alias, held); });
+    router_->on_limit([gate = gate_.get()](const std::string& backend, int limit) { gate->limit_backend(backend, limit); });
     router_->start();
 
     http::ServerOptions so;

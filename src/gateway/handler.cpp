@@ -1204,7 +1204,7 @@ class WorkerHandler {
     ctx.rec.backend = be.record_name;
     ctx.rec.upstream_status = 0;
     ctx.rec.ttft_ms = -1;
-    be.in_flight.fetch_add(1, std::memory_order_relaxed);
+    be.adaptive.started(be.in_flight.fetch_add(1, std::memory_order_relaxed) + 1);
     set.balancer->started(member);
     if (metrics_) metrics_->upstream_started(be.metrics_backend);
     // Settled however the exchange ends; when it ends by an exception (the request torn
@@ -1244,6 +1244,7 @@ class WorkerHandler {
           if (be.provider->breaker) be.provider->breaker->release(passes.provider);
         } else {
           const double l = failed ? -1 : latency;
+          be.adaptive.observe(l);
           if (be.breaker) be.breaker->record(now, failed, l, passes.backend);
           if (be.provider->breaker) be.provider->breaker->record(now, failed, l, passes.provider);
           if (be.health.request_result(now, failed)) {

@@ -137,7 +137,7 @@ bool BackendRuntime::usable(Clock::time_point now, bool despite_ejection) const 
   // A backend whose memory is full takes no new request while another can (when none
   // can, the gate holds the route's requests; one let through goes anyway).
   if (!despite_ejection && saturated(now)) return false;
-  if (cfg.max_in_flight > 0 && in_flight.load(std::memory_order_relaxed) >= cfg.max_in_flight) return false;
+  if (const int limit = max_in_flight(); limit > 0 && in_flight.load(std::memory_order_relaxed) >= limit) return false;
   if (breaker && breaker->state(now) == upstream::Breaker::State::open) return false;
   if (provider && provider->breaker && provider->breaker->state(now) == upstream::Breaker::State::open) return false;
   return true;
@@ -173,6 +173,7 @@ struct Router::Impl {
   std::unordered_map<std::string, bool> probing;            // backend name -> probe in flight
   std::unordered_map<std::string, Clock::time_point> load_due;  // backend name -> next load read
   std::unordered_map<std::string, bool> held;               // route alias -> held (hold_tick)
+  std::unordered_map<std::string, int> told_limit;          // backend -> adaptive limit the gate knows
   net::steady_timer load_timer{io};
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
 
@@ -223,6 +224,9 @@ std::shared_ptr<BackendRuntime> Router::backend_for(const config::Config& cfg, c
   be->health_cfg = cfg.routing.health;
   be->cfg = b;
   be->breaker_cfg = bc;
+  if (b.adaptive.target_ttft.count() > 0 && b.max_in_flight > 0) {
+    be->adaptive.configure(b.adaptive.target_ttft, b.adaptive.min, b.max_in_flight, b.adaptive.interval, Clock::now());
+  }
   if (bc.enabled) be->breaker = std::make_unique<upstream::Breaker>(breaker_settings(bc));
   if (b.provider == config::Provider::simulated) {
     // The demo provider: the simulator's HTTP face, embedded in this process on a loopback
@@ -616,6 +620,19 @@ void Router::hold_tick() {
 
 void Router::monitor_tick() {
   const auto now = Clock::now();
+  // Adaptive concurrency: each backend's limit reconsidered; the gate follows (also a
+  // backend replaced by a reload, which starts again from its ceiling).
+  for (const auto& be : backends()) {
+    if (!be->adaptive.on()) continue;
+    const int was = be->adaptive.limit();
+    if (be->adaptive.tick(now, be->in_flight.load(std::memory_order_relaxed))) {
+      std::cerr << "sluice: backend " << be->name << " in-flight limit " << was << " -> " << be->adaptive.limit()
+                << " (TTFT p90 " << static_cast<std::int64_t>(be->adaptive.snapshot().last_p90_ms) << " ms)\n";
+    }
+    int& told = impl_->told_limit[be->name];
+    if (told != be->adaptive.limit() && on_limit_) on_limit_(be->name, be->adaptive.limit());
+    told = be->adaptive.limit();
+  }
   for (const auto& be : backends()) {
     const std::string& name = be->name;
     const std::string word(be->state_word(now));
@@ -796,6 +813,21 @@ void Router::render_metrics(std::string& o) const {
       metric_line(o, "sluice_backend_load_reads_total", label("backend", b->name) + ",result=\"failed\"", static_cast<double>(b->load.failures()));
     }
   }
+  {
+    // Adaptive concurrency (only the backends with `adaptive`).
+    std::vector<std::pair<const BackendRuntime*, upstream::AdaptiveConcurrency::Snapshot>> adaptive;
+    for (const auto& b : bes) {
+      if (b->adaptive.on()) adaptive.emplace_back(b.get(), b->adaptive.snapshot());
+    }
+    metric_help(o, "sluice_backend_adaptive_limit", "gauge",
+                "The backend's in-flight limit now, following its time to first token (models[].backends[].adaptive).");
+    for (const auto& [b, s] : adaptive) metric_line(o, "sluice_backend_adaptive_limit", label("backend", b->name), s.limit);
+    metric_help(o, "sluice_backend_adaptive_changes_total", "counter", "Changes of the adaptive in-flight limit, by direction.");
+    for (const auto& [b, s] : adaptive) {
+      metric_line(o, "sluice_backend_adaptive_changes_total", label("backend", b->name) + ",direction=\"down\"", static_cast<double>(s.decreases));
+      metric_line(o, "sluice_backend_adaptive_changes_total", label("backend", b->name) + ",direction=\"up\"", static_cast<double>(s.increases));
+    }
+  }
   metric_help(o, "sluice_backend_ejections_total", "counter", "Times the backend was ejected after consecutive failed requests.");
   for (std::size_t i = 0; i < bes.size(); ++i)
     metric_line(o, "sluice_backend_ejections_total", label("backend", bes[i]->name), static_cast<double>(hs[i].ejections));
@@ -898,6 +930,12 @@ void Router::render_infra(std::string& o) const {
     o += b->usable(now) ? "true" : "false";
     o += R"(,"in_flight":)" + std::to_string(b->in_flight.load()) +
          R"(,"max_in_flight":)" + std::to_string(b->cfg.max_in_flight);
+    if (b->adaptive.on()) {
+      const auto s = b->adaptive.snapshot();
+      o += R"(,"adaptive":{"limit":)" + std::to_string(s.limit) + R"(,"p90_ttft_ms":)" +
+           std::to_string(static_cast<std::int64_t>(s.last_p90_ms)) + R"(,"decreases":)" + std::to_string(s.decreases) +
+           R"(,"increases":)" + std::to_string(s.increases) + "}";
+    }
     o += R"(,"health":{"healthy":)";
     o += h.healthy ? "true" : "false";
     o += R"(,"ejected":)";

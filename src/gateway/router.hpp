@@ -23,6 +23,7 @@
 #include "upstream/breaker.hpp"
 #include "upstream/canary.hpp"
 #include "upstream/health.hpp"
+#include "upstream/adaptive.hpp"
 #include "upstream/load.hpp"
 
 namespace sluice::sim {
@@ -67,6 +68,9 @@ struct BackendRuntime {
   std::atomic<std::int64_t> in_flight{0};
   std::unique_ptr<sim::SimServer> sim;  // the embedded simulator behind a `simulated` backend
   upstream::Load load;                   // its own load signals (cfg.load), read by the monitor thread
+  upstream::AdaptiveConcurrency adaptive;  // its in-flight limit following its TTFT (cfg.adaptive)
+  // The in-flight limit now: the adaptive one, else cfg.max_in_flight (0 = none).
+  int max_in_flight() const noexcept { return adaptive.on() ? adaptive.limit() : cfg.max_in_flight; }
 
   BackendRuntime(std::string n, upstream::HealthSettings hs);
   ~BackendRuntime();
@@ -156,11 +160,14 @@ class Router {
   // when one has room again: the concurrency gate then holds or releases the route's
   // requests. Set before start().
   void on_hold(std::function<void(const std::string& alias, bool held)> fn) { on_hold_ = std::move(fn); }
+  // Called (monitor thread) when a backend's adaptive in-flight limit changes.
+  void on_limit(std::function<void(const std::string& backend, int limit)> fn) { on_limit_ = std::move(fn); }
 
  private:
   void monitor_tick();
   void hold_tick();  // the routes whose every backend is saturated
   std::function<void(const std::string&, bool)> on_hold_;
+  std::function<void(const std::string&, int)> on_limit_;
   using ProviderMap = std::unordered_map<std::string, std::shared_ptr<ProviderRuntime>>;
   std::shared_ptr<BackendRuntime> backend_for(const config::Config& cfg, const config::Route& route,
                                               const config::Backend& b, ProviderMap& providers);

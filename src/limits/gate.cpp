@@ -56,7 +56,13 @@ Gate::Gate(const config::Config& cfg) : cfg_(cfg) {
       all_limited = all_limited && b.max_in_flight > 0;
       sum += b.max_in_flight;
     }
-    if (all_limited && (model_limit == 0 || sum < model_limit)) model_limit = static_cast<int>(sum);
+    if (all_limited && (model_limit == 0 || sum < model_limit)) {
+      model_limit = static_cast<int>(sum);
+      // Its backends' limits may change (adaptive concurrency): the sum follows.
+      auto& s = summed_[r.alias];
+      s.cap = r.max_in_flight;
+      for (const auto& b : r.backends) s.backends.emplace_back(b.name, b.max_in_flight);
+    }
     // A model whose backends report their load gets a slot (unlimited) the router can hold.
     const bool loaded = std::any_of(r.backends.begin(), r.backends.end(),
                                     [](const config::Backend& b) { return b.load.source != config::LoadSource::none; });
@@ -112,6 +118,31 @@ void Gate::hold(const std::string& alias, bool held) {
   if (it == model_slots_.end() || it->second->held == held) return;
   it->second->held = held;
   if (!held) dispatch();
+}
+
+void Gate::limit_backend(const std::string& name, int limit) {
+  if (limit <= 0) return;
+  std::lock_guard lock(mu_);
+  bool grew = false;
+  if (auto it = backend_slots_.find(name); it != backend_slots_.end()) {
+    grew = limit > it->second->limit;
+    it->second->limit = limit;
+  }
+  for (auto& [alias, s] : summed_) {
+    long sum = 0;
+    bool mine = false;
+    for (auto& [b, l] : s.backends) {
+      if (b == name) l = limit, mine = true;
+      sum += l;
+    }
+    if (!mine) continue;
+    auto it = model_slots_.find(alias);
+    if (it == model_slots_.end()) continue;
+    const int now = static_cast<int>(s.cap > 0 ? std::min<long>(sum, s.cap) : sum);
+    grew = grew || now > it->second->limit;
+    it->second->limit = now;
+  }
+  if (grew) dispatch();
 }
 
 void Gate::take(const Need& n) {

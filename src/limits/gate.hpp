@@ -19,6 +19,8 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "config/keys.hpp"
 #include "config/priority.hpp"
@@ -101,6 +103,10 @@ class Gate {
   // every backend of the model reports its memory full (docs/routing.md, "Load-aware
   // admission"). Only for models with load signals (they have a slot for it).
   void hold(const std::string& alias, bool held);
+  // A backend's in-flight limit changed (adaptive concurrency, docs/routing.md): its slot
+  // (a route's sole backend) and the sums of the routes whose every backend is limited
+  // follow. Requests in flight above a lowered limit finish; new ones wait.
+  void limit_backend(const std::string& name, int limit);
 
   struct Snapshot {
     std::array<int, kPriorities> depth{};
@@ -133,6 +139,11 @@ class Gate {
   bool active_ = false;
   std::unordered_map<std::string, std::unique_ptr<Slot>> key_slots_, model_slots_, backend_slots_;
   std::unordered_map<std::string, std::string> backend_of_alias_;
+  struct Summed {  // a model slot that is the sum of its backends' limits
+    int cap = 0;   // the route's own max_in_flight (0 = none)
+    std::vector<std::pair<std::string, int>> backends;
+  };
+  std::unordered_map<std::string, Summed> summed_;
   mutable std::mutex mu_;
   std::array<std::deque<std::shared_ptr<Waiter>>, kPriorities> queues_;
   int queued_ = 0;

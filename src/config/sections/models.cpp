@@ -115,6 +115,21 @@ const Table<LoadSignals>& load_table() {
   return t;
 }
 
+const Table<AdaptiveLimit>& adaptive_table() {
+  static const Table<AdaptiveLimit> t{
+      "models[].backends[].adaptive",
+      {
+          duration("target_ttft", &AdaptiveLimit::target_ttft, Millis{1},
+                   "The time to first token (whole answer when not streamed) the backend should keep: while the "
+                   "p90 of a period is above it, the limit shrinks by a quarter.")
+              .needed(),
+          integer("min", &AdaptiveLimit::min, 1, 1'000'000, "The limit never goes below it."),
+          duration("interval", &AdaptiveLimit::interval, Millis{100},
+                   "The period over which the TTFT is measured and the limit reconsidered."),
+      }};
+  return t;
+}
+
 // The keys of one backend: an entry of `backends`, or (those marked short_form) the
 // route's own map in the short form. The short form names the backend's in-flight limit
 // backend_max_in_flight (max_in_flight is the route's).
@@ -170,6 +185,15 @@ const Table<Backend>& backend_table() {
                             }
                             if (b.load.path.empty()) b.load.path = b.load.source == LoadSource::ollama ? "/api/ps" : "/metrics";
                             return true;
+                          })
+              .short_form(),
+          custom<Backend>("adaptive", "map", "none",
+                          "An in-flight limit that follows the backend's time to first token, between `min` and its "
+                          "`max_in_flight` (required), see `models[].backends[].adaptive` and `docs/routing.md` "
+                          "(\"Adaptive concurrency\").",
+                          [](Loader& l, const YAML::Node& v, const std::string& p, Backend& b) {
+                            if (v.IsNull()) return true;
+                            return adaptive_table().read(l, v, p, b.adaptive);
                           })
               .short_form(),
           boolean("native_responses", &Backend::native_responses,
@@ -701,6 +725,14 @@ void check_route_links(Loader& l, const Config& c, const std::unordered_map<std:
       else if (!aliases.count(fb)) l.error(at.path, at.line, "unknown model alias " + q(fb));
       else if (!seen.insert(fb).second) l.error(at.path, at.line, "duplicate fallback " + q(fb));
     }
+    for (std::size_t j = 0; j < r.backends.size(); ++j) {
+      const Backend& b = r.backends[j];
+      if (b.adaptive.target_ttft.count() == 0) continue;
+      const std::string p = r.backends.size() == 1 ? join(index("models", i), "adaptive")
+                                                   : join(index(join(index("models", i), "backends"), j), "adaptive");
+      if (b.max_in_flight <= 0) l.error(p, 0, "needs the backend's max_in_flight (the limit's ceiling)");
+      else if (b.adaptive.min > b.max_in_flight) l.error(join(p, "min"), 0, "is above the backend's max_in_flight");
+    }
     if (r.overload) {
       const std::string p = join(index("models", i), "overload");
       const Overload& ov = *r.overload;
@@ -809,6 +841,7 @@ void models_reference(std::vector<TableDoc>& out) {
   out.push_back(embedding_batch_table().doc());
   out.push_back(overload_table().doc());
   out.push_back(load_table().doc());
+  out.push_back(adaptive_table().doc());
   out.push_back(backend_table().doc());
   out.push_back(sim_table().doc());
 }

@@ -674,6 +674,31 @@ TEST_F(RoutingConfigTest, OverloadReadAndItsErrors) {
   EXPECT_EQ(r.errors.size(), 5u) << all_errors(r);
 }
 
+TEST_F(RoutingConfigTest, AdaptiveNeedsACeiling) {
+  auto ok = load("models:\n"
+                 "  - alias: a\n"
+                 "    provider: simulated\n"
+                 "    backend_max_in_flight: 8\n"
+                 "    adaptive: {target_ttft: 800ms}\n");
+  ASSERT_TRUE(ok.ok()) << all_errors(ok);
+  const auto& ad = ok.config->find_route("a")->primary().adaptive;
+  EXPECT_EQ(ad.target_ttft, std::chrono::milliseconds(800));
+  EXPECT_EQ(ad.min, 1);
+  EXPECT_EQ(ad.interval, std::chrono::milliseconds(2000));
+  auto r = load("models:\n"
+                "  - alias: a\n"
+                "    provider: simulated\n"
+                "    adaptive: {target_ttft: 1s}\n"          // no max_in_flight
+                "  - alias: b\n"
+                "    backends:\n"
+                "      - {provider: simulated, max_in_flight: 4, adaptive: {target_ttft: 1s, min: 5}}\n"
+                "      - {provider: simulated, adaptive: {min: 2}}\n");  // no target_ttft
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(error_at(r, "models[0].adaptive").message, HasSubstr("max_in_flight"));
+  EXPECT_THAT(error_at(r, "models[1].backends[0].adaptive.min").message, HasSubstr("above the backend's max_in_flight"));
+  EXPECT_THAT(all_errors(r), HasSubstr("target_ttft"));
+}
+
 TEST_F(RoutingConfigTest, CanaryErrors) {
   auto r = load("models:\n"
                 "  - alias: a\n"

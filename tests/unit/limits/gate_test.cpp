@@ -609,6 +609,43 @@ TEST_F(GateTest, ARequestsOwnMaxWaitEndsItsWaitBeforeItsClasss) {
   release(h);
 }
 
+TEST_F(GateTest, ABackendsChangedLimitMovesItsSlotAndItsRoutesSum) {
+  cfg.keys = {make_key("a")};
+  cfg.routes = {make_route("solo", 0, 2, "10.0.0.1", 8000), make_route("pair", 0, 2, "10.0.0.2", 8000)};
+  {
+    config::Backend b = cfg.routes[1].backends[0];
+    b.host = "10.0.0.3";
+    b.name = "10.0.0.3:8000";
+    cfg.routes[1].backends.push_back(b);  // pair: two backends of 2 each, a model slot of 4
+  }
+  make();
+  Req& s1 = start("a", "solo", Priority::standard);
+  Req& s2 = start("a", "solo", Priority::standard);
+  ASSERT_TRUE(granted(s1) && granted(s2));
+  gate->limit_backend("10.0.0.1:8000", 1);  // lowered: the two in flight finish, nothing new
+  release(s1);
+  Req& s3 = start("a", "solo", Priority::standard);
+  EXPECT_FALSE(s3.result) << "one in flight at a limit of 1";
+  gate->limit_backend("10.0.0.1:8000", 3);  // raised: the waiter goes at once
+  poll();
+  ASSERT_TRUE(granted(s3));
+  std::vector<Req*> pair;
+  for (int i = 0; i < 4; ++i) pair.push_back(&start("a", "pair", Priority::standard));
+  for (auto* r : pair) EXPECT_TRUE(granted(*r));
+  Req& p5 = start("a", "pair", Priority::standard);
+  EXPECT_FALSE(p5.result) << "the sum, 4";
+  gate->limit_backend("10.0.0.3:8000", 3);  // 2 + 3
+  poll();
+  EXPECT_TRUE(granted(p5));
+  gate->limit_backend("10.0.0.2:8000", 1);  // 1 + 3: five in flight, none more
+  release(*pair[0]);
+  Req& p6 = start("a", "pair", Priority::standard);
+  EXPECT_FALSE(p6.result);
+  release(*pair[1]);
+  EXPECT_TRUE(granted(p6));
+  for (Req* r : {&s2, &s3, pair[2], pair[3], &p5, &p6}) release(*r);
+}
+
 TEST_F(GateTest, PremiumDemotedThenTimesOutAtStandardMaxWaitFromArrival) {
   cfg.concurrency.max_wait = {150ms, 30ms, 60s};
   cfg.keys = {make_key("a", 1)};
