@@ -116,7 +116,9 @@ class Concurrency final : public FilterWith<State> {
     } unwatch{r.ex};
     const config::Overload* ov = r.route.config && r.route.config->overload ? &*r.route.config->overload : nullptr;
     limits::Gate::Wait opts;
-    if (ov) opts.max_wait = ov->max_wait;
+    // The route's own wait ends in its canned reply at worst; without one, a request whose
+    // light model is busy too keeps waiting its class's time.
+    if (ov && ov->canned) opts.max_wait = ov->max_wait;
     opts.accept_ms = accepted_wait_ms(r.ex.request().header_list("prefer"));
     const auto res = co_await gate_.enter(s.need, s.prio, cancel, opts);
     r.rec.priority = config::to_string(res.served_as);
@@ -140,11 +142,11 @@ class Concurrency final : public FilterWith<State> {
       co_return Next::stop;
     }
     // Overload degrades instead of refusing: the light model if it has a free slot at once,
-    // else the canned reply.
+    // else the canned reply. Chat only: another model's embeddings are in another space.
     const bool overloaded =
         res.outcome == limits::Gate::Outcome::queue_full || res.outcome == limits::Gate::Outcome::timed_out;
-    if (ov && overloaded && r.reroute) {
-      if (!ov->model.empty()) {
+    if (ov && overloaded && r.reroute && r.chat.task == llm::Task::chat) {
+      if (!ov->model.empty() && r.key.may_use(ov->model)) {
         auto light = gate_.need(r.key, ov->model);
         if (gate_.try_enter(light)) {
           s.need = light;

@@ -635,7 +635,7 @@ class WorkerHandler {
   // model's backends, or the canned reply).
   awaitable<void> overload_or_dispatch(http::Exchange& ex, Context& ctx, llm::ChatRequest& creq, const RouteRuntime& rr,
                                        const RoutingTable& tab) {
-    if (ctx.reroute.canned && rr.route->canned_reply) {
+    if (ctx.reroute.canned && rr.route->canned_reply && creq.task == llm::Task::chat) {
       rr.stats->overload_canned.fetch_add(1, std::memory_order_relaxed);
       co_await canned_reply(ex, ctx, creq, *rr.route->canned_reply, "overload: the model's queue is full or its wait too long");
       co_return;
@@ -647,6 +647,12 @@ class WorkerHandler {
     }
     rr.stats->overload_light.fetch_add(1, std::memory_order_relaxed);
     ctx.rerouted_to = light->record_alias;
+    // Requests that joined this one's generation asked for the model itself: they make
+    // their own (and degrade on their own if they must).
+    if (ctx.shares) {
+      ctx.shares->fail(Reason::queue_full, "the shared generation went to the overload model");
+      ctx.shares = nullptr;
+    }
     ctx.rec.model = light->members.front()->record_model;
     ctx.rec.provider = config::to_string(light->route->primary().provider);
     ctx.price = light->route->price;
@@ -1219,7 +1225,7 @@ class WorkerHandler {
       Passes passes;
       bool judged, is_canary;
       Clock::time_point t0;
-      bool known = false, failed = false, client_left = true;
+      bool known = false, failed = false, client_left = true, timed_out = false;
 
       void outcome(const std::optional<Failure>& f) {
         known = true;
@@ -1229,6 +1235,7 @@ class WorkerHandler {
                       (f ? f->reason == Reason::client_closed || f->reason == Reason::local_resources
                          : ctx.rec.reason == Reason::client_closed);
         failed = f ? retryable(*f) || f->reason == Reason::upstream_timeout : upstream_failed(ctx.rec);
+        timed_out = f && (f->reason == Reason::upstream_timeout || f->reason == Reason::first_token_timeout);
       }
       ~Settle() {
         const auto now = Clock::now();
@@ -1244,7 +1251,8 @@ class WorkerHandler {
           if (be.provider->breaker) be.provider->breaker->release(passes.provider);
         } else {
           const double l = failed ? -1 : latency;
-          be.adaptive.observe(l);
+          // (A timeout is a sample too: at least as slow as the time it waited.)
+          be.adaptive.observe(timed_out ? since_t0 : l);
           if (be.breaker) be.breaker->record(now, failed, l, passes.backend);
           if (be.provider->breaker) be.provider->breaker->record(now, failed, l, passes.provider);
           if (be.health.request_result(now, failed)) {

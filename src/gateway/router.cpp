@@ -137,7 +137,12 @@ bool BackendRuntime::usable(Clock::time_point now, bool despite_ejection) const 
   // A backend whose memory is full takes no new request while another can (when none
   // can, the gate holds the route's requests; one let through goes anyway).
   if (!despite_ejection && saturated(now)) return false;
-  if (const int limit = max_in_flight(); limit > 0 && in_flight.load(std::memory_order_relaxed) >= limit) return false;
+  // (Relaxed, the adaptive limit gives way to the ceiling: the gate let the request in on
+  // a limit the monitor had not yet told it was lowered.)
+  if (const int limit = despite_ejection ? cfg.max_in_flight : max_in_flight();
+      limit > 0 && in_flight.load(std::memory_order_relaxed) >= limit) {
+    return false;
+  }
   if (breaker && breaker->state(now) == upstream::Breaker::State::open) return false;
   if (provider && provider->breaker && provider->breaker->state(now) == upstream::Breaker::State::open) return false;
   return true;
@@ -623,7 +628,14 @@ void Router::monitor_tick() {
   // Adaptive concurrency: each backend's limit reconsidered; the gate follows (also a
   // backend replaced by a reload, which starts again from its ceiling).
   for (const auto& be : backends()) {
-    if (!be->adaptive.on()) continue;
+    if (!be->adaptive.on()) {
+      // No longer adaptive (a reload): the gate goes back to its configured limit.
+      if (auto it = impl_->told_limit.find(be->name); it != impl_->told_limit.end()) {
+        if (on_limit_ && be->cfg.max_in_flight > 0) on_limit_(be->name, be->cfg.max_in_flight);
+        impl_->told_limit.erase(it);
+      }
+      continue;
+    }
     const int was = be->adaptive.limit();
     if (be->adaptive.tick(now, be->in_flight.load(std::memory_order_relaxed))) {
       std::cerr << "sluice: backend " << be->name << " in-flight limit " << was << " -> " << be->adaptive.limit()

@@ -56,8 +56,8 @@ Gate::Gate(const config::Config& cfg) : cfg_(cfg) {
       all_limited = all_limited && b.max_in_flight > 0;
       sum += b.max_in_flight;
     }
-    if (all_limited && (model_limit == 0 || sum < model_limit)) {
-      model_limit = static_cast<int>(sum);
+    if (all_limited) {
+      if (model_limit == 0 || sum < model_limit) model_limit = static_cast<int>(sum);
       // Its backends' limits may change (adaptive concurrency): the sum follows.
       auto& s = summed_[r.alias];
       s.cap = r.max_in_flight;

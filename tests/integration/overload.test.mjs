@@ -8,11 +8,15 @@ import { after, before, describe, test } from 'node:test';
 
 import { KEY, chat, metricValue, rawRequest, startGateway, USER, waitFor } from './lib.mjs';
 
+const NARROW = 'sk-narrow-0000000000000000';
 const sim = (ttft) => ({ ttft, inter_token: '1ms', jitter: 0 });
 
 function config() {
   return {
-    keys: [{ name: 'app', key: KEY, tenant: 'acme', tier: 'standard' }],
+    keys: [
+      { name: 'app', key: KEY, tenant: 'acme', tier: 'standard' },
+      { name: 'narrow', key: NARROW, tenant: 'acme', tier: 'standard', models: ['big'] },
+    ],
     models: [
       // Degrades after 150 ms in the queue: to `small`, else its canned reply.
       {
@@ -96,6 +100,14 @@ describe('overload degrades instead of refusing', () => {
     assert.match(s.text, /data: \[DONE\]/);
     assert.equal((await busy.res).status, 200);
     assert.equal((await light.res).status, 200);
+  });
+
+  test('a key that may not use the light model gets the canned reply', async () => {
+    const busy = await hold(gw, ask('big'));
+    const r = await chat(gw, ask('big'), { key: NARROW });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.headers.get('x-sluice-overload'), 'canned');
+    assert.equal((await busy.res).status, 200);
   });
 
   test('a full queue degrades at once', async () => {

@@ -124,7 +124,7 @@ const Table<AdaptiveLimit>& adaptive_table() {
                    "p90 of a period is above it, the limit shrinks by a quarter.")
               .needed(),
           integer("min", &AdaptiveLimit::min, 1, 1'000'000, "The limit never goes below it."),
-          duration("interval", &AdaptiveLimit::interval, Millis{100},
+          duration("interval", &AdaptiveLimit::interval, Millis{250},
                    "The period over which the TTFT is measured and the limit reconsidered."),
       }};
   return t;
@@ -345,8 +345,9 @@ const Table<Overload>& overload_table() {
                   "Answer with the route's `canned_reply` (which must be set) when there is no light model or it is "
                   "busy too."),
           duration("max_wait", &Overload::max_wait, Millis{0},
-                   "Degrade a request that waited this long in the queue (0: when its class's `max_wait` ends the "
-                   "wait)."),
+                   "With `canned`: degrade a request that waited this long in the queue (0: when its class's "
+                   "`max_wait` ends the wait). Without `canned` it is not used: a request whose light model is busy "
+                   "too keeps waiting its class's time."),
       }};
   return t;
 }
