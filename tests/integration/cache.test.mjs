@@ -205,12 +205,14 @@ describe('response cache, in memory', () => {
     const again = await chat(gw, body);
     assert.equal(again.status, 200);
     assert.equal(again.headers.get('x-sluice-cache'), 'miss');
-    // A stream the client left before the end is not kept either.
+    // A stream the client left before the end is not kept either. (Long enough that the
+    // client leaves while it is generated: an answer that was whole when the gateway saw
+    // the client go is kept, the answer being good.)
     const text = prompt();
-    const cut = await sse(`${gw.url}/v1/chat/completions`, { model: 'gpt', temperature: 0, max_tokens: 40, stream: true, messages: [{ role: 'user', content: text }] }, { stopAfter: (ev) => ev.length >= 2 });
+    const cut = await sse(`${gw.url}/v1/chat/completions`, { model: 'gpt', temperature: 0, max_tokens: 600, stream: true, messages: [{ role: 'user', content: text }] }, { stopAfter: (ev) => ev.length >= 2 });
     assert.ok(cut.aborted);
     await delay(200);
-    const after = await chat(gw, { model: 'gpt', temperature: 0, max_tokens: 40, messages: [{ role: 'user', content: text }] });
+    const after = await chat(gw, { model: 'gpt', temperature: 0, max_tokens: 600, messages: [{ role: 'user', content: text }] });
     assert.equal(after.headers.get('x-sluice-cache'), 'miss');
   });
 
