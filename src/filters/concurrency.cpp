@@ -119,6 +119,8 @@ class Concurrency final : public FilterWith<State> {
     // The route's own wait ends in its canned reply at worst; without one, a request whose
     // light model is busy too keeps waiting its class's time.
     if (ov && ov->canned) opts.max_wait = ov->max_wait;
+    // Overload may serve it elsewhere: a refusal is counted below, if it stays one.
+    opts.degradable = ov && r.reroute && r.chat.task == llm::Task::chat;
     opts.accept_ms = accepted_wait_ms(r.ex.request().header_list("prefer"));
     const auto res = co_await gate_.enter(s.need, s.prio, cancel, opts);
     r.rec.priority = config::to_string(res.served_as);
@@ -162,6 +164,7 @@ class Concurrency final : public FilterWith<State> {
         co_return Next::go;
       }
     }
+    if (opts.degradable) gate_.refused(res.outcome);
     switch (res.outcome) {
       case limits::Gate::Outcome::queue_full:
         stop.reason = Reason::queue_full;

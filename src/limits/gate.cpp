@@ -28,6 +28,7 @@ struct Gate::Waiter {
   bool granted = false;    // under the gate's mutex
   bool evicted = false;    // under the gate's mutex: its place went to another key
   bool cancelled = false;  // on the waiter's own thread
+  bool degradable = false;  // its refusal is counted by its caller (GateWait::degradable)
 };
 
 namespace {
@@ -205,7 +206,7 @@ bool Gate::make_room(std::string_view key) {
       auto w = *it;
       remove(w.get());
       w->evicted = true;
-      ++stats_.queue_full;
+      if (!w->degradable) ++stats_.queue_full;
       net::post(w->executor, [w] { w->timer.cancel(); });
       return true;
     }
@@ -276,13 +277,14 @@ net::awaitable<Gate::Result> Gate::enter(Need need, Priority p, Cancel& cancel, 
       }
     }
     if (queued_ >= cfg_.concurrency.queue_size && !make_room(need.key)) {
-      ++stats_.queue_full;
+      if (!wait.degradable) ++stats_.queue_full;
       res.outcome = Outcome::queue_full;
       co_return res;
     }
     w = std::make_shared<Waiter>(ex);
     w->need = need;
     w->cls = p;
+    w->degradable = wait.degradable;
     w->key = std::string(need.key);
     w->seq = ++seq_;
     w->arrived = Clock::now();
@@ -335,7 +337,7 @@ net::awaitable<Gate::Result> Gate::enter(Need need, Priority p, Cancel& cancel, 
     const auto now = Clock::now();
     if (now >= own_end) {
       remove(w.get());
-      ++stats_.timed_out[0];  // (counted as one: rejected for queue_timeout)
+      if (!wait.degradable) ++stats_.timed_out[0];  // (counted as one: rejected for queue_timeout)
       observe_wait(w->cls, res.waited_ms);
       res.outcome = Outcome::timed_out;
       break;
@@ -368,13 +370,19 @@ net::awaitable<Gate::Result> Gate::enter(Need need, Priority p, Cancel& cancel, 
       continue;
     }
     remove(w.get());
-    ++stats_.timed_out[0];
+    if (!wait.degradable) ++stats_.timed_out[0];
     observe_wait(Priority::standard, res.waited_ms);
     res.outcome = Outcome::timed_out;
     break;
   }
   cancel.fn = nullptr;
   co_return res;
+}
+
+void Gate::refused(Outcome o) {
+  std::lock_guard lock(mu_);
+  if (o == Outcome::queue_full) ++stats_.queue_full;
+  else if (o == Outcome::timed_out) ++stats_.timed_out[0];
 }
 
 void Gate::leave(const Need& need, double held_ms) {

@@ -43,6 +43,10 @@ struct GateWait {
   // wait is longer (when it would queue, and again when it is demoted) leaves with
   // Outcome::queued instead. < 0: no estimate asked.
   double accept_ms = -1;
+  // The request may yet be served elsewhere when the gate refuses it (overload): its
+  // queue_full or timed_out is not counted as a refusal here; the caller counts it with
+  // Gate::refused() if it is refused after all.
+  bool degradable = false;
 };
 
 class Gate {
@@ -99,6 +103,8 @@ class Gate {
   bool try_enter(const Need& need);
   // held_ms (≥ 0): how long the request held its slots, for the wait estimates.
   void leave(const Need& need, double held_ms = -1);
+  // Counts a refusal enter() left to its caller (GateWait::degradable).
+  void refused(Outcome o);
   // Holds (or releases) a model's new requests: they wait in the queue, by priority, while
   // every backend of the model reports its memory full (docs/routing.md, "Load-aware
   // admission"). Only for models with load signals (they have a slot for it).

@@ -123,6 +123,9 @@ describe('overload degrades instead of refusing', () => {
     assert.ok(metricValue(m, 'sluice_route_overload_total', { model: 'full', to: 'model' }) >= 1);
     assert.ok(metricValue(m, 'sluice_route_overload_total', { model: 'big', to: 'canned' }) >= 2);
     assert.ok(metricValue(m, 'sluice_route_overload_total', { model: 'big', to: 'model' }) >= 1);
+    // Every request of this suite was served: none is counted as refused by the gate.
+    assert.equal(metricValue(m, 'sluice_gate_rejected_total', { reason: 'queue_full' }), 0);
+    assert.equal(metricValue(m, 'sluice_gate_rejected_total', { reason: 'queue_timeout' }), 0);
   });
 });
 
