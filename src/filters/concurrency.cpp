@@ -60,15 +60,20 @@ bool urgent(const llm::ChatRequest& chat, const std::vector<std::string>& words)
 // RFC 7240's wait preference (Prefer: wait=N, alone or with respond-async): how many
 // seconds the client accepts to wait; < 0 when not given. (Other preferences are ignored.)
 double accepted_wait_ms(std::string_view prefer) {
+  const auto trim = [](std::string_view v) {
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+    return v;
+  };
   while (!prefer.empty()) {
     const auto comma = prefer.find(',');
     std::string_view item = prefer.substr(0, comma);
     prefer = comma == std::string_view::npos ? std::string_view{} : prefer.substr(comma + 1);
     item = item.substr(0, item.find(';'));  // its parameters
-    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
-    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
-    if (item.size() < 6 || !iequals(item.substr(0, 5), "wait=")) continue;
-    std::string_view v = item.substr(5);
+    // preference = token [ BWS "=" BWS word ] (RFC 7240): spaces may stand around '='.
+    const auto eq = item.find('=');
+    if (eq == std::string_view::npos || !iequals(trim(item.substr(0, eq)), "wait")) continue;
+    std::string_view v = trim(item.substr(eq + 1));
     if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
     if (v.empty() || v.size() > 9) return -1;
     std::int64_t n = 0;

@@ -145,9 +145,10 @@ describe('Prefer: wait=N: the queued answer with an estimate', () => {
     assert.equal(waited.status, 200, waited.text);
     assert.equal((await first.res).status, 200);
 
-    // Now the model's slot is known to be held about 400 ms a request.
+    // Now the model's slot is known to be held about 400 ms a request. (Spaces may stand
+    // around '=', RFC 7240.)
     const busy = await hold(gw, ask('demo'));
-    const r = await chat(gw, ask('demo'), { headers: { prefer: 'respond-async, wait=0' } });
+    const r = await chat(gw, ask('demo'), { headers: { prefer: 'respond-async, wait = 0' } });
     assert.equal(r.status, 202, r.text);
     assert.equal(r.json.status, 'queued');
     assert.ok(r.json.eta >= 200 && r.json.eta < 5000, `eta ${r.json.eta} ms`);
