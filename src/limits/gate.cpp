@@ -362,6 +362,7 @@ net::awaitable<Gate::Result> Gate::enter(Need need, Priority p, Cancel& cancel, 
         if (eta > wait.accept_ms - res.waited_ms) {
           remove(w.get());
           ++stats_.eta_answers;
+          observe_wait(Priority::standard, res.waited_ms);  // it did wait, as a timed-out one
           res.outcome = Outcome::queued;
           res.eta_ms = eta;
           break;

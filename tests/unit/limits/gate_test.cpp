@@ -587,6 +587,13 @@ TEST_F(GateTest, ADemotedRequestWhoseNewEstimateIsTooLongLeavesWithIt) {
   EXPECT_DOUBLE_EQ(v.result->eta_ms, 2000.0) << "as standard, behind the earlier one";
   EXPECT_EQ(v.result->position, 2);
   EXPECT_EQ(gate->snapshot().depth[0], 1) << "only the earlier one waits";
+  {
+    const auto s = gate->snapshot();
+    std::uint64_t waits = 0;
+    for (auto n : s.wait_buckets[0]) waits += n;
+    EXPECT_EQ(waits, 1u) << "its wait is in the standard class's histogram";
+    EXPECT_GT(s.wait_sum[0], 0.0);
+  }
   release(h);
   ASSERT_TRUE(run_until([&] { return earlier.result.has_value(); }));
   release(earlier);
