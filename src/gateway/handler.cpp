@@ -955,8 +955,11 @@ class WorkerHandler {
     rr.stats->exhausted.fetch_add(1, std::memory_order_relaxed);
     if (rr.route->canned_reply && creq.task == llm::Task::chat) {
       rr.stats->canned.fetch_add(1, std::memory_order_relaxed);
-      co_await canned_reply(ex, ctx, creq, *rr.route->canned_reply,
-                            tried.empty() ? "no backend could answer" : "no backend could answer (" + tried + ")");
+      // Named, not a temporary of a conditional inside co_await: GCC 12 frees such a
+      // temporary's buffer while the coroutine still refers to it (ASan caught it).
+      std::string why = "no backend could answer";
+      if (!tried.empty()) why += " (" + tried + ")";
+      co_await canned_reply(ex, ctx, creq, *rr.route->canned_reply, std::move(why));
       co_return;
     }
     std::string message = "no backend of model '" + creq.model + "' could answer";

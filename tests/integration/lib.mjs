@@ -162,7 +162,12 @@ async function spawnServer(args, { stream, pattern, timeout = 15000, env, name }
       live.delete(child);
       if (!child.stopping) {
         // Nobody asked it to stop: say so loudly, with the end of its output.
-        const tail = (out.stderr + out.stdout).split('\n').slice(-15).join('\n');
+        // A sanitizer's report: from its first line (the stack is what matters).
+        const all = out.stderr + out.stdout;
+        const report = all.search(/==\d+==ERROR: |runtime error: /);
+        const tail = report >= 0
+          ? all.slice(Math.max(0, report - 200)).split('\n').slice(0, 60).join('\n')
+          : all.split('\n').slice(-15).join('\n');
         process.stderr.write(`\n*** ${name} (pid ${child.pid}) exited unexpectedly: code ${code}, signal ${signal}\n${tail}\n`);
       }
       resolve({ code, signal, at: performance.now() });
