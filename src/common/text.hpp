@@ -2,11 +2,19 @@
 // Small string helpers used everywhere: JSON string escaping, case-insensitive compare,
 // key masking, number formatting.
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
 
 namespace sluice {
+
+// A transparent hash: unordered maps keyed by std::string found by std::string_view (no
+// allocation per lookup), with std::equal_to<>.
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
 
 // Appends s as a quoted JSON string (RFC 8259 escaping).
 void append_json_string(std::string& out, std::string_view s);

@@ -144,7 +144,10 @@ std::size_t auto_max_connections(std::uint64_t soft_limit, int workers) {
 
 class GatewayImpl final : public Gateway {
  public:
-  GatewayImpl(std::shared_ptr<const config::Config> cfg, bool takeover) {
+  GatewayImpl(std::shared_ptr<const config::Config> cfg, bool takeover, std::string config_path) {
+    if (!config_path.empty()) {
+      shared_.reload = [this, path = std::move(config_path)] { return reload_file(path); };
+    }
     shared_.cfg = std::move(cfg);
     const auto& c = *shared_.cfg;
     // The sinks first: the access log's thread hands them every record.
@@ -163,9 +166,11 @@ class GatewayImpl final : public Gateway {
     shared_.access_log = access_log_.get();
     metrics_ = make_metrics(c);
     shared_.metrics = metrics_.get();
-    for (const auto& k : c.keys) {
-      shared_.keys.emplace(k.key, Shared::KeyEntry{&k, mask_key(k.key), metrics_->tier_index(k.tier)});
-    }
+    // Keys are found by a keyed hash of their secret; with keys only from the file, the
+    // hash's key is this process's own (random).
+    auto hasher = std::make_shared<const keys::Hasher>();
+    keys_ = std::make_unique<keys::Registry>(key_set(c, *hasher), hasher);
+    shared_.keys = keys_.get();
     limiter_ = std::make_unique<limits::Limiter>(shared_.cfg);
     shared_.limiter = limiter_.get();
     gate_ = std::make_unique<limits::Gate>(c);
@@ -310,9 +315,12 @@ class GatewayImpl final : public Gateway {
     return server_->forced_stop() || (admin_server_ && admin_server_->forced_stop());
   }
 
-  // Routes, backends and routing settings from the file again; the rest stays as started.
-  // A file that does not load is refused with its errors and the running table stays.
-  bool reload(const std::string& path) override {
+  // Keys, routes, backends and routing settings from the file again; the rest stays as
+  // started. A file that does not load is refused with its errors and nothing changes.
+  bool reload(const std::string& path) override { return reload_file(path).first; }
+
+  std::pair<bool, std::string> reload_file(const std::string& path) {
+    std::lock_guard lock(reload_mu_);  // SIGHUP and POST /admin/reload, one at a time
     auto res = config::load_file(path);
     std::string message;
     if (!res.ok()) {
@@ -327,8 +335,10 @@ class GatewayImpl final : public Gateway {
         }
       }
     }
+    std::shared_ptr<const keys::KeySet> next_keys;
     if (message.empty()) {
       try {
+        next_keys = key_set(*res.config, keys_->hasher());  // before anything changes
         router_->install(res.config);
       } catch (const std::exception& e) {
         message = e.what();
@@ -337,12 +347,15 @@ class GatewayImpl final : public Gateway {
     router_->note_reload(message.empty(), message);
     if (!message.empty()) {
       std::cerr << "sluice: reload of " << path << " refused, the running configuration stays: " << message << std::endl;
-      return false;
+      return {false, message};
     }
+    keys_->install(next_keys);
     const auto t = router_->table();
-    std::cerr << "sluice: reloaded " << path << ": " << t->routes.size() << " routes, routing table version "
-              << t->version << " (only models and routing are reloaded; other sections need a restart)" << std::endl;
-    return true;
+    std::string done = std::to_string(next_keys->size()) + " keys, " + std::to_string(t->routes.size()) +
+                       " routes, routing table version " + std::to_string(t->version) +
+                       " (keys, models and routing are reloaded; other sections need a restart)";
+    std::cerr << "sluice: reloaded " << path << ": " << done << std::endl;
+    return {true, std::move(done)};
   }
 
   void join() override {
@@ -358,6 +371,10 @@ class GatewayImpl final : public Gateway {
     return !c.instance.empty()  ? c.instance
            : c.listen_port != 0 ? hostname() + ":" + std::to_string(c.listen_port)
                                 : hostname() + ":pid" + std::to_string(::getpid());
+  }
+
+  std::shared_ptr<const keys::KeySet> key_set(const config::Config& c, const keys::Hasher& h) const {
+    return keys::KeySet::from_config(c.keys, h, [this](std::string_view tier) { return metrics_->tier_index(tier); });
   }
 
   static std::unique_ptr<telemetry::Metrics> make_metrics(const config::Config& c) {
@@ -376,6 +393,8 @@ class GatewayImpl final : public Gateway {
 
   Shared shared_;
   std::unique_ptr<telemetry::Metrics> metrics_;
+  std::unique_ptr<keys::Registry> keys_;
+  std::mutex reload_mu_;
   // Destroyed after the access log (which feeds them) and after the query thread.
   std::unique_ptr<history::History> history_;
   std::unique_ptr<events::EventSink> events_;
@@ -405,8 +424,9 @@ config::LoadResult load_or_report(const std::string& path) {
 
 }  // namespace
 
-std::unique_ptr<Gateway> Gateway::start(std::shared_ptr<const config::Config> cfg, bool takeover) {
-  return std::make_unique<GatewayImpl>(std::move(cfg), takeover);
+std::unique_ptr<Gateway> Gateway::start(std::shared_ptr<const config::Config> cfg, bool takeover,
+                                        std::string config_path) {
+  return std::make_unique<GatewayImpl>(std::move(cfg), takeover, std::move(config_path));
 }
 
 int run_check_config(const std::string& path) {
@@ -431,7 +451,7 @@ int run_serve(const std::string& path, bool takeover) {
 
   std::unique_ptr<Gateway> gw;
   try {
-    gw = Gateway::start(res.config, takeover);
+    gw = Gateway::start(res.config, takeover, path);
   } catch (const std::exception& e) {
     std::cerr << "sluice: cannot start: " << e.what() << "\n";
     return 1;
@@ -448,7 +468,7 @@ int run_serve(const std::string& path, bool takeover) {
   for (;;) {
     sigwait(&set, &sig);
     if (sig != SIGHUP) break;
-    gw->reload(path);  // SIGHUP: routes and backends from the file again
+    gw->reload(path);  // SIGHUP: keys, routes and backends from the file again
   }
   std::cerr << "sluice: signal " << sig << ", draining (grace "
             << res.config->timeouts.shutdown_grace.count() << " ms)" << std::endl;

@@ -16,14 +16,16 @@ class Gateway {
   // Starts everything (throws std::runtime_error with a reason on failure).
   // `takeover`: share the listen ports with a process already serving them (see
   // http::ServerOptions::takeover); without it such a port is refused.
-  static std::unique_ptr<Gateway> start(std::shared_ptr<const config::Config> cfg, bool takeover = false);
+  // `config_path`: the file a reload reads (SIGHUP, POST /admin/reload; empty: none).
+  static std::unique_ptr<Gateway> start(std::shared_ptr<const config::Config> cfg, bool takeover = false,
+                                        std::string config_path = {});
   virtual std::uint16_t port() const = 0;
   // Stops accepting, lets in-flight requests finish within the configured grace period.
   virtual void shutdown() = 0;
   virtual void join() = 0;
   virtual bool forced_stop() const = 0;
-  // Loads the file again and swaps in its routes and backends (SIGHUP); false, with the
-  // reason logged, when it is refused.
+  // Loads the file again and swaps in its keys, routes and backends (SIGHUP); false, with
+  // the reason logged, when it is refused.
   virtual bool reload(const std::string& config_path) = 0;
 };
 

@@ -66,7 +66,8 @@ struct Context {
   Clock::time_point start = Clock::now();
   std::string request_id;
   telemetry::RequestRecord rec;
-  const config::ApiKey* key = nullptr;
+  const config::ApiKey* key = nullptr;  // into `keys`, which the request holds
+  std::shared_ptr<const keys::KeySet> keys;
   http::HeaderList headers;  // sent on every reply of this request
   int metrics_model = -1;    // label indexes (telemetry::Metrics)
   int metrics_tier = -1;
@@ -121,6 +122,7 @@ class WorkerHandler {
         g_(g),
         cfg_(*g.cfg),
         table_(g.router->table()),
+        keys_(*g.keys),
         client_(http::Client::create(ex, cfg_.upstream_pool_per_host)),
         cut_timer_(ex) {
     if (g.cache) cache_ = g.cache->for_worker(ex);  // (also on the admin listener: /admin/cache)
@@ -214,8 +216,12 @@ class WorkerHandler {
       co_await admin_cache(ex, ctx, method);
       co_return;
     }
+    if (path == "/admin/reload") {
+      co_await admin_reload(ex, ctx, method);
+      co_return;
+    }
     if (admin_listener_) {
-      co_await ex.reply(json_reply(404, error_body(Reason::not_found, "the admin listener serves /health, /ready, /metrics, /infra, /admin/usage/reconcile and /admin/cache"), ctx));
+      co_await ex.reply(json_reply(404, error_body(Reason::not_found, "the admin listener serves /health, /ready, /metrics, /infra, /admin/usage/reconcile, /admin/cache and /admin/reload"), ctx));
       co_return;
     }
     // In flight from here until the coroutine ends, however it ends.
@@ -352,17 +358,18 @@ class WorkerHandler {
       secret = req.header("x-api-key");
     }
     if (secret.empty()) return Reason::missing_key;
-    auto it = g_.keys.find(secret);
-    if (it == g_.keys.end()) {
+    auto found = keys_.find(secret);
+    if (!found.entry) {
       ctx.rec.key_masked = mask_key(secret);
       return Reason::invalid_key;
     }
-    ctx.key = it->second.key;
+    ctx.keys = std::move(found.set);
+    ctx.key = &found.entry->key;
     ctx.rec.key_name = ctx.key->name;
-    ctx.rec.key_masked = it->second.masked;
+    ctx.rec.key_masked = found.entry->masked;
     ctx.rec.tenant = ctx.key->tenant;
     ctx.rec.tier = ctx.key->tier;
-    ctx.metrics_tier = it->second.metrics_tier;
+    ctx.metrics_tier = found.entry->metrics_tier;
     return std::nullopt;
   }
 
@@ -467,6 +474,35 @@ class WorkerHandler {
     } else {
       AdminAnswer answer = co_await cache_admin(*cache_, method, query_string(ex));
       co_await admin_reply(ex, ctx, answer);
+    }
+    record(ctx);
+  }
+
+  // POST /admin/reload: the configuration file again, as SIGHUP (keys, models, routing),
+  // read on the query thread. 200 {"reloaded":true,"message":...}, or 422 reload_refused
+  // with every error of the file (nothing changed). An admin key, as /admin/cache.
+  awaitable<void> admin_reload(http::Exchange& ex, Context& ctx, std::string_view method) {
+    ctx.rec.to_sinks = false;
+    if (auto denied = admin_listener_ ? std::optional<Reason>{} : authenticate(ex, ctx)) {
+      co_await auth_failure(ex, ctx, *denied);
+    } else if (!admin_listener_ && !ctx.key->admin) {
+      co_await local_reply(ex, ctx, Reason::forbidden, "only an admin key may use /admin/reload");
+    } else if (method != "POST") {
+      co_await local_reply(ex, ctx, Reason::method_not_allowed, "use POST for /admin/reload");
+    } else if (!g_.reload) {
+      co_await local_reply(ex, ctx, Reason::not_found, "this gateway was not started from a file");
+    } else {
+      auto run = [this]() -> awaitable<std::pair<bool, std::string>> { co_return g_.reload(); };
+      auto [ok, message] = co_await net::co_spawn(g_.query_executor, run, net::use_awaitable);
+      if (!ok) {
+        co_await local_reply(ex, ctx, Reason::reload_refused, "the configuration was not reloaded: " + message);
+      } else {
+        std::string body = R"({"reloaded":true,"message":)";
+        append_json_string(body, message);
+        body += "}";
+        ctx.rec.status = 200;
+        co_await ex.reply(json_reply(200, std::move(body), ctx));
+      }
     }
     record(ctx);
   }
@@ -1817,6 +1853,7 @@ class WorkerHandler {
   Shared& g_;
   const config::Config& cfg_;
   std::shared_ptr<const RoutingTable> table_;
+  keys::Registry::Reader keys_;  // the keys in force, as this worker last saw them
   std::uint64_t rng_ = std::random_device{}() | 1;  // canary split
   std::unique_ptr<http::Client> client_;
   std::unique_ptr<limits::WorkerLimiter> limiter_;  // null when no limit is configured

@@ -136,14 +136,16 @@ net::awaitable<ReconcileAnswer> reconcile_usage(Shared& g, const RoutingTable& t
   std::string error, param;
   const auto q = parse_reconcile_query(query_string, now, error, param);
   if (!q) co_return ReconcileAnswer{Reason::invalid_request, std::move(error), std::move(param)};
-  const config::Config& cfg = *g.cfg;
+  // The keys in force (a reload may have changed them since start).
+  const auto keyset = g.keys->current();
+  const auto& entries = keyset->entries();
   // Filters name what exists: a typo is told, not answered with an empty report.
-  if (!q->key.empty() &&
-      std::none_of(cfg.keys.begin(), cfg.keys.end(), [&](const config::ApiKey& k) { return k.name == q->key; })) {
+  if (!q->key.empty() && !keyset->find_name(q->key)) {
     co_return ReconcileAnswer{Reason::invalid_request, "key: no configured key is named " + quoted(q->key), "key"};
   }
-  if (!q->tenant.empty() &&
-      std::none_of(cfg.keys.begin(), cfg.keys.end(), [&](const config::ApiKey& k) { return k.tenant == q->tenant; })) {
+  if (!q->tenant.empty() && std::none_of(entries.begin(), entries.end(), [&](const auto& e) {
+        return e->key.tenant == q->tenant;
+      })) {
     co_return ReconcileAnswer{Reason::invalid_request, "tenant: no configured key has tenant " + quoted(q->tenant),
                               "tenant"};
   }
@@ -193,7 +195,8 @@ net::awaitable<ReconcileAnswer> reconcile_usage(Shared& g, const RoutingTable& t
   const auto selected = [&](std::string_view key, std::string_view tenant) {
     return (q->key.empty() || q->key == key) && (q->tenant.empty() || q->tenant == tenant);
   };
-  for (const auto& k : cfg.keys) {
+  for (const auto& e : entries) {
+    const config::ApiKey& k = e->key;
     if (!selected(k.name, k.tenant)) continue;
     for (const auto& alias : aliases) {
       const bool allowed = std::any_of(k.models.begin(), k.models.end(),

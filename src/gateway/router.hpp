@@ -16,6 +16,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/text.hpp"
 #include "config/config.hpp"
 #include "http/client.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -35,10 +36,7 @@ class Metrics;
 
 namespace sluice::gateway {
 
-struct StringHash {
-  using is_transparent = void;
-  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
-};
+using sluice::StringHash;
 
 // A provider endpoint's breaker (provider + host:port), shared by its backends.
 struct ProviderRuntime {

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -13,6 +14,7 @@
 #include "conversations/store.hpp"
 #include "http/client.hpp"
 #include "http/server.hpp"
+#include "keys/keys.hpp"
 #include "limits/gate.hpp"
 #include "gateway/router.hpp"
 #include "limits/limiter.hpp"
@@ -40,13 +42,12 @@ struct BatchCounters;
 struct Shared {
   std::shared_ptr<const config::Config> cfg;  // as started; routes and backends come from router's table
   Router* router = nullptr;
-  struct KeyEntry {
-    const config::ApiKey* key;
-    std::string masked;  // for logs, computed once
-    int metrics_tier = -1;
-  };
-  // By secret; looked up with a string_view (no allocation per request).
-  std::unordered_map<std::string, KeyEntry, StringHash, std::equal_to<>> keys;
+  // The API keys in force (the file's; replaced by a reload). Each worker reads it through
+  // its own keys::Registry::Reader.
+  keys::Registry* keys = nullptr;
+  // Reloads the configuration file (SIGHUP, POST /admin/reload): whether it was taken, and
+  // what was reloaded or why not. Set by the gateway.
+  std::function<std::pair<bool, std::string>()> reload;
   std::string instance;
   telemetry::AccessLog* access_log = nullptr;
   telemetry::Metrics* metrics = nullptr;

@@ -78,15 +78,33 @@ Gate::Gate(const config::Config& cfg) : cfg_(cfg) {
     }
   }
   active_ = !key_slots_.empty() || !model_slots_.empty() || !backend_slots_.empty();
+  keyed_.store(!key_slots_.empty(), std::memory_order_relaxed);
 }
 
 Gate::~Gate() = default;
 
-Gate::Need Gate::need(const config::ApiKey& key, const std::string& alias) const {
+Gate::Need Gate::need(const config::ApiKey& key, const std::string& alias) {
   Need n;
   if (!active_) return n;
   n.key = key.name;
-  if (auto it = key_slots_.find(key.name); it != key_slots_.end()) n.slots[0] = it->second.get();
+  // Keys change at runtime (reload, the key store): a key's slot is made when it is
+  // first seen with a limit, and follows its limit.
+  const int limit = key.max_in_flight >= 0 ? key.max_in_flight : cfg_.concurrency.per_key;
+  if (limit > 0 || keyed_.load(std::memory_order_relaxed)) {
+    std::lock_guard lock(mu_);
+    auto it = key_slots_.find(key.name);
+    if (it == key_slots_.end() && limit > 0) {
+      it = key_slots_.emplace(key.name, std::make_unique<Slot>(Slot{"key:" + key.name, limit, 0})).first;
+      keyed_.store(true, std::memory_order_relaxed);
+    }
+    if (it != key_slots_.end() && it->second->limit != limit) {
+      // Unlimited now: the slot stays (requests hold it) but no longer bounds.
+      const bool grew = limit <= 0 || limit > it->second->limit;
+      it->second->limit = limit > 0 ? limit : std::numeric_limits<int>::max();
+      if (grew) dispatch();
+    }
+    if (it != key_slots_.end()) n.slots[0] = it->second.get();
+  }
   if (auto it = model_slots_.find(alias); it != model_slots_.end()) n.slots[1] = it->second.get();
   if (auto b = backend_of_alias_.find(alias); b != backend_of_alias_.end()) n.slots[2] = backend_slots_.at(b->second).get();
   return n;

@@ -7,6 +7,7 @@
 // waiting takes the place of the newest request of the key with the most (which gets
 // 429 queue_full), so one key cannot fill it for all. See docs/limits.md.
 #include <array>
+#include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
@@ -90,7 +91,7 @@ class Gate {
   explicit Gate(const config::Config& cfg);
   ~Gate();
 
-  Need need(const config::ApiKey& key, const std::string& alias) const;
+  Need need(const config::ApiKey& key, const std::string& alias);
   // The class a request waits in: X-Priority if given and not above the key's allowance
   // (max_priority, else its own class: from `priority:` or its tier), else the key's
   // class; an urgent request (concurrency.urgent_keywords) is raised to urgent_class,
@@ -143,7 +144,10 @@ class Gate {
 
   const config::Config& cfg_;
   bool active_ = false;
-  std::unordered_map<std::string, std::unique_ptr<Slot>> key_slots_, model_slots_, backend_slots_;
+  // key_slots_ grows at runtime (need(), under mu_); the others are made at start.
+  std::unordered_map<std::string, std::unique_ptr<Slot>> key_slots_;
+  std::unordered_map<std::string, std::unique_ptr<Slot>> model_slots_, backend_slots_;
+  std::atomic<bool> keyed_{false};  // key_slots_ holds a slot
   std::unordered_map<std::string, std::string> backend_of_alias_;
   struct Summed {  // a model slot that is the sum of its backends' limits
     int cap = 0;   // the route's own max_in_flight (0 = none)

@@ -229,16 +229,27 @@ std::unique_ptr<const Limiter::Plan> Limiter::plan(const config::ApiKey& key, st
 
 void WorkerLimiter::checks_for(const config::ApiKey& key, std::string_view model, std::int64_t tokens,
                                Checks& out, bool requests_only) {
-  auto& list = plans_[&key];
-  const CachedPlan* cached = nullptr;
-  for (const auto& c : list) {
+  auto found = plans_.find(std::string_view(key.name));
+  if (found == plans_.end()) found = plans_.emplace(key.name, std::vector<CachedPlan>{}).first;
+  auto& list = found->second;
+  CachedPlan* cached = nullptr;
+  for (auto& c : list) {
     if (c.model == model) {
       cached = &c;
       break;
     }
   }
+  if (cached && (cached->tier != key.tier || cached->tenant != key.tenant)) {
+    cached->plan = owner_.plan(key, model);  // the key changed (a reload, the key store)
+    cached->tier = key.tier;
+    cached->tenant = key.tenant;
+    cached->slots.clear();
+    if (redis_) {
+      for (const auto& c : cached->plan->checks) cached->slots.push_back(leases_->slot(c.key));
+    }
+  }
   if (!cached) {
-    CachedPlan fresh{std::string(model), owner_.plan(key, model), {}};
+    CachedPlan fresh{std::string(model), key.tier, key.tenant, owner_.plan(key, model), {}};
     if (redis_) {
       for (const auto& c : fresh.plan->checks) fresh.slots.push_back(leases_->slot(c.key));
     }

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/text.hpp"
 #include "config/config.hpp"
 #include "limits/check.hpp"
 #include "limits/local.hpp"
@@ -222,14 +223,15 @@ class WorkerLimiter {
   // stop before touching it once the queue says the worker is gone.)
   std::unique_ptr<LeaseTable> leases_;
   std::uint64_t admits_ = 0;
-  // Plans by key, then model (a short list: the aliases that key uses). Bounded by the
-  // configuration: only configured keys and routed models reach admission.
+  // Plans by key name, then model (a short list: the aliases that key uses). Keys change
+  // at runtime (reload, the key store): a plan made for another tier or tenant of the
+  // same name is made again. Bounded by the keys ever seen and the routed models.
   struct CachedPlan {
-    std::string model;
+    std::string model, tier, tenant;
     std::unique_ptr<const Limiter::Plan> plan;
     std::vector<std::uint32_t> slots;  // per check: its counter's slot in leases_
   };
-  std::unordered_map<const config::ApiKey*, std::vector<CachedPlan>> plans_;
+  std::unordered_map<std::string, std::vector<CachedPlan>, StringHash, std::equal_to<>> plans_;
 };
 
 }  // namespace sluice::limits

@@ -1,0 +1,102 @@
+#include "keys/keys.hpp"
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include <stdexcept>
+
+#include "common/text.hpp"
+
+namespace sluice::keys {
+
+namespace {
+
+// One digest context per thread, reused (no allocation per lookup).
+struct Ctx {
+  EVP_MD_CTX* p = EVP_MD_CTX_new();
+  ~Ctx() { EVP_MD_CTX_free(p); }
+};
+
+void sha256(EVP_MD_CTX* c, std::string_view a, std::string_view b, unsigned char* out) noexcept {
+  unsigned int len = 0;
+  EVP_DigestInit_ex(c, EVP_sha256(), nullptr);
+  EVP_DigestUpdate(c, a.data(), a.size());
+  EVP_DigestUpdate(c, b.data(), b.size());
+  EVP_DigestFinal_ex(c, out, &len);
+}
+
+std::string_view bytes(const auto& a) { return {reinterpret_cast<const char*>(a.data()), a.size()}; }
+
+}  // namespace
+
+Hasher::Hasher(std::string_view server_key) {
+  std::array<unsigned char, 64> k{};
+  if (server_key.empty()) {
+    if (RAND_bytes(k.data(), 32) != 1) throw std::runtime_error("keys: no random bytes for the key hash");
+  } else if (server_key.size() > k.size()) {  // HMAC: a long key is hashed first
+    Ctx c;
+    sha256(c.p, server_key, {}, k.data());
+  } else {
+    __builtin_memcpy(k.data(), server_key.data(), server_key.size());
+  }
+  for (std::size_t i = 0; i < k.size(); ++i) {
+    ipad_[i] = k[i] ^ 0x36;
+    opad_[i] = k[i] ^ 0x5c;
+  }
+}
+
+Digest Hasher::digest(std::string_view secret) const noexcept {
+  thread_local Ctx c;
+  std::array<unsigned char, 32> inner{};
+  Digest d{};
+  sha256(c.p, bytes(ipad_), secret, inner.data());
+  sha256(c.p, bytes(opad_), bytes(inner), d.data());
+  return d;
+}
+
+std::string Hasher::hex(std::string_view secret) const {
+  const auto d = digest(secret);
+  std::string out;
+  append_hex(out, bytes(d));
+  return out;
+}
+
+std::shared_ptr<const KeySet> KeySet::from_config(const std::vector<config::ApiKey>& keys, const Hasher& hasher,
+                                                  const std::function<int(std::string_view)>& tier_index) {
+  auto set = std::make_shared<KeySet>();
+  for (const auto& k : keys) {
+    auto e = std::make_shared<Entry>();
+    e->key = k;
+    e->masked = mask_key(k.key);
+    e->metrics_tier = tier_index ? tier_index(k.tier) : -1;
+    e->from_config = true;
+    set->by_digest_.emplace(hasher.digest(k.key), e);
+    set->entries_.push_back(std::move(e));
+  }
+  return set;
+}
+
+const Entry* KeySet::find_name(std::string_view name) const noexcept {
+  for (const auto& e : entries_) {
+    if (e->key.name == name) return e.get();
+  }
+  return nullptr;
+}
+
+Registry::Registry(std::shared_ptr<const KeySet> initial, std::shared_ptr<const Hasher> hasher)
+    : set_(std::move(initial)), hasher_(std::move(hasher)) {
+  version_.store(1, std::memory_order_release);
+}
+
+void Registry::install(std::shared_ptr<const KeySet> next) {
+  std::lock_guard lock(mu_);
+  set_ = std::move(next);
+  version_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+std::shared_ptr<const KeySet> Registry::current() const {
+  std::lock_guard lock(mu_);
+  return set_;
+}
+
+}  // namespace sluice::keys

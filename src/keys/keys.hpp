@@ -1,0 +1,124 @@
+#pragma once
+// The API keys in force: an immutable set, looked up by a keyed hash (HMAC-SHA256 with
+// a server secret) of the secret a client presents, and replaced whole when keys change
+// (a configuration reload; the key store). A request keeps the set it was authenticated
+// with alive (`Snapshot`), so a change never pulls a key from under a running request.
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "config/keys.hpp"
+
+namespace sluice::keys {
+
+// HMAC-SHA256 of a secret under the server's key: what a key is found (and, in the key
+// store, kept) by. The plain secret is never kept beside it.
+using Digest = std::array<unsigned char, 32>;
+
+class Hasher {
+ public:
+  // `server_key`: any bytes (a fleet shares one so that every instance finds the same
+  // key by the same digest); empty: 32 random bytes, for this process only.
+  explicit Hasher(std::string_view server_key = {});
+  Digest digest(std::string_view secret) const noexcept;
+  // Lower-case hex of digest(secret): how the key store writes it.
+  std::string hex(std::string_view secret) const;
+
+ private:
+  std::array<unsigned char, 64> ipad_{}, opad_{};
+};
+
+struct Entry {
+  config::ApiKey key;   // `key.key` (the plain secret) is empty for keys from the store
+  std::string masked;   // for logs and records: "sk-prod-***1a2b"
+  int metrics_tier = -1;  // the tier's index in the metrics (-1: not a labelled tier)
+  bool from_config = true;  // read-only at runtime (the file is its source)
+};
+
+struct DigestHash {
+  std::size_t operator()(const Digest& d) const noexcept {
+    std::size_t h;
+    static_assert(sizeof h <= sizeof(Digest));
+    __builtin_memcpy(&h, d.data(), sizeof h);  // already uniform: a cryptographic digest
+    return h;
+  }
+};
+
+class KeySet {
+ public:
+  // Keys from the configuration (`keys`, `keys_file`, SLUICE_API_KEYS). tier_index maps
+  // a tier to its metrics label index (may be empty: -1 for all).
+  static std::shared_ptr<const KeySet> from_config(const std::vector<config::ApiKey>& keys, const Hasher& hasher,
+                                                   const std::function<int(std::string_view)>& tier_index = {});
+
+  const Entry* find(const Digest& d) const noexcept {
+    auto it = by_digest_.find(d);
+    return it == by_digest_.end() ? nullptr : it->second.get();
+  }
+  const Entry* find_name(std::string_view name) const noexcept;
+  // Every key, in the order given (configuration first).
+  const std::vector<std::shared_ptr<const Entry>>& entries() const noexcept { return entries_; }
+  std::size_t size() const noexcept { return entries_.size(); }
+
+ private:
+  std::vector<std::shared_ptr<const Entry>> entries_;
+  std::unordered_map<Digest, std::shared_ptr<const Entry>, DigestHash> by_digest_;
+};
+
+// What a request holds: the key it was authenticated as, and the set that owns it.
+struct Snapshot {
+  std::shared_ptr<const KeySet> set;
+  const Entry* entry = nullptr;
+};
+
+// The set in force. current() is read by every request: one relaxed atomic load when
+// nothing changed since the caller's last look (Reader), a lock only after a change.
+class Registry {
+ public:
+  Registry(std::shared_ptr<const KeySet> initial, std::shared_ptr<const Hasher> hasher);
+
+  void install(std::shared_ptr<const KeySet> next);
+  std::shared_ptr<const KeySet> current() const;
+  std::uint64_t version() const noexcept { return version_.load(std::memory_order_acquire); }
+  const Hasher& hasher() const noexcept { return *hasher_; }
+
+  // A worker's view: keeps its own reference to the set, refreshed when the version moved.
+  class Reader {
+   public:
+    explicit Reader(const Registry& r) : r_(r) {}
+    const std::shared_ptr<const KeySet>& get() {
+      const auto v = r_.version();
+      if (v != seen_ || !set_) {
+        set_ = r_.current();
+        seen_ = v;
+      }
+      return set_;
+    }
+    // The key whose secret this is, or an empty entry.
+    Snapshot find(std::string_view secret) {
+      Snapshot s{get(), nullptr};
+      s.entry = s.set->find(r_.hasher().digest(secret));
+      return s;
+    }
+
+   private:
+    const Registry& r_;
+    std::shared_ptr<const KeySet> set_;
+    std::uint64_t seen_ = ~std::uint64_t{0};
+  };
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<const KeySet> set_;
+  std::atomic<std::uint64_t> version_{0};
+  std::shared_ptr<const Hasher> hasher_;
+};
+
+}  // namespace sluice::keys
