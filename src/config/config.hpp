@@ -52,6 +52,7 @@ struct Config {
   std::string admin_listen_host;  // empty: no admin listener
   std::uint16_t admin_listen_port = 0;
   std::vector<ApiKey> keys;
+  KeyStoreSettings key_store;
   std::vector<Route> routes;
   // Top-level OpenAI parameters with a checked range (temperature, top_p, max_tokens...).
   Ranges params;

@@ -1,6 +1,7 @@
 #pragma once
 // Client API keys (`keys`, `keys_file`, SLUICE_API_KEYS). Declared in
 // config/sections/keys.cpp.
+#include <chrono>
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -21,6 +22,9 @@ struct ApiKey {
   std::string tier = "standard";
   std::vector<std::string> models;  // aliases this key may use; "*" = all
   bool admin = false;
+  // Reads what an admin key reads (/admin/keys, /infra...) and changes nothing: a role
+  // of the key store's keys (role: viewer).
+  bool viewer = false;
   int max_in_flight = -1;      // -1: concurrency.per_key
   std::optional<Priority> priority;  // highest queue class; default from the tier
   // The highest class a request of this key may ask for (X-Priority) or be raised to
@@ -35,6 +39,17 @@ struct ApiKey {
     }
     return false;
   }
+};
+
+// Keys managed at runtime (`key_store`, docs/admin.md): kept in the history's database,
+// hashed with `secret`, created and changed through /admin/keys, seen by every instance
+// within `poll`.
+struct KeyStoreSettings {
+  bool enabled = false;
+  // The HMAC key the stored digests are made with: one for the whole fleet, at least 16
+  // bytes. Changing it makes every stored key unusable.
+  std::string secret;
+  std::chrono::milliseconds poll{1000};  // how often the store's version is read
 };
 
 }  // namespace sluice::config

@@ -135,6 +135,7 @@ void Loader::validate(Config& c) {
   check_rate_limits(*this, c);
   check_guardrails(*this, c);
   check_cache(*this, c);
+  check_key_store(*this, c);
 }
 
 LoadResult Loader::run(const YAML::Node& root) {
@@ -148,6 +149,7 @@ LoadResult Loader::run(const YAML::Node& root) {
   records_env(*this, *c);
   rate_limits_env(*this, *c);
   keys_env(*this, *c);
+  key_store_env(*this, *c);
   validate(*c);
 
   // With port 0 the port is known only after binding; the gateway then names the

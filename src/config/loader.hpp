@@ -236,6 +236,9 @@ void check_records(Loader& l, Config& c);
 void read_guardrails(Loader& l, const YAML::Node& n, Config& c);
 void check_guardrails(Loader& l, Config& c);
 void check_cache(Loader& l, Config& c);
+void read_key_store(Loader& l, const YAML::Node& n, Config& c);
+void key_store_env(Loader& l, Config& c);
+void check_key_store(Loader& l, const Config& c);
 
 // cache.cpp: the response cache and a route's use of it.
 void read_cache(Loader& l, const YAML::Node& n, Config& c);

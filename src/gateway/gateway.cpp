@@ -20,6 +20,7 @@
 #include "conversations/store.hpp"
 #include "common/text.hpp"
 #include "gateway/embed_batch.hpp"
+#include "gateway/key_store.hpp"
 #include "gateway/state.hpp"
 #include "http/server.hpp"
 #include "sim/sim.hpp"
@@ -166,9 +167,11 @@ class GatewayImpl final : public Gateway {
     shared_.access_log = access_log_.get();
     metrics_ = make_metrics(c);
     shared_.metrics = metrics_.get();
-    // Keys are found by a keyed hash of their secret; with keys only from the file, the
-    // hash's key is this process's own (random).
-    auto hasher = std::make_shared<const keys::Hasher>();
+    // Keys are found by a keyed hash of their secret: with the key store, the fleet's
+    // key_store.secret (the store keeps those digests); else this process's own (random).
+    auto hasher = std::make_shared<const keys::Hasher>(c.key_store.enabled ? c.key_store.secret : std::string());
+    keys_cfg_ = shared_.cfg;
+    hasher_ = hasher;
     keys_ = std::make_unique<keys::Registry>(key_set(c, *hasher), hasher);
     shared_.keys = keys_.get();
     limiter_ = std::make_unique<limits::Limiter>(shared_.cfg);
@@ -197,6 +200,7 @@ class GatewayImpl final : public Gateway {
     router_->on_hold([gate = gate_.get()](const std::string& alias, bool held) { gate->hold(alias, held); });
     router_->on_limit([gate = gate_.get()](const std::string& backend, int limit) { gate->limit_backend(backend, limit); });
     router_->start();
+    start_key_store(c);
 
     http::ServerOptions so;
     so.host = c.listen_host;
@@ -336,6 +340,7 @@ class GatewayImpl final : public Gateway {
       }
     }
     std::shared_ptr<const keys::KeySet> next_keys;
+    std::unique_lock keys_lock(keys_mu_);
     if (message.empty()) {
       try {
         next_keys = key_set(*res.config, keys_->hasher());  // before anything changes
@@ -349,7 +354,9 @@ class GatewayImpl final : public Gateway {
       std::cerr << "sluice: reload of " << path << " refused, the running configuration stays: " << message << std::endl;
       return {false, message};
     }
+    keys_cfg_ = res.config;
     keys_->install(next_keys);
+    keys_lock.unlock();
     const auto t = router_->table();
     std::string done = std::to_string(next_keys->size()) + " keys, " + std::to_string(t->routes.size()) +
                        " routes, routing table version " + std::to_string(t->version) +
@@ -364,6 +371,7 @@ class GatewayImpl final : public Gateway {
     router_->stop();
     access_log_->flush();
     queries_.join();
+    key_store_.reset();  // its poll thread
   }
 
  private:
@@ -373,8 +381,35 @@ class GatewayImpl final : public Gateway {
                                 : hostname() + ":pid" + std::to_string(::getpid());
   }
 
+  // The file's keys (of `c`) with the store's last read. Under keys_mu_.
   std::shared_ptr<const keys::KeySet> key_set(const config::Config& c, const keys::Hasher& h) const {
-    return keys::KeySet::from_config(c.keys, h, [this](std::string_view tier) { return metrics_->tier_index(tier); });
+    std::vector<std::string> shadowed;
+    auto set = keys::KeySet::build(
+        c.keys, stored_, h, [this](std::string_view tier) { return metrics_->tier_index(tier); }, &shadowed);
+    for (const auto& name : shadowed) {
+      std::cerr << "sluice: key_store: key '" << name << "' is also in the configuration file; the file's is used"
+                << std::endl;
+    }
+    return set;
+  }
+
+  // The key store read anew: its keys with the file's in force.
+  void install_stored(std::vector<keys::Stored> stored) {
+    std::lock_guard lock(keys_mu_);
+    stored_ = std::move(stored);
+    keys_->install(key_set(*keys_cfg_, keys_->hasher()));
+  }
+
+  void start_key_store(const config::Config& c) {
+    if (!c.key_store.enabled) return;
+    KeyStore::Names names{
+        .alias = [this](std::string_view a) { return router_->table()->find(a) != nullptr; },
+        .guardrails = [this](std::string_view p) { return shared_.guards && shared_.guards->find(p); },
+    };
+    key_store_ = std::make_unique<KeyStore>(
+        c, hasher_,
+        [this](std::vector<keys::Stored> s) { install_stored(std::move(s)); }, std::move(names));
+    shared_.key_store = key_store_.get();
   }
 
   static std::unique_ptr<telemetry::Metrics> make_metrics(const config::Config& c) {
@@ -395,6 +430,11 @@ class GatewayImpl final : public Gateway {
   std::unique_ptr<telemetry::Metrics> metrics_;
   std::unique_ptr<keys::Registry> keys_;
   std::mutex reload_mu_;
+  mutable std::mutex keys_mu_;  // what the key set is built from:
+  std::shared_ptr<const config::Config> keys_cfg_;  // the file's keys (as last loaded)
+  std::vector<keys::Stored> stored_;                // the store's (as last read)
+  std::shared_ptr<const keys::Hasher> hasher_;
+  std::unique_ptr<KeyStore> key_store_;  // stopped in join(), after the queries (its calls)
   // Destroyed after the access log (which feeds them) and after the query thread.
   std::unique_ptr<history::History> history_;
   std::unique_ptr<events::EventSink> events_;

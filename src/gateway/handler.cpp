@@ -14,6 +14,7 @@
 #include "common/text.hpp"
 #include "filters/registry.hpp"
 #include "gateway/cache_admin.hpp"
+#include "gateway/key_store.hpp"
 #include "gateway/embed_batch.hpp"
 #include "gateway/reconcile.hpp"
 #include "gateway/state.hpp"
@@ -220,8 +221,12 @@ class WorkerHandler {
       co_await admin_reload(ex, ctx, method);
       co_return;
     }
+    if (path == "/admin/keys" || path.starts_with("/admin/keys/")) {
+      co_await admin_keys(ex, ctx, method, path.substr(std::string_view("/admin/keys").size()));
+      co_return;
+    }
     if (admin_listener_) {
-      co_await ex.reply(json_reply(404, error_body(Reason::not_found, "the admin listener serves /health, /ready, /metrics, /infra, /admin/usage/reconcile, /admin/cache and /admin/reload"), ctx));
+      co_await ex.reply(json_reply(404, error_body(Reason::not_found, "the admin listener serves /health, /ready, /metrics, /infra, /admin/usage/reconcile, /admin/cache, /admin/reload and /admin/keys"), ctx));
       co_return;
     }
     // In flight from here until the coroutine ends, however it ends.
@@ -358,7 +363,7 @@ class WorkerHandler {
       secret = req.header("x-api-key");
     }
     if (secret.empty()) return Reason::missing_key;
-    auto found = keys_.find(secret);
+    auto found = keys_.find(secret, unix_ms_now());
     if (!found.entry) {
       ctx.rec.key_masked = mask_key(secret);
       return Reason::invalid_key;
@@ -455,8 +460,8 @@ class WorkerHandler {
     if (answer.reason != Reason::ok) {
       co_await local_reply(ex, ctx, answer.reason, std::move(answer.body), answer.param);
     } else {
-      ctx.rec.status = 200;
-      co_await ex.reply(json_reply(200, std::move(answer.body), ctx));
+      ctx.rec.status = answer.status;
+      co_await ex.reply(json_reply(answer.status, std::move(answer.body), ctx));
     }
   }
 
@@ -503,6 +508,35 @@ class WorkerHandler {
         ctx.rec.status = 200;
         co_await ex.reply(json_reply(200, std::move(body), ctx));
       }
+    }
+    record(ctx);
+  }
+
+  // /admin/keys (key_store.hpp): keys managed at runtime. Reading needs an admin or viewer
+  // key, changing an admin key (none on the admin listener). A change is a record (the
+  // history and the events name the admin key that made it); a read is not.
+  awaitable<void> admin_keys(http::Exchange& ex, Context& ctx, std::string_view method, std::string_view rest) {
+    const bool read = method == "GET" || method == "HEAD";
+    ctx.rec.to_sinks = !read;
+    static const config::ApiKey kAdminListener = [] {
+      config::ApiKey k;
+      k.name = "admin-listener";
+      k.admin = true;
+      return k;
+    }();
+    if (auto denied = admin_listener_ ? std::optional<Reason>{} : authenticate(ex, ctx)) {
+      co_await auth_failure(ex, ctx, *denied);
+    } else if (!admin_listener_ && !ctx.key->admin && !ctx.key->viewer) {
+      co_await local_reply(ex, ctx, Reason::forbidden, "only an admin or viewer key may use /admin/keys");
+    } else if (!g_.key_store) {
+      co_await local_reply(ex, ctx, Reason::not_found, "the key store is off (key_store.enabled)");
+    } else {
+      const config::ApiKey& by = admin_listener_ ? kAdminListener : *ctx.key;
+      auto set = keys_.get();  // the keys in force, held while the call runs
+      const std::string body(ex.request().body());
+      auto run = [&]() -> awaitable<ReconcileAnswer> { co_return g_.key_store->handle(method, rest, body, *set, by); };
+      ReconcileAnswer answer = co_await net::co_spawn(g_.query_executor, run, net::use_awaitable);
+      co_await admin_reply(ex, ctx, answer);
     }
     record(ctx);
   }

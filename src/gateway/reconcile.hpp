@@ -31,6 +31,7 @@ struct ReconcileAnswer {
   Reason reason = Reason::ok;  // ok: `body` is the report; else `body` is the error message
   std::string body;
   std::string param;           // the parameter a 400 is about
+  int status = 200;            // with reason ok: 200, or 201 for a thing created
 };
 
 // Builds the report. The history is read on the query executor and Redis on a worker's

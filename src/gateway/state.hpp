@@ -38,6 +38,7 @@ class EventSink;
 namespace sluice::gateway {
 
 struct BatchCounters;
+class KeyStore;
 
 struct Shared {
   std::shared_ptr<const config::Config> cfg;  // as started; routes and backends come from router's table
@@ -45,6 +46,7 @@ struct Shared {
   // The API keys in force (the file's; replaced by a reload). Each worker reads it through
   // its own keys::Registry::Reader.
   keys::Registry* keys = nullptr;
+  KeyStore* key_store = nullptr;  // keys managed at runtime (null: key_store off)
   // Reloads the configuration file (SIGHUP, POST /admin/reload): whether it was taken, and
   // what was reloaded or why not. Set by the gateway.
   std::function<std::pair<bool, std::string>()> reload;

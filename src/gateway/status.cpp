@@ -6,6 +6,7 @@
 #include "cache/cache.hpp"
 #include "guard/guard.hpp"
 #include "gateway/embed_batch.hpp"
+#include "gateway/key_store.hpp"
 #include "gateway/state.hpp"
 #include "events/events.hpp"
 #include "history/history.hpp"
@@ -286,6 +287,13 @@ std::string render_infra(const Shared& g) {
   if (g.router) {
     o += ",\"routing\":";
     g.router->render_infra(o);
+  }
+  if (g.keys) {
+    const auto set = g.keys->current();
+    o += ",\"keys\":{\"in_force\":" + std::to_string(set->size()) + ",\"version\":" +
+         std::to_string(g.keys->version()) + ",\"store\":";
+    o += g.key_store ? g.key_store->status_json() : "null";
+    o += "}";
   }
   if (g.gate) {
     const auto s = g.gate->snapshot();

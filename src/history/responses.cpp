@@ -1,18 +1,13 @@
 // Stored responses in the history's database (responses.hpp).
 #include "history/responses.hpp"
 
-#include <atomic>
-#include <mutex>
-
 #include "config/records.hpp"
-#include "history/db.hpp"
+#include "history/own_connection.hpp"
 
 namespace sluice::history {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-constexpr auto kStatementTimeout = std::chrono::milliseconds(5000);
 // Expired rows are deleted every this many writes, this many at a time: the table stays
 // near what the TTL holds without a sweep that takes the database for long.
 constexpr int kSweepEvery = 64;
@@ -20,54 +15,9 @@ constexpr int kSweepRows = 256;
 
 }  // namespace
 
-struct ResponseTable::Impl {
-  config::HistorySettings settings;
-  std::mutex mu;  // one call at a time on the connection
-  std::unique_ptr<Connection> conn;
-  Clock::time_point next_connect{};
-  mutable std::mutex error_mu;  // (status reads do not wait for a call in progress)
-  std::string last_error;
-  std::atomic<bool> up{false};
+struct ResponseTable::Impl : OwnConnection {
+  using OwnConnection::OwnConnection;
   int writes = 0;
-
-  // The connection, opened (and the schema migrated) when there is none; null when the
-  // database cannot be reached now.
-  Connection* connection() {
-    if (conn) return conn.get();
-    if (Clock::now() < next_connect) return nullptr;
-    next_connect = Clock::now() + settings.retry_interval;
-    std::string error;
-    auto c = settings.backend == config::HistoryBackend::postgres
-                 ? open_postgres(settings.url, settings.connect_timeout, kStatementTimeout, error)
-                 : open_sqlite(settings.sqlite_path, false, error);
-    int version = 0;
-    if (c && error.empty()) error = migrate(*c, version);
-    if (!c || !error.empty()) {
-      fail(error.empty() ? "cannot open the database" : error);
-      return nullptr;
-    }
-    conn = std::move(c);
-    return conn.get();
-  }
-
-  void fail(std::string error) {
-    if (settings.backend == config::HistoryBackend::postgres) error = scrub_password(std::move(error), settings.url);
-    {
-      std::lock_guard lock(error_mu);
-      last_error = std::move(error);
-    }
-    up = false;
-    conn.reset();  // opened again by a later call, after retry_interval: the calls queued
-    next_connect = Clock::now() + settings.retry_interval;  // behind this one fail at once
-  }
-
-  void ok() {
-    std::lock_guard lock(error_mu);
-    last_error.clear();
-    up = true;
-  }
-
-  std::string p(int n) const { return placeholder(conn->dialect(), n); }
 };
 
 ResponseTable::ResponseTable(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -78,8 +28,7 @@ std::unique_ptr<ResponseTable> ResponseTable::create(const config::HistorySettin
     if (error) *error = "responses.store database needs the history's database (records.history)";
     return nullptr;
   }
-  auto impl = std::make_unique<Impl>();
-  impl->settings = settings;
+  auto impl = std::make_unique<Impl>(settings);
   return std::unique_ptr<ResponseTable>(new ResponseTable(std::move(impl)));
 }
 
@@ -156,9 +105,6 @@ std::optional<bool> ResponseTable::erase(std::string_view tenant, std::string_vi
 
 bool ResponseTable::up() const { return impl_->up; }
 
-std::string ResponseTable::error() const {
-  std::lock_guard lock(impl_->error_mu);
-  return impl_->last_error;
-}
+std::string ResponseTable::error() const { return impl_->error(); }
 
 }  // namespace sluice::history

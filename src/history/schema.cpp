@@ -149,7 +149,36 @@ ALTER TABLE requests ADD COLUMN saved_tokens BIGINT;
 ALTER TABLE requests ADD COLUMN guard TEXT;
 )";
 
+// Migration 5: the key store (key_store, history/key_table.cpp): keys by name, found by
+// the HMAC of their secret (never the secret), with the fleet's change counter in
+// api_keys_version (one row, bumped by every write in the same transaction).
+constexpr std::string_view kMigration5 = R"(
+CREATE TABLE api_keys (
+  name TEXT PRIMARY KEY,
+  digest TEXT NOT NULL UNIQUE,
+  masked TEXT NOT NULL,
+  tenant TEXT NOT NULL,
+  tier TEXT NOT NULL,
+  models TEXT NOT NULL,
+  role TEXT NOT NULL,
+  max_in_flight BIGINT NOT NULL,
+  priority TEXT,
+  max_priority TEXT,
+  guardrails TEXT,
+  expires_ms BIGINT,
+  enabled INTEGER NOT NULL,
+  created_ms BIGINT NOT NULL,
+  updated_ms BIGINT NOT NULL,
+  created_by TEXT,
+  old_digest TEXT,
+  old_until_ms BIGINT
+);
+CREATE TABLE api_keys_version (id INTEGER PRIMARY KEY, version BIGINT NOT NULL);
+INSERT INTO api_keys_version (id, version) VALUES (1, 0);
+)";
+
 std::string migration_sql(Dialect d, int version) {
+  if (version == 5) return std::string(kMigration5);
   if (version == 4) return std::string(kMigration4);
   if (version == 3) return std::string(kMigration3);
   if (version == 2) return std::string(d == Dialect::sqlite ? kMigration2Sqlite : kMigration2Postgres);

@@ -61,26 +61,66 @@ std::string Hasher::hex(std::string_view secret) const {
   return out;
 }
 
+bool parse_digest(std::string_view hex, Digest& out) noexcept {
+  if (hex.size() != out.size() * 2) return false;
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out[i] = static_cast<unsigned char>(hi << 4 | lo);
+  }
+  return true;
+}
+
 std::shared_ptr<const KeySet> KeySet::from_config(const std::vector<config::ApiKey>& keys, const Hasher& hasher,
                                                   const std::function<int(std::string_view)>& tier_index) {
+  return build(keys, {}, hasher, tier_index);
+}
+
+std::shared_ptr<const KeySet> KeySet::build(const std::vector<config::ApiKey>& keys, const std::vector<Stored>& stored,
+                                            const Hasher& hasher, const std::function<int(std::string_view)>& tier_index,
+                                            std::vector<std::string>* shadowed) {
   auto set = std::make_shared<KeySet>();
+  const auto tier_of = [&](const std::string& tier) { return tier_index ? tier_index(tier) : -1; };
   for (const auto& k : keys) {
     auto e = std::make_shared<Entry>();
     e->key = k;
     e->masked = mask_key(k.key);
-    e->metrics_tier = tier_index ? tier_index(k.tier) : -1;
+    e->metrics_tier = tier_of(k.tier);
     e->from_config = true;
-    set->by_digest_.emplace(hasher.digest(k.key), e);
+    set->by_digest_.emplace(hasher.digest(k.key), Found{e, -1});
+    set->add_name(e);
+    set->entries_.push_back(std::move(e));
+  }
+  for (const auto& s : stored) {
+    if (set->find_name(s.key.name)) {
+      if (shadowed) shadowed->push_back(s.key.name);
+      continue;
+    }
+    auto e = std::make_shared<Entry>();
+    e->key = s.key;
+    e->masked = s.masked;
+    e->metrics_tier = tier_of(s.key.tier);
+    e->from_config = false;
+    e->expires_ms = s.expires_ms;
+    if (s.enabled) {
+      // A digest already taken (a file key's secret) stays the file's.
+      set->by_digest_.emplace(s.digest, Found{e, -1});
+      if (s.has_old && s.old_until_ms >= 0) set->by_digest_.emplace(s.old_digest, Found{e, s.old_until_ms});
+    }
+    set->add_name(e);
     set->entries_.push_back(std::move(e));
   }
   return set;
 }
 
 const Entry* KeySet::find_name(std::string_view name) const noexcept {
-  for (const auto& e : entries_) {
-    if (e->key.name == name) return e.get();
-  }
-  return nullptr;
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
 }
 
 Registry::Registry(std::shared_ptr<const KeySet> initial, std::shared_ptr<const Hasher> hasher)

@@ -35,11 +35,28 @@ class Hasher {
   std::array<unsigned char, 64> ipad_{}, opad_{};
 };
 
+// Lower-case hex (64 characters) to a digest; false if it is not one.
+bool parse_digest(std::string_view hex, Digest& out) noexcept;
+
 struct Entry {
   config::ApiKey key;   // `key.key` (the plain secret) is empty for keys from the store
   std::string masked;   // for logs and records: "sk-prod-***1a2b"
   int metrics_tier = -1;  // the tier's index in the metrics (-1: not a labelled tier)
   bool from_config = true;  // read-only at runtime (the file is its source)
+  std::int64_t expires_ms = -1;  // Unix ms after which it is refused (-1: never)
+};
+
+// A key of the key store, as read: found by its digest (and, until old_until_ms, by its
+// previous secret's: a rotation's grace).
+struct Stored {
+  config::ApiKey key;  // key.key empty
+  std::string masked;
+  Digest digest{};
+  bool has_old = false;
+  Digest old_digest{};
+  std::int64_t old_until_ms = -1;
+  std::int64_t expires_ms = -1;
+  bool enabled = true;
 };
 
 struct DigestHash {
@@ -57,10 +74,22 @@ class KeySet {
   // a tier to its metrics label index (may be empty: -1 for all).
   static std::shared_ptr<const KeySet> from_config(const std::vector<config::ApiKey>& keys, const Hasher& hasher,
                                                    const std::function<int(std::string_view)>& tier_index = {});
+  // The file's keys and the store's. A stored key named like a file key is left out (the
+  // file wins; `shadowed` names it); a disabled one is listed but not found by digest.
+  static std::shared_ptr<const KeySet> build(const std::vector<config::ApiKey>& keys, const std::vector<Stored>& stored,
+                                             const Hasher& hasher,
+                                             const std::function<int(std::string_view)>& tier_index = {},
+                                             std::vector<std::string>* shadowed = nullptr);
 
-  const Entry* find(const Digest& d) const noexcept {
+  // The key with this digest, in force at now_ms (not expired; an old secret within its
+  // grace); null if none.
+  const Entry* find(const Digest& d, std::int64_t now_ms) const noexcept {
     auto it = by_digest_.find(d);
-    return it == by_digest_.end() ? nullptr : it->second.get();
+    if (it == by_digest_.end()) return nullptr;
+    const Found& f = it->second;
+    if (f.until_ms >= 0 && now_ms >= f.until_ms) return nullptr;
+    if (f.entry->expires_ms >= 0 && now_ms >= f.entry->expires_ms) return nullptr;
+    return f.entry.get();
   }
   const Entry* find_name(std::string_view name) const noexcept;
   // Every key, in the order given (configuration first).
@@ -68,8 +97,15 @@ class KeySet {
   std::size_t size() const noexcept { return entries_.size(); }
 
  private:
+  struct Found {
+    std::shared_ptr<const Entry> entry;
+    std::int64_t until_ms = -1;  // a rotated key's old secret: valid until then
+  };
+  void add_name(const std::shared_ptr<const Entry>& e) { by_name_.emplace(e->key.name, e.get()); }
+
   std::vector<std::shared_ptr<const Entry>> entries_;
-  std::unordered_map<Digest, std::shared_ptr<const Entry>, DigestHash> by_digest_;
+  std::unordered_map<Digest, Found, DigestHash> by_digest_;
+  std::unordered_map<std::string_view, const Entry*> by_name_;  // into entries_
 };
 
 // What a request holds: the key it was authenticated as, and the set that owns it.
@@ -101,10 +137,10 @@ class Registry {
       }
       return set_;
     }
-    // The key whose secret this is, or an empty entry.
-    Snapshot find(std::string_view secret) {
+    // The key whose secret this is, in force at now_ms, or an empty entry.
+    Snapshot find(std::string_view secret, std::int64_t now_ms) {
       Snapshot s{get(), nullptr};
-      s.entry = s.set->find(r_.hasher().digest(secret));
+      s.entry = s.set->find(r_.hasher().digest(secret), now_ms);
       return s;
     }
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/text.hpp"
+#include "config/records.hpp"
 #include "config/schema.hpp"
 
 namespace sluice::config::detail {
@@ -80,6 +81,27 @@ const Table<ApiKey>& keys_table() {
                            k.max_priority = pr;
                            return true;
                          }),
+      }};
+  return t;
+}
+
+const Table<KeyStoreSettings>& key_store_table() {
+  static const Table<KeyStoreSettings> t{
+      "key_store",
+      {
+          boolean("enabled", &KeyStoreSettings::enabled,
+                  "Keys managed at runtime through `/admin/keys`, kept in the history's database (SQLite or "
+                  "PostgreSQL; `history.backend` must not be `none`) and seen by every instance sharing it "
+                  "(`docs/admin.md`). The file's keys keep working and are read-only there."),
+          text("secret", &KeyStoreSettings::secret,
+               "The key of the HMAC-SHA256 the stored keys are kept under (never the secrets themselves): the same "
+               "on every instance of a fleet, at least 16 characters. Changing it makes every stored key unusable. "
+               "Prefer the environment variable to the file.")
+              .with_default("none")
+              .from_env("SLUICE_KEY_STORE_SECRET"),
+          duration("poll", &KeyStoreSettings::poll, Millis{100},
+                   "How often each instance reads the store's version (one small query); a change made on another "
+                   "instance is in force here within this time."),
       }};
   return t;
 }
@@ -248,6 +270,29 @@ std::string describe_keys(const Config& c) {
   return out;
 }
 
-void keys_reference(std::vector<TableDoc>& out) { out.push_back(keys_table().doc()); }
+void read_key_store(Loader& l, const YAML::Node& n, Config& c) {
+  if (n.IsNull()) return;
+  key_store_table().read(l, n, "key_store", c.key_store);
+}
+
+void key_store_env(Loader& l, Config& c) { key_store_table().apply_env(l, c.key_store); }
+
+void check_key_store(Loader& l, const Config& c) {
+  const auto& ks = c.key_store;
+  if (!ks.enabled) return;
+  if (c.history.backend == HistoryBackend::none) {
+    l.error("key_store.enabled", 0, "the key store lives in the history's database: history.backend must not be none");
+  }
+  if (ks.secret.size() < kMinKeySecretLength) {
+    l.error("key_store.secret", 0,
+            "must be at least " + std::to_string(kMinKeySecretLength) +
+                " characters (set it in the file or SLUICE_KEY_STORE_SECRET; the same on every instance)");
+  }
+}
+
+void keys_reference(std::vector<TableDoc>& out) {
+  out.push_back(keys_table().doc());
+  out.push_back(key_store_table().doc());
+}
 
 }  // namespace sluice::config::detail

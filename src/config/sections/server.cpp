@@ -256,6 +256,8 @@ const Table<Config>& root_table() {
           delegate("guardrails", "list of maps", "none",
                    "Screening policies, see `guardrails[]` (`docs/guardrails.md`); routes and keys use them by name.",
                    read_guardrails),
+          delegate("key_store", "map", "see `key_store`",
+                   "Keys managed at runtime through `/admin/keys` (`docs/admin.md`).", read_key_store),
           delegate("cache", "map", "see `cache`", "The response cache (`docs/cache.md`); routes opt in with `models[].cache`.",
                    read_cache),
           delegate("routing", "map", "see `routing`",

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <thread>
 
 namespace sluice::keys {
@@ -33,14 +34,14 @@ TEST(KeySet, FindsByDigestAndName) {
   Hasher h("server");
   auto set = KeySet::from_config({key("a", "sk-aaaaaaaaaaaaaaaa", "gold"), key("b", "sk-bbbbbbbbbbbbbbbb")}, h,
                                  [](std::string_view t) { return t == "gold" ? 3 : -1; });
-  const Entry* a = set->find(h.digest("sk-aaaaaaaaaaaaaaaa"));
+  const Entry* a = set->find(h.digest("sk-aaaaaaaaaaaaaaaa"), 0);
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(a->key.name, "a");
   EXPECT_EQ(a->metrics_tier, 3);
   EXPECT_EQ(a->masked, "sk-***aaaa");
   EXPECT_TRUE(a->from_config);
-  EXPECT_EQ(set->find(h.digest("sk-aaaaaaaaaaaaaaab")), nullptr);
-  EXPECT_EQ(set->find(h.digest("")), nullptr);
+  EXPECT_EQ(set->find(h.digest("sk-aaaaaaaaaaaaaaab"), 0), nullptr);
+  EXPECT_EQ(set->find(h.digest(""), 0), nullptr);
   EXPECT_EQ(set->find_name("b")->key.key, "sk-bbbbbbbbbbbbbbbb");
   EXPECT_EQ(set->find_name("c"), nullptr);
   EXPECT_EQ(set->size(), 2u);
@@ -50,11 +51,11 @@ TEST(Registry, AReaderSeesAnInstalledSetAndARequestKeepsItsOwn) {
   auto h = std::make_shared<Hasher>("server");
   Registry reg(KeySet::from_config({key("a", "sk-aaaaaaaaaaaaaaaa")}, *h), h);
   Registry::Reader reader(reg);
-  Snapshot held = reader.find("sk-aaaaaaaaaaaaaaaa");
+  Snapshot held = reader.find("sk-aaaaaaaaaaaaaaaa", 0);
   ASSERT_NE(held.entry, nullptr);
   reg.install(KeySet::from_config({key("b", "sk-bbbbbbbbbbbbbbbb")}, *h));
-  EXPECT_EQ(reader.find("sk-aaaaaaaaaaaaaaaa").entry, nullptr) << "revoked: refused at once";
-  EXPECT_NE(reader.find("sk-bbbbbbbbbbbbbbbb").entry, nullptr);
+  EXPECT_EQ(reader.find("sk-aaaaaaaaaaaaaaaa", 0).entry, nullptr) << "revoked: refused at once";
+  EXPECT_NE(reader.find("sk-bbbbbbbbbbbbbbbb", 0).entry, nullptr);
   EXPECT_EQ(held.entry->key.name, "a") << "the running request's key stays valid";
 }
 
@@ -66,7 +67,7 @@ TEST(Registry, ReadersOnOtherThreadsSeeEveryInstall) {
   std::thread t([&] {
     Registry::Reader r(reg);
     while (!stop.load()) {
-      if (r.find("sk-bbbbbbbbbbbbbbbb").entry) seen.store(1);
+      if (r.find("sk-bbbbbbbbbbbbbbbb", 0).entry) seen.store(1);
     }
   });
   reg.install(KeySet::from_config({key("b", "sk-bbbbbbbbbbbbbbbb")}, *h));
@@ -74,6 +75,57 @@ TEST(Registry, ReadersOnOtherThreadsSeeEveryInstall) {
   stop.store(true);
   t.join();
   EXPECT_EQ(seen.load(), 1);
+}
+
+Stored stored(std::string name, const Hasher& h, std::string_view secret) {
+  Stored s;
+  s.key.name = std::move(name);
+  s.key.tier = "standard";
+  s.key.models = {"*"};
+  s.masked = "sk-***" + std::string(secret.substr(secret.size() - 4));
+  s.digest = h.digest(secret);
+  return s;
+}
+
+TEST(KeySet, StoredKeysExpireDisableRotateAndYieldToTheFile) {
+  Hasher h("server");
+  std::vector<Stored> st;
+  st.push_back(stored("live", h, "sk-live-000000000000"));
+  st.push_back(stored("off", h, "sk-off-0000000000000"));
+  st.back().enabled = false;
+  st.push_back(stored("ends", h, "sk-ends-000000000000"));
+  st.back().expires_ms = 1000;
+  st.push_back(stored("rotated", h, "sk-new-0000000000000"));
+  st.back().has_old = true;
+  st.back().old_digest = h.digest("sk-old-0000000000000");
+  st.back().old_until_ms = 500;
+  st.push_back(stored("a", h, "sk-shadow-0000000000"));  // the file has a key named a
+  std::vector<std::string> shadowed;
+  auto set = KeySet::build({key("a", "sk-aaaaaaaaaaaaaaaa")}, st, h, {}, &shadowed);
+  EXPECT_EQ(shadowed, std::vector<std::string>{"a"});
+  EXPECT_EQ(set->find(h.digest("sk-shadow-0000000000"), 0), nullptr);
+  EXPECT_TRUE(set->find_name("a")->from_config);
+  ASSERT_NE(set->find(h.digest("sk-live-000000000000"), 0), nullptr);
+  EXPECT_FALSE(set->find(h.digest("sk-live-000000000000"), 0)->from_config);
+  EXPECT_EQ(set->find(h.digest("sk-off-0000000000000"), 0), nullptr) << "disabled";
+  EXPECT_NE(set->find_name("off"), nullptr) << "but listed";
+  EXPECT_NE(set->find(h.digest("sk-ends-000000000000"), 999), nullptr);
+  EXPECT_EQ(set->find(h.digest("sk-ends-000000000000"), 1000), nullptr) << "expired";
+  EXPECT_NE(set->find(h.digest("sk-new-0000000000000"), 10'000), nullptr);
+  EXPECT_NE(set->find(h.digest("sk-old-0000000000000"), 499), nullptr) << "the old secret within its grace";
+  EXPECT_EQ(set->find(h.digest("sk-old-0000000000000"), 500), nullptr) << "and not after";
+}
+
+TEST(Digest, ParsesLowerCaseHexOnly) {
+  Hasher h("server");
+  Digest d{};
+  ASSERT_TRUE(parse_digest(h.hex("x"), d));
+  EXPECT_EQ(d, h.digest("x"));
+  EXPECT_FALSE(parse_digest("abc", d));
+  EXPECT_FALSE(parse_digest(std::string(64, 'G'), d));
+  std::string upper = h.hex("x");
+  for (auto& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  EXPECT_FALSE(parse_digest(upper, d) && upper != h.hex("x"));
 }
 
 }  // namespace

@@ -1,0 +1,416 @@
+#include "gateway/key_store.hpp"
+
+#include <openssl/rand.h>
+
+#include <boost/json.hpp>
+#include <chrono>
+#include <iostream>
+#include <stdexcept>
+
+#include "common/text.hpp"
+#include "config/checks.hpp"
+#include "history/key_table.hpp"
+
+namespace sluice::gateway {
+
+namespace json = boost::json;
+namespace cfgd = config::detail;  // the configuration's own checks: a key here is checked as in the file
+
+namespace {
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// "sk-" and 52 characters of base32 (lower case, no '-': the masked form shows only the
+// last four): 256 random bits.
+std::string new_secret() {
+  unsigned char raw[32];
+  if (RAND_bytes(raw, sizeof raw) != 1) throw std::runtime_error("no random bytes for a key");
+  static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz234567";
+  std::string out = "sk-";
+  std::uint32_t acc = 0;
+  int bits = 0;
+  for (unsigned char b : raw) {
+    acc = acc << 8 | b;
+    bits += 8;
+    while (bits >= 5) {
+      bits -= 5;
+      out += kAlphabet[(acc >> bits) & 31];
+    }
+  }
+  if (bits > 0) out += kAlphabet[(acc << (5 - bits)) & 31];
+  return out;
+}
+
+ReconcileAnswer fail(Reason r, std::string message, std::string param = {}) {
+  return {r, std::move(message), std::move(param)};
+}
+
+ReconcileAnswer answer(json::object o, int status = 200) {
+  ReconcileAnswer a{Reason::ok, json::serialize(o), {}};
+  a.status = status;
+  return a;
+}
+
+ReconcileAnswer store_down(const history::KeyTable& t) {
+  return fail(Reason::store_unavailable, "the key store's database is unavailable: " + t.error());
+}
+
+json::value text_or_null(const std::string& s) { return s.empty() ? json::value(nullptr) : json::value(s); }
+json::value number_or_null(std::int64_t n) { return n < 0 ? json::value(nullptr) : json::value(n); }
+
+json::array models_json(const std::vector<std::string>& models) {
+  json::array a;
+  for (const auto& m : models) a.emplace_back(m);
+  return a;
+}
+
+json::object row_json(const history::KeyRow& r) {
+  return {{"name", r.name},
+          {"source", "store"},
+          {"key", r.masked},
+          {"tenant", r.tenant},
+          {"tier", r.tier},
+          {"models", models_json(r.models)},
+          {"role", r.role},
+          {"max_in_flight", number_or_null(r.max_in_flight)},
+          {"priority", text_or_null(r.priority)},
+          {"max_priority", text_or_null(r.max_priority)},
+          {"guardrails", text_or_null(r.guardrails)},
+          {"enabled", r.enabled},
+          {"expires_ms", number_or_null(r.expires_ms)},
+          {"created_ms", r.created_ms},
+          {"updated_ms", r.updated_ms},
+          {"created_by", text_or_null(r.created_by)},
+          {"old_key_valid_until_ms", number_or_null(r.old_digest.empty() ? -1 : r.old_until_ms)}};
+}
+
+json::object config_json(const keys::Entry& e) {
+  const auto& k = e.key;
+  return {{"name", k.name},
+          {"source", "config"},
+          {"read_only", true},
+          {"key", e.masked},
+          {"tenant", k.tenant},
+          {"tier", k.tier},
+          {"models", models_json(k.models)},
+          {"role", k.admin ? "admin" : "user"},
+          {"max_in_flight", number_or_null(k.max_in_flight)},
+          {"priority", k.priority ? json::value(std::string(config::to_string(*k.priority))) : json::value(nullptr)},
+          {"max_priority",
+           k.max_priority ? json::value(std::string(config::to_string(*k.max_priority))) : json::value(nullptr)},
+          {"guardrails", text_or_null(k.guardrails)},
+          {"enabled", true}};
+}
+
+keys::Stored to_stored(const history::KeyRow& r) {
+  keys::Stored s;
+  s.key.name = r.name;
+  s.key.tenant = r.tenant;
+  s.key.tier = r.tier;
+  s.key.models = r.models;
+  s.key.admin = r.role == "admin";
+  s.key.viewer = r.role == "viewer";
+  s.key.max_in_flight = static_cast<int>(r.max_in_flight);
+  s.key.priority = config::priority_from_name(r.priority);
+  s.key.max_priority = config::priority_from_name(r.max_priority);
+  s.key.guardrails = r.guardrails;
+  s.masked = r.masked;
+  s.enabled = r.enabled && keys::parse_digest(r.digest, s.digest);  // a digest that is not one finds nothing
+  s.has_old = !r.old_digest.empty() && keys::parse_digest(r.old_digest, s.old_digest);
+  s.old_until_ms = r.old_until_ms;
+  s.expires_ms = r.expires_ms;
+  return s;
+}
+
+// The fields a request body may set, read into `row`. `creating`: name is needed.
+ReconcileAnswer read_fields(const json::object& body, history::KeyRow& row, bool creating,
+                            const KeyStore::Names& names) {
+  static constexpr std::string_view kKnown[] = {"name",         "tenant",     "tier",       "models",
+                                                "role",         "max_in_flight", "priority", "max_priority",
+                                                "guardrails",   "expires_ms", "expires_in", "enabled"};
+  for (const auto& [k, v] : body) {
+    if (std::find(std::begin(kKnown), std::end(kKnown), std::string_view(k)) == std::end(kKnown)) {
+      return fail(Reason::invalid_request, "unknown field " + cfgd::q(k), std::string(k));
+    }
+    (void)v;
+  }
+  const auto ident = [&](std::string_view field, std::string& out) -> std::optional<ReconcileAnswer> {
+    const auto* v = body.if_contains(field);
+    if (!v) return std::nullopt;
+    if (!v->is_string()) return fail(Reason::invalid_request, std::string(field) + ": expected a string", std::string(field));
+    std::string s(v->get_string());
+    if (auto e = cfgd::check_ident(s); !e.empty()) return fail(Reason::invalid_request, std::string(field) + ": " + e, std::string(field));
+    out = std::move(s);
+    return std::nullopt;
+  };
+  if (creating) {
+    if (!body.if_contains("name")) return fail(Reason::invalid_request, "name: required", "name");
+    if (auto e = ident("name", row.name)) return *e;
+  } else if (body.if_contains("name")) {
+    return fail(Reason::invalid_request, "name: a key's name does not change (create another)", "name");
+  }
+  if (auto e = ident("tenant", row.tenant)) return *e;
+  if (auto e = ident("tier", row.tier)) return *e;
+  if (const auto* v = body.if_contains("models")) {
+    if (!v->is_array() || v->get_array().empty()) {
+      return fail(Reason::invalid_request, "models: expected a non-empty list of model aliases (or \"*\")", "models");
+    }
+    row.models.clear();
+    for (const auto& m : v->get_array()) {
+      if (!m.is_string()) return fail(Reason::invalid_request, "models: expected strings", "models");
+      std::string alias(m.get_string());
+      if (alias != "*" && !names.alias(alias)) {
+        return fail(Reason::invalid_request, "models: unknown model alias " + cfgd::q(alias), "models");
+      }
+      row.models.push_back(std::move(alias));
+    }
+  }
+  if (const auto* v = body.if_contains("role")) {
+    if (!v->is_string() || (v->get_string() != "user" && v->get_string() != "admin" && v->get_string() != "viewer")) {
+      return fail(Reason::invalid_request, "role: expected user, admin or viewer", "role");
+    }
+    row.role = std::string(v->get_string());
+  }
+  if (const auto* v = body.if_contains("max_in_flight")) {
+    if (v->is_null()) row.max_in_flight = -1;
+    else if (!v->is_int64() || v->get_int64() < 0 || v->get_int64() > 1'000'000) {
+      return fail(Reason::invalid_request, "max_in_flight: expected an integer from 0 to 1000000, or null",
+                  "max_in_flight");
+    } else {
+      row.max_in_flight = v->get_int64();
+    }
+  }
+  for (auto [field, out] : {std::pair{"priority", &row.priority}, std::pair{"max_priority", &row.max_priority}}) {
+    const auto* v = body.if_contains(field);
+    if (!v) continue;
+    if (v->is_null()) out->clear();
+    else if (!v->is_string() || !config::priority_from_name(v->get_string())) {
+      return fail(Reason::invalid_request, std::string(field) + ": expected vip, premium, standard or null", field);
+    } else {
+      *out = std::string(v->get_string());
+    }
+  }
+  if (const auto* v = body.if_contains("guardrails")) {
+    if (v->is_null()) row.guardrails.clear();
+    else if (!v->is_string() || (v->get_string() != "none" && !names.guardrails(v->get_string()))) {
+      return fail(Reason::invalid_request, "guardrails: expected a configured policy, none or null", "guardrails");
+    } else {
+      row.guardrails = std::string(v->get_string());
+    }
+  }
+  const std::int64_t now = now_ms();
+  if (body.if_contains("expires_ms") && body.if_contains("expires_in")) {
+    return fail(Reason::invalid_request, "expires_ms and expires_in: one or the other", "expires_in");
+  }
+  if (const auto* v = body.if_contains("expires_ms")) {
+    if (v->is_null()) row.expires_ms = -1;
+    else if (!v->is_int64() || v->get_int64() <= now) {
+      return fail(Reason::invalid_request, "expires_ms: expected a Unix time in ms in the future, or null", "expires_ms");
+    } else {
+      row.expires_ms = v->get_int64();
+    }
+  }
+  if (const auto* v = body.if_contains("expires_in")) {
+    config::Millis d{};
+    if (!v->is_string() || !cfgd::check_duration(v->get_string(), config::Millis{1000}, d).empty()) {
+      return fail(Reason::invalid_request, "expires_in: expected a duration of at least 1s (\"30d\", \"12h\")",
+                  "expires_in");
+    }
+    row.expires_ms = now + d.count();
+  }
+  if (const auto* v = body.if_contains("enabled")) {
+    if (!v->is_bool()) return fail(Reason::invalid_request, "enabled: expected true or false", "enabled");
+    row.enabled = v->get_bool();
+  }
+  return {};
+}
+
+std::optional<json::object> parse_object(std::string_view body, ReconcileAnswer& error) {
+  if (body.empty()) return json::object{};
+  boost::system::error_code ec;
+  auto v = json::parse(body, ec);
+  if (ec || !v.is_object()) {
+    error = fail(Reason::bad_json, "the body must be a JSON object");
+    return std::nullopt;
+  }
+  return std::move(v.get_object());
+}
+
+}  // namespace
+
+KeyStore::KeyStore(const config::Config& cfg, std::shared_ptr<const keys::Hasher> hasher, Install install, Names names)
+    : cfg_(cfg), hasher_(std::move(hasher)), install_(std::move(install)), names_(std::move(names)) {
+  std::string err;
+  table_ = history::KeyTable::create(cfg.history, &err);
+  if (!table_) throw std::runtime_error("key_store: " + err);
+  sync();  // the store's keys before the first request, if it can be read now
+  thread_ = std::thread([this] { run(); });
+}
+
+KeyStore::~KeyStore() {
+  {
+    std::lock_guard lock(stop_mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void KeyStore::run() {
+  std::unique_lock lock(stop_mu_);
+  while (!stop_cv_.wait_for(lock, cfg_.key_store.poll, [this] { return stop_; })) {
+    lock.unlock();
+    sync();
+    lock.lock();
+  }
+}
+
+void KeyStore::sync() {
+  std::lock_guard lock(sync_mu_);
+  const auto v = table_->version();
+  if (!v) return;  // down: the keys in force stay
+  last_sync_ms_ = now_ms();
+  if (*v == version_) return;
+  std::int64_t read_version = -1;
+  auto rows = table_->all(read_version);
+  if (!rows) return;
+  std::vector<keys::Stored> stored;
+  stored.reserve(rows->size());
+  for (const auto& r : *rows) stored.push_back(to_stored(r));
+  install_(std::move(stored));
+  version_ = read_version;
+  installed_version_ = read_version;
+  keys_ = static_cast<std::int64_t>(rows->size());
+  ++syncs_;
+}
+
+ReconcileAnswer KeyStore::handle(std::string_view method, std::string_view rest, std::string_view body,
+                                 const keys::KeySet& current, const config::ApiKey& by) {
+  // rest: "", "/<name>" or "/<name>/<action>"
+  if (!rest.empty() && rest.front() == '/') rest.remove_prefix(1);
+  std::string_view name = rest.substr(0, rest.find('/'));
+  std::string_view action = name.size() < rest.size() ? rest.substr(name.size() + 1) : std::string_view{};
+  const bool read = method == "GET" || method == "HEAD";
+  if (!read && !by.admin) return fail(Reason::forbidden, "only a key with role admin may change keys");
+
+  if (name.empty()) {  // the collection
+    if (read) {
+      std::int64_t version = -1;
+      auto rows = table_->all(version);
+      if (!rows) return store_down(*table_);
+      json::array list;
+      for (const auto& e : current.entries()) {
+        if (e->from_config) list.push_back(config_json(*e));
+      }
+      for (const auto& r : *rows) {
+        if (!current.find_name(r.name) || !current.find_name(r.name)->from_config) list.push_back(row_json(r));
+      }
+      return answer({{"keys", std::move(list)}, {"version", version}});
+    }
+    if (method != "POST") return fail(Reason::method_not_allowed, "use GET or POST for /admin/keys");
+    ReconcileAnswer err;
+    auto obj = parse_object(body, err);
+    if (!obj) return err;
+    history::KeyRow row;
+    row.tenant = "default";
+    row.tier = "standard";
+    row.models = {"*"};
+    row.role = "user";
+    if (auto e = read_fields(*obj, row, true, names_); e.reason != Reason::ok) return e;
+    if (const auto* e = current.find_name(row.name); e && e->from_config) {
+      return fail(Reason::conflict, "a key named " + cfgd::q(row.name) + " is in the configuration file", "name");
+    }
+    const std::string secret = new_secret();
+    row.digest = hasher_->hex(secret);
+    row.masked = mask_key(secret);
+    row.created_ms = row.updated_ms = now_ms();
+    row.created_by = by.name;
+    switch (table_->insert(row)) {
+      case history::KeyTable::Write::ok: break;
+      case history::KeyTable::Write::exists:
+        return fail(Reason::conflict, "a key named " + cfgd::q(row.name) + " exists", "name");
+      default: return store_down(*table_);
+    }
+    sync();
+    auto o = row_json(row);
+    o["secret"] = secret;  // this once
+    return answer(std::move(o), 201);
+  }
+
+  // One key.
+  if (const auto* e = current.find_name(name); e && e->from_config) {
+    if (read && action.empty()) return answer(config_json(*e));
+    return fail(Reason::forbidden, "key " + cfgd::q(name) + " is in the configuration file: change it there");
+  }
+  std::int64_t version = -1;
+  auto rows = table_->all(version);
+  if (!rows) return store_down(*table_);
+  auto it = std::find_if(rows->begin(), rows->end(), [&](const history::KeyRow& r) { return r.name == name; });
+  if (it == rows->end()) return fail(Reason::not_found, "no key named " + cfgd::q(name));
+  history::KeyRow row = *it;
+  if (action.empty() && read) return answer(row_json(row));
+  json::object out;
+  if (action.empty() && method == "DELETE") {
+    switch (table_->erase(name)) {
+      case history::KeyTable::Write::ok: break;
+      case history::KeyTable::Write::not_found: return fail(Reason::not_found, "no key named " + cfgd::q(name));
+      default: return store_down(*table_);
+    }
+    sync();
+    return answer({{"deleted", std::string(name)}});
+  }
+  if (action.empty() && method == "PATCH") {
+    ReconcileAnswer err;
+    auto obj = parse_object(body, err);
+    if (!obj) return err;
+    if (auto e = read_fields(*obj, row, false, names_); e.reason != Reason::ok) return e;
+  } else if (method != "POST" || action.empty()) {
+    return fail(Reason::method_not_allowed, "use GET, PATCH or DELETE for a key, POST for its actions");
+  } else if (action == "disable" || action == "enable") {
+    row.enabled = action == "enable";
+  } else if (action == "rotate") {
+    ReconcileAnswer err;
+    auto obj = parse_object(body, err);
+    if (!obj) return err;
+    config::Millis grace{3600 * 1000};
+    for (const auto& [k, v] : *obj) {
+      if (k != "grace") return fail(Reason::invalid_request, "unknown field " + cfgd::q(k), std::string(k));
+      if (!v.is_string() || !cfgd::check_duration(v.get_string(), config::Millis{0}, grace).empty()) {
+        return fail(Reason::invalid_request, "grace: expected a duration (\"0s\", \"10m\", \"24h\")", "grace");
+      }
+    }
+    const std::string secret = new_secret();
+    row.old_digest = grace.count() > 0 ? row.digest : std::string();
+    row.old_until_ms = grace.count() > 0 ? now_ms() + grace.count() : -1;
+    row.digest = hasher_->hex(secret);
+    row.masked = mask_key(secret);
+    out["secret"] = secret;
+  } else {
+    return fail(Reason::not_found, "no action " + cfgd::q(action) + " (disable, enable, rotate)");
+  }
+  row.updated_ms = now_ms();
+  switch (table_->update(row)) {
+    case history::KeyTable::Write::ok: break;
+    case history::KeyTable::Write::not_found: return fail(Reason::not_found, "no key named " + cfgd::q(name));
+    default: return store_down(*table_);
+  }
+  sync();
+  auto o = row_json(row);
+  for (auto& [k, v] : out) o[k] = v;
+  return answer(std::move(o));
+}
+
+std::string KeyStore::status_json() const {
+  json::object o{{"up", table_->up()},
+                 {"version", installed_version_.load()},
+                 {"keys", keys_.load()},
+                 {"reads", syncs_.load()},
+                 {"last_sync_ms", number_or_null(last_sync_ms_.load() > 0 ? last_sync_ms_.load() : -1)},
+                 {"last_error", table_->error()}};
+  return json::serialize(o);
+}
+
+}  // namespace sluice::gateway

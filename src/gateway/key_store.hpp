@@ -1,0 +1,81 @@
+#pragma once
+// Keys managed at runtime (key_store, docs/admin.md): the key store's table in the
+// history's database, polled by a thread of its own so that a change made on any instance
+// is in force here within key_store.poll, and /admin/keys, the API that changes it.
+//   GET    /admin/keys                 every key (the file's, read-only, and the store's)
+//   POST   /admin/keys                 a new key: 201 with its secret, shown this once
+//   GET    /admin/keys/<name>          one key
+//   PATCH  /admin/keys/<name>          some of its fields
+//   POST   /admin/keys/<name>/disable | enable | rotate
+//   DELETE /admin/keys/<name>
+// The request path never waits for the store: keys are found in the set in force
+// (keys::Registry), which this replaces when the store changed. While the store is down
+// the set stays as last read.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "config/config.hpp"
+#include "gateway/reconcile.hpp"  // ReconcileAnswer
+#include "keys/keys.hpp"
+
+namespace sluice::history {
+class KeyTable;
+}
+
+namespace sluice::gateway {
+
+class KeyStore {
+ public:
+  // Called with the store's keys whenever they were read anew (from the poll thread or an
+  // admin call): the gateway installs the file's keys with them.
+  using Install = std::function<void(std::vector<keys::Stored>)>;
+  // What a key may name, as the running gateway knows it.
+  struct Names {
+    std::function<bool(std::string_view)> alias;       // a routed model alias
+    std::function<bool(std::string_view)> guardrails;  // a guardrails policy
+  };
+
+  // Throws std::runtime_error for settings that can never work.
+  KeyStore(const config::Config& cfg, std::shared_ptr<const keys::Hasher> hasher, Install install, Names names);
+  ~KeyStore();  // stops the poll thread
+  KeyStore(const KeyStore&) = delete;
+  KeyStore& operator=(const KeyStore&) = delete;
+
+  // Reads the store now if its version moved (blocking; the poll thread's step).
+  void sync();
+
+  // One /admin/keys request (blocking: on the query thread). `rest` is the path after
+  // /admin/keys; `current` the keys in force (the file's are read-only); `by` the key
+  // making the request (writes need role admin).
+  ReconcileAnswer handle(std::string_view method, std::string_view rest, std::string_view body,
+                         const keys::KeySet& current, const config::ApiKey& by);
+
+  // The "key_store" object of /infra.
+  std::string status_json() const;
+
+ private:
+  void run();
+
+  const config::Config& cfg_;
+  std::shared_ptr<const keys::Hasher> hasher_;
+  Install install_;
+  Names names_;
+  std::unique_ptr<history::KeyTable> table_;
+  std::mutex sync_mu_;          // one read of the store at a time
+  std::int64_t version_ = -1;   // the version last installed (under sync_mu_)
+  std::atomic<std::int64_t> installed_version_{-1}, keys_{0}, syncs_{0}, last_sync_ms_{0};
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace sluice::gateway

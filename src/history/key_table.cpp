@@ -1,0 +1,204 @@
+// The key store's table (key_table.hpp).
+#include "history/key_table.hpp"
+
+#include "history/own_connection.hpp"
+
+namespace sluice::history {
+
+namespace {
+
+constexpr std::string_view kColumns =
+    "name, digest, masked, tenant, tier, models, role, max_in_flight, priority, max_priority, guardrails, "
+    "expires_ms, enabled, created_ms, updated_ms, created_by, old_digest, old_until_ms";
+
+// Aliases hold no newline (config: an alias is an identifier).
+std::string join_models(const std::vector<std::string>& models) {
+  std::string out;
+  for (const auto& m : models) out += (out.empty() ? "" : "\n") + m;
+  return out;
+}
+
+std::vector<std::string> split_models(std::string_view s) {
+  std::vector<std::string> out;
+  while (!s.empty()) {
+    const auto nl = s.find('\n');
+    out.emplace_back(s.substr(0, nl));
+    if (nl == std::string_view::npos) break;
+    s.remove_prefix(nl + 1);
+  }
+  return out;
+}
+
+Value text_or_null(const std::string& s) { return s.empty() ? Value{} : Value{s}; }
+Value number_or_null(std::int64_t n) { return n < 0 ? Value{} : Value{n}; }
+
+// The row's values in kColumns order.
+std::vector<Value> values(const KeyRow& r) {
+  return {r.name,          r.digest,
+          r.masked,        r.tenant,
+          r.tier,          join_models(r.models),
+          r.role,          r.max_in_flight,
+          text_or_null(r.priority), text_or_null(r.max_priority),
+          text_or_null(r.guardrails), number_or_null(r.expires_ms),
+          std::int64_t{r.enabled ? 1 : 0}, r.created_ms,
+          r.updated_ms,    text_or_null(r.created_by),
+          text_or_null(r.old_digest), number_or_null(r.old_until_ms)};
+}
+
+KeyRow row_of(std::vector<Value>& v) {
+  auto text = [&v](std::size_t i) {
+    auto* s = std::get_if<std::string>(&v[i]);
+    return s ? std::move(*s) : std::string();
+  };
+  auto number = [&v](std::size_t i, std::int64_t none) {
+    auto* n = std::get_if<std::int64_t>(&v[i]);
+    return n ? *n : none;
+  };
+  KeyRow r;
+  r.name = text(0);
+  r.digest = text(1);
+  r.masked = text(2);
+  r.tenant = text(3);
+  r.tier = text(4);
+  r.models = split_models(text(5));
+  r.role = text(6);
+  r.max_in_flight = number(7, -1);
+  r.priority = text(8);
+  r.max_priority = text(9);
+  r.guardrails = text(10);
+  r.expires_ms = number(11, -1);
+  r.enabled = number(12, 0) != 0;
+  r.created_ms = number(13, 0);
+  r.updated_ms = number(14, 0);
+  r.created_by = text(15);
+  r.old_digest = text(16);
+  r.old_until_ms = number(17, -1);
+  return r;
+}
+
+}  // namespace
+
+struct KeyTable::Impl : OwnConnection {
+  using OwnConnection::OwnConnection;
+
+  std::string placeholders(int from, int n) const {
+    std::string out;
+    for (int i = 0; i < n; ++i) out += (i ? ", " : "") + p(from + i);
+    return out;
+  }
+
+  // `change` in one write transaction with the version's bump; `changed` says whether it
+  // touched a row (false: exists / not_found, as the caller says, and nothing is bumped).
+  Write write(Write when_untouched, const std::function<std::string(Connection&, bool& changed)>& change) {
+    std::lock_guard lock(mu);
+    Connection* c = connection();
+    if (!c) return Write::failed;
+    const bool pg = c->dialect() == Dialect::postgres;
+    bool changed = false;
+    std::string e = c->exec(pg ? "BEGIN" : "BEGIN IMMEDIATE");
+    if (e.empty()) e = change(*c, changed);
+    if (e.empty() && changed) e = c->exec("UPDATE api_keys_version SET version = version + 1 WHERE id = 1");
+    if (e.empty()) e = c->exec("COMMIT");
+    if (!e.empty()) {
+      c->exec("ROLLBACK");
+      fail(std::move(e));
+      return Write::failed;
+    }
+    ok();
+    return changed ? Write::ok : when_untouched;
+  }
+};
+
+KeyTable::KeyTable(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+KeyTable::~KeyTable() = default;
+
+std::unique_ptr<KeyTable> KeyTable::create(const config::HistorySettings& settings, std::string* error) {
+  if (settings.backend == config::HistoryBackend::none) {
+    if (error) *error = "the key store needs the history's database (history.backend sqlite or postgres)";
+    return nullptr;
+  }
+  return std::unique_ptr<KeyTable>(new KeyTable(std::make_unique<Impl>(settings)));
+}
+
+std::optional<std::int64_t> KeyTable::version() {
+  std::lock_guard lock(impl_->mu);
+  Connection* c = impl_->connection();
+  if (!c) return std::nullopt;
+  std::int64_t v = -1;
+  auto e = c->query("SELECT version FROM api_keys_version WHERE id = 1", {}, [&v](std::vector<Value>& row) {
+    if (auto* n = std::get_if<std::int64_t>(&row[0])) v = *n;
+  });
+  if (!e.empty()) {
+    impl_->fail(std::move(e));
+    return std::nullopt;
+  }
+  impl_->ok();
+  return v;
+}
+
+std::optional<std::vector<KeyRow>> KeyTable::all(std::int64_t& version) {
+  std::lock_guard lock(impl_->mu);
+  Connection* c = impl_->connection();
+  if (!c) return std::nullopt;
+  const bool pg = c->dialect() == Dialect::postgres;
+  std::vector<KeyRow> rows;
+  // One snapshot: the version and the rows it counts.
+  std::string e = c->exec(pg ? "BEGIN ISOLATION LEVEL REPEATABLE READ" : "BEGIN");
+  if (e.empty()) {
+    e = c->query("SELECT version FROM api_keys_version WHERE id = 1", {}, [&version](std::vector<Value>& row) {
+      if (auto* n = std::get_if<std::int64_t>(&row[0])) version = *n;
+    });
+  }
+  if (e.empty()) {
+    e = c->query("SELECT " + std::string(kColumns) + " FROM api_keys ORDER BY name", {},
+                 [&rows](std::vector<Value>& row) { rows.push_back(row_of(row)); });
+  }
+  if (e.empty()) e = c->exec("COMMIT");
+  if (!e.empty()) {
+    c->exec("ROLLBACK");
+    impl_->fail(std::move(e));
+    return std::nullopt;
+  }
+  impl_->ok();
+  return rows;
+}
+
+KeyTable::Write KeyTable::insert(const KeyRow& row) {
+  return impl_->write(Write::exists, [&](Connection& c, bool& changed) {
+    const std::string sql = "INSERT INTO api_keys (" + std::string(kColumns) + ") VALUES (" +
+                            impl_->placeholders(1, 18) + ") ON CONFLICT DO NOTHING RETURNING name";
+    return c.query(sql, values(row), [&changed](std::vector<Value>&) { changed = true; });
+  });
+}
+
+KeyTable::Write KeyTable::update(const KeyRow& row) {
+  return impl_->write(Write::not_found, [&](Connection& c, bool& changed) {
+    const auto& p = [this](int n) { return impl_->p(n); };
+    // Every column but created_ms and created_by (values() indexes 13 and 15), by name.
+    auto all = values(row);
+    std::vector<Value> v(all.begin(), all.begin() + 13);
+    v.push_back(all[14]);
+    v.push_back(all[16]);
+    v.push_back(all[17]);
+    const std::string sql =
+        "UPDATE api_keys SET digest = " + p(2) + ", masked = " + p(3) + ", tenant = " + p(4) + ", tier = " + p(5) +
+        ", models = " + p(6) + ", role = " + p(7) + ", max_in_flight = " + p(8) + ", priority = " + p(9) +
+        ", max_priority = " + p(10) + ", guardrails = " + p(11) + ", expires_ms = " + p(12) + ", enabled = " + p(13) +
+        ", updated_ms = " + p(14) + ", old_digest = " + p(15) + ", old_until_ms = " + p(16) + " WHERE name = " + p(1) +
+        " RETURNING name";
+    return c.query(sql, v, [&changed](std::vector<Value>&) { changed = true; });
+  });
+}
+
+KeyTable::Write KeyTable::erase(std::string_view name) {
+  return impl_->write(Write::not_found, [&](Connection& c, bool& changed) {
+    return c.query("DELETE FROM api_keys WHERE name = " + impl_->p(1) + " RETURNING name", {std::string(name)},
+                   [&changed](std::vector<Value>&) { changed = true; });
+  });
+}
+
+bool KeyTable::up() const { return impl_->up; }
+
+std::string KeyTable::error() const { return impl_->error(); }
+
+}  // namespace sluice::history

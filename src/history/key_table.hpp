@@ -1,0 +1,63 @@
+#pragma once
+// The key store's table in the history's database (key_store, migration 5): keys by
+// name, found by the HMAC of their secret, never the secret itself. Blocking calls on the
+// table's own connection: the caller makes them off the workers. Every write bumps the
+// store's version in the same transaction, which every instance polls.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice::config {
+struct HistorySettings;
+}
+
+namespace sluice::history {
+
+struct KeyRow {
+  std::string name;
+  std::string digest;  // lower-case hex HMAC-SHA256 of the secret under key_store.secret
+  std::string masked;  // "sk-live-***1a2b": shown in logs and lists
+  std::string tenant, tier;
+  std::vector<std::string> models;  // aliases, or "*"
+  std::string role;                 // "user", "admin" or "viewer"
+  std::int64_t max_in_flight = -1;  // -1: concurrency.per_key
+  std::string priority, max_priority, guardrails;  // "" = unset
+  std::int64_t expires_ms = -1;     // -1: never
+  bool enabled = true;
+  std::int64_t created_ms = 0, updated_ms = 0;
+  std::string created_by;          // the admin key's name
+  std::string old_digest;          // a rotated key's previous secret, valid until old_until_ms
+  std::int64_t old_until_ms = -1;
+};
+
+class KeyTable {
+ public:
+  // nullptr with `error` for settings that can never work (history backend none).
+  static std::unique_ptr<KeyTable> create(const config::HistorySettings& settings, std::string* error);
+  ~KeyTable();
+
+  // The store's version (bumped by every write); nullopt when the database failed.
+  std::optional<std::int64_t> version();
+  // Every key, by name, with the version read in the same transaction.
+  std::optional<std::vector<KeyRow>> all(std::int64_t& version);
+
+  enum class Write { ok, exists, not_found, failed };
+  // A new key (its name and digest unused).
+  Write insert(const KeyRow& row);
+  // The key of row.name, every field replaced (created_ms and created_by kept).
+  Write update(const KeyRow& row);
+  Write erase(std::string_view name);
+
+  bool up() const;
+  std::string error() const;  // the last failure's ("" when the last call succeeded)
+
+ private:
+  struct Impl;
+  explicit KeyTable(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice::history
