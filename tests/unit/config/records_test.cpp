@@ -106,3 +106,34 @@ TEST_F(RecordsConfigTest, EnvironmentOverrides) {
   EXPECT_THAT(error_at(r, "env SLUICE_DATABASE_URL").message, HasSubstr("postgres://"));
   EXPECT_THAT(error_at(r, "env SLUICE_HISTORY_BACKEND").message, HasSubstr("sqlite, postgres or none"));
 }
+
+TEST_F(RecordsConfigTest, TheKeyStoreNeedsTheDatabaseAndALongSecret) {
+  auto off = load(kBase);
+  ASSERT_TRUE(off.ok()) << all_errors(off);
+  EXPECT_FALSE(off.config->key_store.enabled);
+  EXPECT_EQ(off.config->key_store.poll, Millis(1000));
+
+  auto on = load(kBase + "key_store: {enabled: true, secret: 0123456789abcdef, poll: 250ms}\n");
+  ASSERT_TRUE(on.ok()) << all_errors(on);
+  EXPECT_TRUE(on.config->key_store.enabled);
+  EXPECT_EQ(on.config->key_store.secret, "0123456789abcdef");
+  EXPECT_EQ(on.config->key_store.poll, Millis(250));
+
+  auto short_secret = load(kBase + "key_store: {enabled: true, secret: short}\n");
+  ASSERT_FALSE(short_secret.ok());
+  EXPECT_THAT(error_at(short_secret, "key_store.secret").message, HasSubstr("at least 16"));
+  EXPECT_THAT(all_errors(short_secret), ::testing::Not(HasSubstr("short ")));
+
+  auto no_db = load(kBase + "history: {backend: none}\nkey_store: {enabled: true, secret: 0123456789abcdef}\n");
+  ASSERT_FALSE(no_db.ok());
+  EXPECT_THAT(error_at(no_db, "key_store.enabled").message, HasSubstr("history"));
+
+  auto fast = load(kBase + "key_store: {poll: 10ms}\n");
+  ASSERT_FALSE(fast.ok());
+  error_at(fast, "key_store.poll");
+
+  sluice::config::testing::fake_env_vars()["SLUICE_KEY_STORE_SECRET"] = "from-the-environment-0";
+  auto env = load(kBase + "key_store: {enabled: true}\n");
+  ASSERT_TRUE(env.ok()) << all_errors(env);
+  EXPECT_EQ(env.config->key_store.secret, "from-the-environment-0");
+}

@@ -94,6 +94,7 @@ std::map<std::string, Host> hosts() {
       {"responses", {"{responses: @, " + route + "}", "responses", {}}},
       {"admin", {"{admin: @, " + route + "}", "admin", {}}},
       {"keys[]", {"{keys: [@], " + route + "}", "keys[0]", {{"name", "a"}, {"key", "sk-test-0123456789abcdef"}}}},
+      {"key_store", {"{key_store: @, " + route + "}", "key_store", {}}},
       {"models[]", {"{models: [@]}", "models[0]", {{"alias", "demo"}, {"provider", "simulated"}}}},
       {"models[].backends[]", {"{models: [{alias: demo, backends: [@]}]}", "models[0].backends[0]", {{"provider", "simulated"}}}},
       {"models[].sim", {"{models: [{alias: demo, provider: simulated, sim: @}]}", "models[0].sim", {}}},

@@ -12,6 +12,7 @@
 
 #include "helpers.hpp"
 #include "history/db.hpp"
+#include "history/key_table.hpp"
 #include "history/responses.hpp"
 #include "pg_server.hpp"
 
@@ -906,6 +907,82 @@ TEST_P(HistoryTest, StoredResponsesAreKeptByTenantUntilTheyExpire) {
   auto h = make();
   ASSERT_TRUE(wait_until([&] { return h->status().up; })) << h->status().last_error;
   EXPECT_EQ(h->status().schema_version, kSchemaVersion);
+}
+
+// The key store's table (key_store): every field kept, names and digests unique, the
+// version bumped by each write that changed a row and by nothing else.
+TEST_P(HistoryTest, TheKeyTableKeepsKeysAndCountsItsChanges) {
+  std::string error;
+  auto t = KeyTable::create(settings_, &error);
+  ASSERT_TRUE(t) << error;
+  const auto v0 = t->version();
+  ASSERT_TRUE(v0) << t->error();
+  KeyRow r;
+  r.name = "team-a";
+  r.digest = std::string(64, 'a');
+  r.masked = "sk-***abcd";
+  r.tenant = "acme";
+  r.tier = "gold";
+  r.models = {"demo", "other"};
+  r.role = "viewer";
+  r.max_in_flight = 3;
+  r.priority = "premium";
+  r.guardrails = "strict";
+  r.expires_ms = 1'900'000'000'000;
+  r.created_ms = r.updated_ms = 1'800'000'000'000;
+  r.created_by = "admin";
+  ASSERT_EQ(t->insert(r), KeyTable::Write::ok) << t->error();
+  EXPECT_EQ(t->version(), *v0 + 1);
+  EXPECT_EQ(t->insert(r), KeyTable::Write::exists) << "the same name";
+  KeyRow same_digest = r;
+  same_digest.name = "team-b";
+  EXPECT_EQ(t->insert(same_digest), KeyTable::Write::exists) << "the same digest";
+  EXPECT_EQ(t->version(), *v0 + 1) << "a write that changed nothing is not a change";
+
+  std::int64_t v = -1;
+  auto rows = t->all(v);
+  ASSERT_TRUE(rows) << t->error();
+  EXPECT_EQ(v, *v0 + 1);
+  ASSERT_EQ(rows->size(), 1u);
+  const KeyRow& got = rows->front();
+  EXPECT_EQ(got.name, "team-a");
+  EXPECT_EQ(got.digest, r.digest);
+  EXPECT_EQ(got.models, r.models);
+  EXPECT_EQ(got.role, "viewer");
+  EXPECT_EQ(got.max_in_flight, 3);
+  EXPECT_EQ(got.priority, "premium");
+  EXPECT_EQ(got.max_priority, "");
+  EXPECT_EQ(got.guardrails, "strict");
+  EXPECT_EQ(got.expires_ms, r.expires_ms);
+  EXPECT_TRUE(got.enabled);
+  EXPECT_EQ(got.created_by, "admin");
+  EXPECT_EQ(got.old_until_ms, -1);
+
+  KeyRow changed = got;
+  changed.enabled = false;
+  changed.old_digest = r.digest;
+  changed.digest = std::string(64, 'b');
+  changed.old_until_ms = 1'800'000'100'000;
+  changed.expires_ms = -1;
+  changed.created_by = "someone else";  // not changed by an update
+  changed.updated_ms = 1'800'000'000'500;
+  ASSERT_EQ(t->update(changed), KeyTable::Write::ok) << t->error();
+  rows = t->all(v);
+  ASSERT_TRUE(rows && rows->size() == 1u);
+  EXPECT_FALSE(rows->front().enabled);
+  EXPECT_EQ(rows->front().digest, std::string(64, 'b'));
+  EXPECT_EQ(rows->front().old_digest, r.digest);
+  EXPECT_EQ(rows->front().old_until_ms, 1'800'000'100'000);
+  EXPECT_EQ(rows->front().expires_ms, -1);
+  EXPECT_EQ(rows->front().created_by, "admin");
+  EXPECT_EQ(v, *v0 + 2);
+  KeyRow nobody = changed;
+  nobody.name = "nobody";
+  EXPECT_EQ(t->update(nobody), KeyTable::Write::not_found);
+  EXPECT_EQ(t->erase("nobody"), KeyTable::Write::not_found);
+  EXPECT_EQ(t->erase("team-a"), KeyTable::Write::ok);
+  EXPECT_EQ(t->version(), *v0 + 3);
+  EXPECT_EQ(raw_count("SELECT count(*) FROM api_keys"), 0);
 }
 
 TEST(ResponseTable, ADatabaseThatCannotBeOpenedFailsEachCallAndSaysWhy) {
