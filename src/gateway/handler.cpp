@@ -196,7 +196,7 @@ class WorkerHandler {
       // reads them (unless admin.public_status); the admin listener needs none.
       if (!admin_listener_ && !cfg_.public_status) {
         auto denied = authenticate(ex, ctx);
-        if (denied || !ctx.key->admin) {
+        if (denied || (!ctx.key->admin && !ctx.key->viewer)) {  // a viewer reads what an admin reads
           ctx.rec.to_sinks = false;  // the access log keeps the line
           if (denied) co_await auth_failure(ex, ctx, *denied);
           else co_await local_reply(ex, ctx, Reason::forbidden, "only an admin key may read " + std::string(path));
@@ -407,7 +407,7 @@ class WorkerHandler {
       co_return;
     }
     std::string& key = stats ? agg->key : list->key;
-    if (!ctx.key->admin) {
+    if (!ctx.key->admin && !ctx.key->viewer) {
       if (!key.empty() && key != ctx.key->name) {
         co_await local_reply(ex, ctx, Reason::forbidden, "only an admin key may read other keys' history", "key");
         co_return;
@@ -437,7 +437,7 @@ class WorkerHandler {
       co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for /admin/usage/reconcile");
     } else if (auto denied = admin_listener_ ? std::optional<Reason>{} : authenticate(ex, ctx)) {
       co_await auth_failure(ex, ctx, *denied);
-    } else if (!admin_listener_ && !ctx.key->admin) {
+    } else if (!admin_listener_ && !ctx.key->admin && !ctx.key->viewer) {
       co_await local_reply(ex, ctx, Reason::forbidden, "only an admin key may read /admin/usage/reconcile");
     } else {
       const std::shared_ptr<const RoutingTable> tab = table();  // held until the report is done

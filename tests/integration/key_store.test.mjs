@@ -148,6 +148,12 @@ describe('the key store on one instance (SQLite)', () => {
     assert.equal((await admin(gw, 'GET', '', undefined, v.secret)).status, 200);
     const denied = await admin(gw, 'POST', '', { name: 'x2' }, v.secret);
     assert.equal(denied.status, 403);
+    // A viewer reads what an admin reads: the status pages, every key's usage.
+    assert.equal((await request(`${gw.url}/infra`, { key: v.secret })).status, 200);
+    const usage = await request(`${gw.url}/history/stats?group_by=key&window=1h`, { key: v.secret });
+    assert.equal(usage.status, 200, usage.text);
+    assert.equal((await request(`${gw.url}/admin/reload`, { method: 'POST', key: v.secret })).status, 403);
+    assert.equal((await request(`${gw.url}/infra`, { key: u.secret })).status, 403);
     assert.equal((await admin(gw, 'GET', '', undefined, u.secret)).status, 403);
     assert.equal((await admin(gw, 'GET', '', undefined, '')).status, 401);
     const viaAdmin = await rawRequest({
