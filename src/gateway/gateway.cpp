@@ -20,7 +20,7 @@
 #include "conversations/store.hpp"
 #include "common/text.hpp"
 #include "gateway/embed_batch.hpp"
-#include "gateway/key_store.hpp"
+#include "gateway/control_store.hpp"
 #include "gateway/state.hpp"
 #include "http/server.hpp"
 #include "sim/sim.hpp"
@@ -200,7 +200,7 @@ class GatewayImpl final : public Gateway {
     router_->on_hold([gate = gate_.get()](const std::string& alias, bool held) { gate->hold(alias, held); });
     router_->on_limit([gate = gate_.get()](const std::string& backend, int limit) { gate->limit_backend(backend, limit); });
     router_->start();
-    start_key_store(c);
+    start_control(c);
 
     http::ServerOptions so;
     so.host = c.listen_host;
@@ -371,7 +371,7 @@ class GatewayImpl final : public Gateway {
     router_->stop();
     access_log_->flush();
     queries_.join();
-    key_store_.reset();  // its poll thread
+    control_.reset();  // its poll thread
   }
 
  private:
@@ -400,16 +400,24 @@ class GatewayImpl final : public Gateway {
     keys_->install(key_set(*keys_cfg_, keys_->hasher()));
   }
 
-  void start_key_store(const config::Config& c) {
+  // The fleet's runtime state in the database (keys, drains), with the key store.
+  void start_control(const config::Config& c) {
     if (!c.key_store.enabled) return;
-    KeyStore::Names names{
+    ControlStore::Names names{
         .alias = [this](std::string_view a) { return router_->table()->find(a) != nullptr; },
         .guardrails = [this](std::string_view p) { return shared_.guards && shared_.guards->find(p); },
+        .backend =
+            [this](std::string_view b) {
+              const auto all = router_->backends();
+              return std::any_of(all.begin(), all.end(), [&](const auto& be) { return be->name == b; });
+            },
     };
-    key_store_ = std::make_unique<KeyStore>(
-        c, hasher_,
-        [this](std::vector<keys::Stored> s) { install_stored(std::move(s)); }, std::move(names));
-    shared_.key_store = key_store_.get();
+    ControlStore::Install install{
+        .keys = [this](std::vector<keys::Stored> s) { install_stored(std::move(s)); },
+        .drains = [this](std::unordered_set<std::string> d) { router_->set_drained(std::move(d)); },
+    };
+    control_ = std::make_unique<ControlStore>(c, hasher_, std::move(install), std::move(names));
+    shared_.control = control_.get();
   }
 
   static std::unique_ptr<telemetry::Metrics> make_metrics(const config::Config& c) {
@@ -434,7 +442,7 @@ class GatewayImpl final : public Gateway {
   std::shared_ptr<const config::Config> keys_cfg_;  // the file's keys (as last loaded)
   std::vector<keys::Stored> stored_;                // the store's (as last read)
   std::shared_ptr<const keys::Hasher> hasher_;
-  std::unique_ptr<KeyStore> key_store_;  // stopped in join(), after the queries (its calls)
+  std::unique_ptr<ControlStore> control_;  // stopped in join(), after the queries (its calls)
   // Destroyed after the access log (which feeds them) and after the query thread.
   std::unique_ptr<history::History> history_;
   std::unique_ptr<events::EventSink> events_;

@@ -14,7 +14,7 @@
 #include "common/text.hpp"
 #include "filters/registry.hpp"
 #include "gateway/cache_admin.hpp"
-#include "gateway/key_store.hpp"
+#include "gateway/control_store.hpp"
 #include "gateway/embed_batch.hpp"
 #include "gateway/reconcile.hpp"
 #include "gateway/state.hpp"
@@ -221,12 +221,16 @@ class WorkerHandler {
       co_await admin_reload(ex, ctx, method);
       co_return;
     }
+    if (path == "/admin/backends" || path.starts_with("/admin/backends/")) {
+      co_await admin_backends(ex, ctx, method, path.substr(std::string_view("/admin/backends").size()));
+      co_return;
+    }
     if (path == "/admin/keys" || path.starts_with("/admin/keys/")) {
       co_await admin_keys(ex, ctx, method, path.substr(std::string_view("/admin/keys").size()));
       co_return;
     }
     if (admin_listener_) {
-      co_await ex.reply(json_reply(404, error_body(Reason::not_found, "the admin listener serves /health, /ready, /metrics, /infra, /admin/usage/reconcile, /admin/cache, /admin/reload and /admin/keys"), ctx));
+      co_await ex.reply(json_reply(404, error_body(Reason::not_found, "the admin listener serves /health, /ready, /metrics, /infra, /admin/usage/reconcile, /admin/cache, /admin/reload, /admin/keys and /admin/backends"), ctx));
       co_return;
     }
     // In flight from here until the coroutine ends, however it ends.
@@ -512,29 +516,88 @@ class WorkerHandler {
     record(ctx);
   }
 
-  // /admin/keys (key_store.hpp): keys managed at runtime. Reading needs an admin or viewer
+  // /admin/backends: the backends and their states (an admin or viewer key); POST
+  // .../<name>/drain or /undrain (an admin key): through the database for the whole fleet
+  // with the key store on (control_store.hpp), else on this instance. A drain is a record.
+  awaitable<void> admin_backends(http::Exchange& ex, Context& ctx, std::string_view method, std::string_view rest) {
+    const bool read = method == "GET" || method == "HEAD";
+    ctx.rec.to_sinks = !read;
+    if (auto denied = admin_listener_ ? std::optional<Reason>{} : authenticate(ex, ctx)) {
+      co_await auth_failure(ex, ctx, *denied);
+    } else if (!admin_listener_ && !ctx.key->admin && !ctx.key->viewer) {
+      co_await local_reply(ex, ctx, Reason::forbidden, "only an admin or viewer key may use /admin/backends");
+    } else if (rest.empty() || rest == "/") {
+      if (!read) {
+        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for /admin/backends");
+      } else {
+        ctx.rec.status = 200;
+        co_await ex.reply(json_reply(200, render_backends(g_), ctx));
+      }
+    } else {
+      const config::ApiKey& by = admin_listener_ ? admin_listener_key() : *ctx.key;
+      ReconcileAnswer answer;
+      if (g_.control) {
+        auto run = [&]() -> awaitable<ReconcileAnswer> { co_return g_.control->handle_backend(method, rest, by); };
+        answer = co_await net::co_spawn(g_.query_executor, run, net::use_awaitable);
+      } else {
+        answer = drain_here(method, rest, by);
+      }
+      co_await admin_reply(ex, ctx, answer);
+    }
+    record(ctx);
+  }
+
+  // A drain without the key store: this instance's router only.
+  ReconcileAnswer drain_here(std::string_view method, std::string_view rest, const config::ApiKey& by) {
+    if (!rest.empty() && rest.front() == '/') rest.remove_prefix(1);
+    const auto slash = rest.rfind('/');
+    const std::string_view name = slash == std::string_view::npos ? rest : rest.substr(0, slash);
+    const std::string_view action = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
+    if (action != "drain" && action != "undrain") return {Reason::not_found, "use POST /admin/backends/<name>/drain or /undrain", {}};
+    if (method != "POST") return {Reason::method_not_allowed, "use POST for /admin/backends/<name>/" + std::string(action), {}};
+    if (!by.admin) return {Reason::forbidden, "only a key with role admin may drain backends", {}};
+    const auto all = g_.router->backends();
+    if (std::none_of(all.begin(), all.end(), [&](const auto& b) { return b->name == name; })) {
+      return {Reason::not_found, "no backend named " + recorded_text(name), {}};
+    }
+    auto drained = g_.router->drained();
+    if (action == "drain") drained.insert(std::string(name));
+    else drained.erase(std::string(name));
+    g_.router->set_drained(std::move(drained));
+    std::string body = R"({"backend":)";
+    append_json_string(body, name);
+    body += action == "drain" ? R"(,"drained":true})" : R"(,"drained":false})";
+    return {Reason::ok, std::move(body), {}};
+  }
+
+  // Who acts on the admin listener, where no key is asked.
+  static const config::ApiKey& admin_listener_key() {
+    static const config::ApiKey k = [] {
+      config::ApiKey a;
+      a.name = "admin-listener";
+      a.admin = true;
+      return a;
+    }();
+    return k;
+  }
+
+  // /admin/keys (control_store.hpp): keys managed at runtime. Reading needs an admin or viewer
   // key, changing an admin key (none on the admin listener). A change is a record (the
   // history and the events name the admin key that made it); a read is not.
   awaitable<void> admin_keys(http::Exchange& ex, Context& ctx, std::string_view method, std::string_view rest) {
     const bool read = method == "GET" || method == "HEAD";
     ctx.rec.to_sinks = !read;
-    static const config::ApiKey kAdminListener = [] {
-      config::ApiKey k;
-      k.name = "admin-listener";
-      k.admin = true;
-      return k;
-    }();
     if (auto denied = admin_listener_ ? std::optional<Reason>{} : authenticate(ex, ctx)) {
       co_await auth_failure(ex, ctx, *denied);
     } else if (!admin_listener_ && !ctx.key->admin && !ctx.key->viewer) {
       co_await local_reply(ex, ctx, Reason::forbidden, "only an admin or viewer key may use /admin/keys");
-    } else if (!g_.key_store) {
+    } else if (!g_.control) {
       co_await local_reply(ex, ctx, Reason::not_found, "the key store is off (key_store.enabled)");
     } else {
-      const config::ApiKey& by = admin_listener_ ? kAdminListener : *ctx.key;
+      const config::ApiKey& by = admin_listener_ ? admin_listener_key() : *ctx.key;
       auto set = keys_.get();  // the keys in force, held while the call runs
       const std::string body(ex.request().body());
-      auto run = [&]() -> awaitable<ReconcileAnswer> { co_return g_.key_store->handle(method, rest, body, *set, by); };
+      auto run = [&]() -> awaitable<ReconcileAnswer> { co_return g_.control->handle(method, rest, body, *set, by); };
       ReconcileAnswer answer = co_await net::co_spawn(g_.query_executor, run, net::use_awaitable);
       co_await admin_reply(ex, ctx, answer);
     }

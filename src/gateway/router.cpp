@@ -133,6 +133,7 @@ bool BackendRuntime::saturated(Clock::time_point now) const {
 }
 
 bool BackendRuntime::usable(Clock::time_point now, bool despite_ejection) const {
+  if (drained.load(std::memory_order_relaxed)) return false;  // even as a last resort
   if (despite_ejection ? !health.healthy() : !health.usable(now)) return false;
   // A backend whose memory is full takes no new request while another can (when none
   // can, the gate holds the route's requests; one let through goes anyway).
@@ -149,6 +150,7 @@ bool BackendRuntime::usable(Clock::time_point now, bool despite_ejection) const 
 }
 
 std::string_view BackendRuntime::state_word(Clock::time_point now) const {
+  if (drained.load(std::memory_order_relaxed)) return "drained";
   const auto h = health.snapshot(now);
   if (!h.healthy) return "unhealthy";
   if (h.ejected) return "ejected";
@@ -362,6 +364,7 @@ void Router::install(std::shared_ptr<const config::Config> cfg) {
     for (const auto* f : rr.fallbacks) add_wires(f);
   }
   backends_ = std::move(fresh);
+  for (const auto& [n, be] : backends_) be->drained.store(drained_.count(n) > 0, std::memory_order_relaxed);
   stats_ = std::move(stats);
   // Providers no backend of this table uses.
   for (auto it = providers.begin(); it != providers.end();) {
@@ -383,6 +386,17 @@ void Router::note_reload(bool ok, std::string message) {
     reload_.last_error = std::move(message);
   }
   reload_.last_unix_ms = unix_ms_now();
+}
+
+void Router::set_drained(std::unordered_set<std::string> names) {
+  std::lock_guard lock(mu_);
+  drained_ = std::move(names);
+  for (const auto& [n, be] : backends_) be->drained.store(drained_.count(n) > 0, std::memory_order_relaxed);
+}
+
+std::unordered_set<std::string> Router::drained() const {
+  std::lock_guard lock(mu_);
+  return drained_;
 }
 
 Router::ReloadStatus Router::reload_status() const {

@@ -64,6 +64,9 @@ struct BackendRuntime {
   std::shared_ptr<ProviderRuntime> provider;   // its breaker null when provider breakers are off
   upstream::Health health;
   std::atomic<std::int64_t> in_flight{0};
+  // An operator took it out of service (/admin/backends: drain): no new request goes
+  // here; those in flight finish. Kept by name across reloads (Router::set_drained).
+  std::atomic<bool> drained{false};
   std::unique_ptr<sim::SimServer> sim;  // the embedded simulator behind a `simulated` backend
   upstream::Load load;                   // its own load signals (cfg.load), read by the monitor thread
   upstream::AdaptiveConcurrency adaptive;  // its in-flight limit following its TTFT (cfg.adaptive)
@@ -140,6 +143,10 @@ class Router {
 
   // Reload bookkeeping for /infra.
   void note_reload(bool ok, std::string message);
+  // The backends drained by name (every other one undrained); names of no backend are
+  // kept, for a table that has them later.
+  void set_drained(std::unordered_set<std::string> names);
+  std::unordered_set<std::string> drained() const;
   struct ReloadStatus {
     std::uint64_t ok = 0, failed = 0;
     std::string last_error;
@@ -180,6 +187,7 @@ class Router {
   std::unordered_map<std::string, std::shared_ptr<RouteStats>> stats_;          // by alias
   ReloadStatus reload_;
   std::unordered_set<std::string> interned_;  // never shrinks: strings records point to
+  std::unordered_set<std::string> drained_;   // backend names (set_drained)
 };
 
 upstream::BreakerSettings breaker_settings(const config::BreakerConfig& c);

@@ -38,7 +38,7 @@ class EventSink;
 namespace sluice::gateway {
 
 struct BatchCounters;
-class KeyStore;
+class ControlStore;
 
 struct Shared {
   std::shared_ptr<const config::Config> cfg;  // as started; routes and backends come from router's table
@@ -46,7 +46,7 @@ struct Shared {
   // The API keys in force (the file's; replaced by a reload). Each worker reads it through
   // its own keys::Registry::Reader.
   keys::Registry* keys = nullptr;
-  KeyStore* key_store = nullptr;  // keys managed at runtime (null: key_store off)
+  ControlStore* control = nullptr;  // keys and drains at runtime (null: key_store off)
   // Reloads the configuration file (SIGHUP, POST /admin/reload): whether it was taken, and
   // what was reloaded or why not. Set by the gateway.
   std::function<std::pair<bool, std::string>()> reload;
@@ -81,6 +81,8 @@ http::Handler make_handler(Shared& shared, boost::asio::any_io_executor ex, bool
 // GET /metrics (Prometheus text format) and GET /infra (JSON): status.cpp.
 std::string render_metrics(const Shared& shared);
 std::string render_infra(const Shared& shared);
+// GET /admin/backends (JSON): every backend of the table in force, its state, whether drained.
+std::string render_backends(const Shared& shared);
 // GET /ready: whether this instance should get traffic (not draining, and not refusing
 // every limited request because Redis is down under on_redis_down: closed), with the
 // state of each part.

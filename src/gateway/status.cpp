@@ -6,7 +6,7 @@
 #include "cache/cache.hpp"
 #include "guard/guard.hpp"
 #include "gateway/embed_batch.hpp"
-#include "gateway/key_store.hpp"
+#include "gateway/control_store.hpp"
 #include "gateway/state.hpp"
 #include "events/events.hpp"
 #include "history/history.hpp"
@@ -203,6 +203,28 @@ std::pair<bool, std::string> render_ready(const Shared& g) {
   return {ready, std::move(o)};
 }
 
+std::string render_backends(const Shared& g) {
+  const auto now = std::chrono::steady_clock::now();
+  std::string o = R"({"backends":[)";
+  bool first = true;
+  for (const auto& b : g.router->backends()) {
+    o += first ? "{" : ",{";
+    first = false;
+    o += R"("name":)";
+    append_json_string(o, b->name);
+    o += R"(,"address":)";
+    append_json_string(o, b->label);
+    o += R"(,"state":)";
+    append_json_string(o, b->state_word(now));
+    o += b->drained.load(std::memory_order_relaxed) ? R"(,"drained":true)" : R"(,"drained":false)";
+    o += R"(,"in_flight":)" + std::to_string(b->in_flight.load(std::memory_order_relaxed)) + "}";
+  }
+  o += R"(],"fleet":)";
+  o += g.control ? "true" : "false";  // drains through the database (every instance), or this one's
+  o += "}";
+  return o;
+}
+
 std::string render_infra(const Shared& g) {
   std::string o = "{\"instance\":";
   append_json_string(o, g.instance);
@@ -292,7 +314,7 @@ std::string render_infra(const Shared& g) {
     const auto set = g.keys->current();
     o += ",\"keys\":{\"in_force\":" + std::to_string(set->size()) + ",\"version\":" +
          std::to_string(g.keys->version()) + ",\"store\":";
-    o += g.key_store ? g.key_store->status_json() : "null";
+    o += g.control ? g.control->status_json() : "null";
     o += "}";
   }
   if (g.gate) {

@@ -149,9 +149,10 @@ ALTER TABLE requests ADD COLUMN saved_tokens BIGINT;
 ALTER TABLE requests ADD COLUMN guard TEXT;
 )";
 
-// Migration 5: the key store (key_store, history/key_table.cpp): keys by name, found by
-// the HMAC of their secret (never the secret), with the fleet's change counter in
-// api_keys_version (one row, bumped by every write in the same transaction).
+// Migration 5: the fleet's runtime state (history/control_table.cpp): the key store's keys
+// by name, found by the HMAC of their secret (never the secret); the backends operators
+// drained; and one change counter, control_version (one row, bumped by every write in the
+// same transaction), which every instance polls.
 constexpr std::string_view kMigration5 = R"(
 CREATE TABLE api_keys (
   name TEXT PRIMARY KEY,
@@ -173,8 +174,13 @@ CREATE TABLE api_keys (
   old_digest TEXT,
   old_until_ms BIGINT
 );
-CREATE TABLE api_keys_version (id INTEGER PRIMARY KEY, version BIGINT NOT NULL);
-INSERT INTO api_keys_version (id, version) VALUES (1, 0);
+CREATE TABLE backend_drains (
+  name TEXT PRIMARY KEY,
+  drained_by TEXT,
+  since_ms BIGINT NOT NULL
+);
+CREATE TABLE control_version (id INTEGER PRIMARY KEY, version BIGINT NOT NULL);
+INSERT INTO control_version (id, version) VALUES (1, 0);
 )";
 
 std::string migration_sql(Dialect d, int version) {

@@ -12,7 +12,7 @@
 
 #include "helpers.hpp"
 #include "history/db.hpp"
-#include "history/key_table.hpp"
+#include "history/control_table.hpp"
 #include "history/responses.hpp"
 #include "pg_server.hpp"
 
@@ -911,9 +911,9 @@ TEST_P(HistoryTest, StoredResponsesAreKeptByTenantUntilTheyExpire) {
 
 // The key store's table (key_store): every field kept, names and digests unique, the
 // version bumped by each write that changed a row and by nothing else.
-TEST_P(HistoryTest, TheKeyTableKeepsKeysAndCountsItsChanges) {
+TEST_P(HistoryTest, TheControlTableKeepsKeysAndDrainsAndCountsItsChanges) {
   std::string error;
-  auto t = KeyTable::create(settings_, &error);
+  auto t = ControlTable::create(settings_, &error);
   ASSERT_TRUE(t) << error;
   const auto v0 = t->version();
   ASSERT_TRUE(v0) << t->error();
@@ -931,20 +931,19 @@ TEST_P(HistoryTest, TheKeyTableKeepsKeysAndCountsItsChanges) {
   r.expires_ms = 1'900'000'000'000;
   r.created_ms = r.updated_ms = 1'800'000'000'000;
   r.created_by = "admin";
-  ASSERT_EQ(t->insert(r), KeyTable::Write::ok) << t->error();
+  ASSERT_EQ(t->insert(r), ControlTable::Write::ok) << t->error();
   EXPECT_EQ(t->version(), *v0 + 1);
-  EXPECT_EQ(t->insert(r), KeyTable::Write::exists) << "the same name";
+  EXPECT_EQ(t->insert(r), ControlTable::Write::exists) << "the same name";
   KeyRow same_digest = r;
   same_digest.name = "team-b";
-  EXPECT_EQ(t->insert(same_digest), KeyTable::Write::exists) << "the same digest";
+  EXPECT_EQ(t->insert(same_digest), ControlTable::Write::exists) << "the same digest";
   EXPECT_EQ(t->version(), *v0 + 1) << "a write that changed nothing is not a change";
 
-  std::int64_t v = -1;
-  auto rows = t->all(v);
-  ASSERT_TRUE(rows) << t->error();
-  EXPECT_EQ(v, *v0 + 1);
-  ASSERT_EQ(rows->size(), 1u);
-  const KeyRow& got = rows->front();
+  auto st = t->read();
+  ASSERT_TRUE(st) << t->error();
+  EXPECT_EQ(st->version, *v0 + 1);
+  ASSERT_EQ(st->keys.size(), 1u);
+  const KeyRow got = st->keys.front();
   EXPECT_EQ(got.name, "team-a");
   EXPECT_EQ(got.digest, r.digest);
   EXPECT_EQ(got.models, r.models);
@@ -966,23 +965,37 @@ TEST_P(HistoryTest, TheKeyTableKeepsKeysAndCountsItsChanges) {
   changed.expires_ms = -1;
   changed.created_by = "someone else";  // not changed by an update
   changed.updated_ms = 1'800'000'000'500;
-  ASSERT_EQ(t->update(changed), KeyTable::Write::ok) << t->error();
-  rows = t->all(v);
-  ASSERT_TRUE(rows && rows->size() == 1u);
-  EXPECT_FALSE(rows->front().enabled);
-  EXPECT_EQ(rows->front().digest, std::string(64, 'b'));
-  EXPECT_EQ(rows->front().old_digest, r.digest);
-  EXPECT_EQ(rows->front().old_until_ms, 1'800'000'100'000);
-  EXPECT_EQ(rows->front().expires_ms, -1);
-  EXPECT_EQ(rows->front().created_by, "admin");
-  EXPECT_EQ(v, *v0 + 2);
+  ASSERT_EQ(t->update(changed), ControlTable::Write::ok) << t->error();
+  st = t->read();
+  ASSERT_TRUE(st && st->keys.size() == 1u);
+  const auto& rows = st->keys;
+  EXPECT_FALSE(rows.front().enabled);
+  EXPECT_EQ(rows.front().digest, std::string(64, 'b'));
+  EXPECT_EQ(rows.front().old_digest, r.digest);
+  EXPECT_EQ(rows.front().old_until_ms, 1'800'000'100'000);
+  EXPECT_EQ(rows.front().expires_ms, -1);
+  EXPECT_EQ(rows.front().created_by, "admin");
+  EXPECT_EQ(st->version, *v0 + 2);
   KeyRow nobody = changed;
   nobody.name = "nobody";
-  EXPECT_EQ(t->update(nobody), KeyTable::Write::not_found);
-  EXPECT_EQ(t->erase("nobody"), KeyTable::Write::not_found);
-  EXPECT_EQ(t->erase("team-a"), KeyTable::Write::ok);
+  EXPECT_EQ(t->update(nobody), ControlTable::Write::not_found);
+  EXPECT_EQ(t->erase("nobody"), ControlTable::Write::not_found);
+  EXPECT_EQ(t->erase("team-a"), ControlTable::Write::ok);
   EXPECT_EQ(t->version(), *v0 + 3);
   EXPECT_EQ(raw_count("SELECT count(*) FROM api_keys"), 0);
+
+  // Drained backends, counted alike.
+  ASSERT_EQ(t->drain({"10.0.0.5:8000", "admin", 1'800'000'000'000}), ControlTable::Write::ok) << t->error();
+  EXPECT_EQ(t->drain({"10.0.0.5:8000", "other", 1}), ControlTable::Write::exists);
+  st = t->read();
+  ASSERT_TRUE(st && st->drains.size() == 1u);
+  EXPECT_EQ(st->drains.front().name, "10.0.0.5:8000");
+  EXPECT_EQ(st->drains.front().by, "admin");
+  EXPECT_EQ(st->drains.front().since_ms, 1'800'000'000'000);
+  EXPECT_EQ(st->version, *v0 + 4);
+  EXPECT_EQ(t->undrain("10.0.0.5:8000"), ControlTable::Write::ok);
+  EXPECT_EQ(t->undrain("10.0.0.5:8000"), ControlTable::Write::not_found);
+  EXPECT_EQ(t->version(), *v0 + 5);
 }
 
 TEST(ResponseTable, ADatabaseThatCannotBeOpenedFailsEachCallAndSaysWhy) {

@@ -1,4 +1,4 @@
-#include "gateway/key_store.hpp"
+#include "gateway/control_store.hpp"
 
 #include <openssl/rand.h>
 
@@ -9,7 +9,7 @@
 
 #include "common/text.hpp"
 #include "config/checks.hpp"
-#include "history/key_table.hpp"
+#include "history/control_table.hpp"
 
 namespace sluice::gateway {
 
@@ -54,7 +54,7 @@ ReconcileAnswer answer(json::object o, int status = 200) {
   return a;
 }
 
-ReconcileAnswer store_down(const history::KeyTable& t) {
+ReconcileAnswer store_down(const history::ControlTable& t) {
   return fail(Reason::store_unavailable, "the key store's database is unavailable: " + t.error());
 }
 
@@ -127,7 +127,7 @@ keys::Stored to_stored(const history::KeyRow& r) {
 
 // The fields a request body may set, read into `row`. `creating`: name is needed.
 ReconcileAnswer read_fields(const json::object& body, history::KeyRow& row, bool creating,
-                            const KeyStore::Names& names) {
+                            const ControlStore::Names& names) {
   static constexpr std::string_view kKnown[] = {"name",         "tenant",     "tier",       "models",
                                                 "role",         "max_in_flight", "priority", "max_priority",
                                                 "guardrails",   "expires_ms", "expires_in", "enabled"};
@@ -241,16 +241,16 @@ std::optional<json::object> parse_object(std::string_view body, ReconcileAnswer&
 
 }  // namespace
 
-KeyStore::KeyStore(const config::Config& cfg, std::shared_ptr<const keys::Hasher> hasher, Install install, Names names)
+ControlStore::ControlStore(const config::Config& cfg, std::shared_ptr<const keys::Hasher> hasher, Install install, Names names)
     : cfg_(cfg), hasher_(std::move(hasher)), install_(std::move(install)), names_(std::move(names)) {
   std::string err;
-  table_ = history::KeyTable::create(cfg.history, &err);
+  table_ = history::ControlTable::create(cfg.history, &err);
   if (!table_) throw std::runtime_error("key_store: " + err);
   sync();  // the store's keys before the first request, if it can be read now
   thread_ = std::thread([this] { run(); });
 }
 
-KeyStore::~KeyStore() {
+ControlStore::~ControlStore() {
   {
     std::lock_guard lock(stop_mu_);
     stop_ = true;
@@ -259,7 +259,7 @@ KeyStore::~KeyStore() {
   if (thread_.joinable()) thread_.join();
 }
 
-void KeyStore::run() {
+void ControlStore::run() {
   std::unique_lock lock(stop_mu_);
   while (!stop_cv_.wait_for(lock, cfg_.key_store.poll, [this] { return stop_; })) {
     lock.unlock();
@@ -268,26 +268,49 @@ void KeyStore::run() {
   }
 }
 
-void KeyStore::sync() {
+void ControlStore::sync() {
   std::lock_guard lock(sync_mu_);
   const auto v = table_->version();
   if (!v) return;  // down: the keys in force stay
   last_sync_ms_ = now_ms();
   if (*v == version_) return;
-  std::int64_t read_version = -1;
-  auto rows = table_->all(read_version);
-  if (!rows) return;
+  auto st = table_->read();
+  if (!st) return;
   std::vector<keys::Stored> stored;
-  stored.reserve(rows->size());
-  for (const auto& r : *rows) stored.push_back(to_stored(r));
-  install_(std::move(stored));
-  version_ = read_version;
-  installed_version_ = read_version;
-  keys_ = static_cast<std::int64_t>(rows->size());
+  stored.reserve(st->keys.size());
+  for (const auto& r : st->keys) stored.push_back(to_stored(r));
+  install_.keys(std::move(stored));
+  std::unordered_set<std::string> drained;
+  for (const auto& d : st->drains) drained.insert(d.name);
+  install_.drains(std::move(drained));
+  version_ = st->version;
+  installed_version_ = st->version;
+  keys_ = static_cast<std::int64_t>(st->keys.size());
+  drains_ = static_cast<std::int64_t>(st->drains.size());
   ++syncs_;
 }
 
-ReconcileAnswer KeyStore::handle(std::string_view method, std::string_view rest, std::string_view body,
+ReconcileAnswer ControlStore::handle_backend(std::string_view method, std::string_view rest,
+                                             const config::ApiKey& by) {
+  if (!rest.empty() && rest.front() == '/') rest.remove_prefix(1);
+  const auto slash = rest.rfind('/');  // a backend's name may hold '/' (host:port/model)
+  if (slash == std::string_view::npos) return fail(Reason::not_found, "use POST /admin/backends/<name>/drain or /undrain");
+  const std::string_view name = rest.substr(0, slash), action = rest.substr(slash + 1);
+  if (action != "drain" && action != "undrain") {
+    return fail(Reason::not_found, "no action " + cfgd::q(action) + " (drain, undrain)");
+  }
+  if (method != "POST") return fail(Reason::method_not_allowed, "use POST for /admin/backends/<name>/" + std::string(action));
+  if (!by.admin) return fail(Reason::forbidden, "only a key with role admin may drain backends");
+  const bool drain = action == "drain";
+  if (drain && !names_.backend(name)) return fail(Reason::not_found, "no backend named " + cfgd::q(name));
+  const auto w = drain ? table_->drain({std::string(name), by.name, now_ms()}) : table_->undrain(name);
+  if (w == history::ControlTable::Write::failed) return store_down(*table_);
+  sync();
+  // (exists: it already was drained; not_found: it was not: the same end state.)
+  return answer({{"backend", std::string(name)}, {"drained", drain}});
+}
+
+ReconcileAnswer ControlStore::handle(std::string_view method, std::string_view rest, std::string_view body,
                                  const keys::KeySet& current, const config::ApiKey& by) {
   // rest: "", "/<name>" or "/<name>/<action>"
   if (!rest.empty() && rest.front() == '/') rest.remove_prefix(1);
@@ -298,14 +321,15 @@ ReconcileAnswer KeyStore::handle(std::string_view method, std::string_view rest,
 
   if (name.empty()) {  // the collection
     if (read) {
-      std::int64_t version = -1;
-      auto rows = table_->all(version);
-      if (!rows) return store_down(*table_);
+      auto st = table_->read();
+      if (!st) return store_down(*table_);
+      const auto& rows = st->keys;
+      const std::int64_t version = st->version;
       json::array list;
       for (const auto& e : current.entries()) {
         if (e->from_config) list.push_back(config_json(*e));
       }
-      for (const auto& r : *rows) {
+      for (const auto& r : rows) {
         if (!current.find_name(r.name) || !current.find_name(r.name)->from_config) list.push_back(row_json(r));
       }
       return answer({{"keys", std::move(list)}, {"version", version}});
@@ -329,8 +353,8 @@ ReconcileAnswer KeyStore::handle(std::string_view method, std::string_view rest,
     row.created_ms = row.updated_ms = now_ms();
     row.created_by = by.name;
     switch (table_->insert(row)) {
-      case history::KeyTable::Write::ok: break;
-      case history::KeyTable::Write::exists:
+      case history::ControlTable::Write::ok: break;
+      case history::ControlTable::Write::exists:
         return fail(Reason::conflict, "a key named " + cfgd::q(row.name) + " exists", "name");
       default: return store_down(*table_);
     }
@@ -345,18 +369,17 @@ ReconcileAnswer KeyStore::handle(std::string_view method, std::string_view rest,
     if (read && action.empty()) return answer(config_json(*e));
     return fail(Reason::forbidden, "key " + cfgd::q(name) + " is in the configuration file: change it there");
   }
-  std::int64_t version = -1;
-  auto rows = table_->all(version);
-  if (!rows) return store_down(*table_);
-  auto it = std::find_if(rows->begin(), rows->end(), [&](const history::KeyRow& r) { return r.name == name; });
-  if (it == rows->end()) return fail(Reason::not_found, "no key named " + cfgd::q(name));
+  auto st = table_->read();
+  if (!st) return store_down(*table_);
+  auto it = std::find_if(st->keys.begin(), st->keys.end(), [&](const history::KeyRow& r) { return r.name == name; });
+  if (it == st->keys.end()) return fail(Reason::not_found, "no key named " + cfgd::q(name));
   history::KeyRow row = *it;
   if (action.empty() && read) return answer(row_json(row));
   json::object out;
   if (action.empty() && method == "DELETE") {
     switch (table_->erase(name)) {
-      case history::KeyTable::Write::ok: break;
-      case history::KeyTable::Write::not_found: return fail(Reason::not_found, "no key named " + cfgd::q(name));
+      case history::ControlTable::Write::ok: break;
+      case history::ControlTable::Write::not_found: return fail(Reason::not_found, "no key named " + cfgd::q(name));
       default: return store_down(*table_);
     }
     sync();
@@ -393,8 +416,8 @@ ReconcileAnswer KeyStore::handle(std::string_view method, std::string_view rest,
   }
   row.updated_ms = now_ms();
   switch (table_->update(row)) {
-    case history::KeyTable::Write::ok: break;
-    case history::KeyTable::Write::not_found: return fail(Reason::not_found, "no key named " + cfgd::q(name));
+    case history::ControlTable::Write::ok: break;
+    case history::ControlTable::Write::not_found: return fail(Reason::not_found, "no key named " + cfgd::q(name));
     default: return store_down(*table_);
   }
   sync();
@@ -403,10 +426,11 @@ ReconcileAnswer KeyStore::handle(std::string_view method, std::string_view rest,
   return answer(std::move(o));
 }
 
-std::string KeyStore::status_json() const {
+std::string ControlStore::status_json() const {
   json::object o{{"up", table_->up()},
                  {"version", installed_version_.load()},
                  {"keys", keys_.load()},
+                 {"drained_backends", drains_.load()},
                  {"reads", syncs_.load()},
                  {"last_sync_ms", number_or_null(last_sync_ms_.load() > 0 ? last_sync_ms_.load() : -1)},
                  {"last_error", table_->error()}};

@@ -1,5 +1,5 @@
-// The key store's table (key_table.hpp).
-#include "history/key_table.hpp"
+// The fleet's runtime state in the database (control_table.hpp).
+#include "history/control_table.hpp"
 
 #include "history/own_connection.hpp"
 
@@ -78,7 +78,7 @@ KeyRow row_of(std::vector<Value>& v) {
 
 }  // namespace
 
-struct KeyTable::Impl : OwnConnection {
+struct ControlTable::Impl : OwnConnection {
   using OwnConnection::OwnConnection;
 
   std::string placeholders(int from, int n) const {
@@ -97,7 +97,7 @@ struct KeyTable::Impl : OwnConnection {
     bool changed = false;
     std::string e = c->exec(pg ? "BEGIN" : "BEGIN IMMEDIATE");
     if (e.empty()) e = change(*c, changed);
-    if (e.empty() && changed) e = c->exec("UPDATE api_keys_version SET version = version + 1 WHERE id = 1");
+    if (e.empty() && changed) e = c->exec("UPDATE control_version SET version = version + 1 WHERE id = 1");
     if (e.empty()) e = c->exec("COMMIT");
     if (!e.empty()) {
       c->exec("ROLLBACK");
@@ -109,23 +109,23 @@ struct KeyTable::Impl : OwnConnection {
   }
 };
 
-KeyTable::KeyTable(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-KeyTable::~KeyTable() = default;
+ControlTable::ControlTable(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ControlTable::~ControlTable() = default;
 
-std::unique_ptr<KeyTable> KeyTable::create(const config::HistorySettings& settings, std::string* error) {
+std::unique_ptr<ControlTable> ControlTable::create(const config::HistorySettings& settings, std::string* error) {
   if (settings.backend == config::HistoryBackend::none) {
     if (error) *error = "the key store needs the history's database (history.backend sqlite or postgres)";
     return nullptr;
   }
-  return std::unique_ptr<KeyTable>(new KeyTable(std::make_unique<Impl>(settings)));
+  return std::unique_ptr<ControlTable>(new ControlTable(std::make_unique<Impl>(settings)));
 }
 
-std::optional<std::int64_t> KeyTable::version() {
+std::optional<std::int64_t> ControlTable::version() {
   std::lock_guard lock(impl_->mu);
   Connection* c = impl_->connection();
   if (!c) return std::nullopt;
   std::int64_t v = -1;
-  auto e = c->query("SELECT version FROM api_keys_version WHERE id = 1", {}, [&v](std::vector<Value>& row) {
+  auto e = c->query("SELECT version FROM control_version WHERE id = 1", {}, [&v](std::vector<Value>& row) {
     if (auto* n = std::get_if<std::int64_t>(&row[0])) v = *n;
   });
   if (!e.empty()) {
@@ -136,22 +136,32 @@ std::optional<std::int64_t> KeyTable::version() {
   return v;
 }
 
-std::optional<std::vector<KeyRow>> KeyTable::all(std::int64_t& version) {
+std::optional<ControlState> ControlTable::read() {
   std::lock_guard lock(impl_->mu);
   Connection* c = impl_->connection();
   if (!c) return std::nullopt;
   const bool pg = c->dialect() == Dialect::postgres;
-  std::vector<KeyRow> rows;
+  ControlState st;
   // One snapshot: the version and the rows it counts.
   std::string e = c->exec(pg ? "BEGIN ISOLATION LEVEL REPEATABLE READ" : "BEGIN");
   if (e.empty()) {
-    e = c->query("SELECT version FROM api_keys_version WHERE id = 1", {}, [&version](std::vector<Value>& row) {
-      if (auto* n = std::get_if<std::int64_t>(&row[0])) version = *n;
+    e = c->query("SELECT version FROM control_version WHERE id = 1", {}, [&st](std::vector<Value>& row) {
+      if (auto* n = std::get_if<std::int64_t>(&row[0])) st.version = *n;
     });
   }
   if (e.empty()) {
     e = c->query("SELECT " + std::string(kColumns) + " FROM api_keys ORDER BY name", {},
-                 [&rows](std::vector<Value>& row) { rows.push_back(row_of(row)); });
+                 [&st](std::vector<Value>& row) { st.keys.push_back(row_of(row)); });
+  }
+  if (e.empty()) {
+    e = c->query("SELECT name, drained_by, since_ms FROM backend_drains ORDER BY name", {},
+                 [&st](std::vector<Value>& row) {
+                   DrainRow d;
+                   if (auto* s = std::get_if<std::string>(&row[0])) d.name = std::move(*s);
+                   if (auto* s = std::get_if<std::string>(&row[1])) d.by = std::move(*s);
+                   if (auto* n = std::get_if<std::int64_t>(&row[2])) d.since_ms = *n;
+                   st.drains.push_back(std::move(d));
+                 });
   }
   if (e.empty()) e = c->exec("COMMIT");
   if (!e.empty()) {
@@ -160,10 +170,10 @@ std::optional<std::vector<KeyRow>> KeyTable::all(std::int64_t& version) {
     return std::nullopt;
   }
   impl_->ok();
-  return rows;
+  return st;
 }
 
-KeyTable::Write KeyTable::insert(const KeyRow& row) {
+ControlTable::Write ControlTable::insert(const KeyRow& row) {
   return impl_->write(Write::exists, [&](Connection& c, bool& changed) {
     const std::string sql = "INSERT INTO api_keys (" + std::string(kColumns) + ") VALUES (" +
                             impl_->placeholders(1, 18) + ") ON CONFLICT DO NOTHING RETURNING name";
@@ -171,7 +181,7 @@ KeyTable::Write KeyTable::insert(const KeyRow& row) {
   });
 }
 
-KeyTable::Write KeyTable::update(const KeyRow& row) {
+ControlTable::Write ControlTable::update(const KeyRow& row) {
   return impl_->write(Write::not_found, [&](Connection& c, bool& changed) {
     const auto& p = [this](int n) { return impl_->p(n); };
     // Every column but created_ms and created_by (values() indexes 13 and 15), by name.
@@ -190,15 +200,31 @@ KeyTable::Write KeyTable::update(const KeyRow& row) {
   });
 }
 
-KeyTable::Write KeyTable::erase(std::string_view name) {
+ControlTable::Write ControlTable::erase(std::string_view name) {
   return impl_->write(Write::not_found, [&](Connection& c, bool& changed) {
     return c.query("DELETE FROM api_keys WHERE name = " + impl_->p(1) + " RETURNING name", {std::string(name)},
                    [&changed](std::vector<Value>&) { changed = true; });
   });
 }
 
-bool KeyTable::up() const { return impl_->up; }
+ControlTable::Write ControlTable::drain(const DrainRow& row) {
+  return impl_->write(Write::exists, [&](Connection& c, bool& changed) {
+    return c.query("INSERT INTO backend_drains (name, drained_by, since_ms) VALUES (" + impl_->placeholders(1, 3) +
+                       ") ON CONFLICT DO NOTHING RETURNING name",
+                   {row.name, row.by.empty() ? Value{} : Value{row.by}, row.since_ms},
+                   [&changed](std::vector<Value>&) { changed = true; });
+  });
+}
 
-std::string KeyTable::error() const { return impl_->error(); }
+ControlTable::Write ControlTable::undrain(std::string_view name) {
+  return impl_->write(Write::not_found, [&](Connection& c, bool& changed) {
+    return c.query("DELETE FROM backend_drains WHERE name = " + impl_->p(1) + " RETURNING name", {std::string(name)},
+                   [&changed](std::vector<Value>&) { changed = true; });
+  });
+}
+
+bool ControlTable::up() const { return impl_->up; }
+
+std::string ControlTable::error() const { return impl_->error(); }
 
 }  // namespace sluice::history

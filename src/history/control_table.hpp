@@ -1,8 +1,9 @@
 #pragma once
-// The key store's table in the history's database (key_store, migration 5): keys by
-// name, found by the HMAC of their secret, never the secret itself. Blocking calls on the
-// table's own connection: the caller makes them off the workers. Every write bumps the
-// store's version in the same transaction, which every instance polls.
+// The fleet's runtime state in the history's database (migration 5): the key store's keys
+// (by name, found by the HMAC of their secret, never the secret itself) and the backends
+// operators drained. Blocking calls on the table's own connection: the caller makes them
+// off the workers. Every write bumps one version in the same transaction, which every
+// instance polls.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -33,16 +34,29 @@ struct KeyRow {
   std::int64_t old_until_ms = -1;
 };
 
-class KeyTable {
+struct DrainRow {
+  std::string name;  // the backend's name
+  std::string by;    // the admin key's name
+  std::int64_t since_ms = 0;
+};
+
+// What the table holds, read in one snapshot.
+struct ControlState {
+  std::int64_t version = -1;
+  std::vector<KeyRow> keys;  // by name
+  std::vector<DrainRow> drains;
+};
+
+class ControlTable {
  public:
   // nullptr with `error` for settings that can never work (history backend none).
-  static std::unique_ptr<KeyTable> create(const config::HistorySettings& settings, std::string* error);
-  ~KeyTable();
+  static std::unique_ptr<ControlTable> create(const config::HistorySettings& settings, std::string* error);
+  ~ControlTable();
 
   // The store's version (bumped by every write); nullopt when the database failed.
   std::optional<std::int64_t> version();
-  // Every key, by name, with the version read in the same transaction.
-  std::optional<std::vector<KeyRow>> all(std::int64_t& version);
+  // Everything, with the version, in one transaction; nullopt when the database failed.
+  std::optional<ControlState> read();
 
   enum class Write { ok, exists, not_found, failed };
   // A new key (its name and digest unused).
@@ -50,13 +64,16 @@ class KeyTable {
   // The key of row.name, every field replaced (created_ms and created_by kept).
   Write update(const KeyRow& row);
   Write erase(std::string_view name);
+  // A backend drained (exists: it already was) or undrained (not_found: it was not).
+  Write drain(const DrainRow& row);
+  Write undrain(std::string_view name);
 
   bool up() const;
   std::string error() const;  // the last failure's ("" when the last call succeeded)
 
  private:
   struct Impl;
-  explicit KeyTable(std::unique_ptr<Impl> impl);
+  explicit ControlTable(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 
