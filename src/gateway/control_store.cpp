@@ -283,6 +283,9 @@ void ControlStore::sync() {
   std::unordered_set<std::string> drained;
   for (const auto& d : st->drains) drained.insert(d.name);
   install_.drains(std::move(drained));
+  std::unordered_map<std::string, double> weights;
+  for (const auto& c : st->canaries) weights.emplace(c.alias, c.weight);
+  install_.canaries(std::move(weights));
   version_ = st->version;
   installed_version_ = st->version;
   keys_ = static_cast<std::int64_t>(st->keys.size());
@@ -308,6 +311,14 @@ ReconcileAnswer ControlStore::handle_backend(std::string_view method, std::strin
   sync();
   // (exists: it already was drained; not_found: it was not: the same end state.)
   return answer({{"backend", std::string(name)}, {"drained", drain}});
+}
+
+ReconcileAnswer ControlStore::handle_canary(std::string_view alias, double weight, const config::ApiKey& by) {
+  const auto w = weight >= 0 ? table_->set_canary({std::string(alias), weight, by.name, now_ms()})
+                             : table_->clear_canary(alias);
+  if (w == history::ControlTable::Write::failed) return store_down(*table_);
+  sync();
+  return answer({{"model", std::string(alias)}, {"canary_weight", weight >= 0 ? json::value(weight) : json::value(nullptr)}});
 }
 
 ReconcileAnswer ControlStore::handle(std::string_view method, std::string_view rest, std::string_view body,

@@ -7,6 +7,7 @@
 //            GET | PATCH | DELETE /admin/keys/<name>; POST /admin/keys/<name>/disable |
 //            enable | rotate
 //   drains   GET /admin/backends; POST /admin/backends/<name>/drain | undrain
+//   canaries POST /admin/routes/<alias>/canary {"weight": 0..100 | null}
 // The request path never waits for the database: keys are found in the set in force
 // (keys::Registry) and drains are flags on the backends, both replaced when the database
 // changed. While it is down they stay as last read.
@@ -19,6 +20,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -40,12 +42,14 @@ class ControlStore {
   struct Install {
     std::function<void(std::vector<keys::Stored>)> keys;
     std::function<void(std::unordered_set<std::string>)> drains;
+    std::function<void(std::unordered_map<std::string, double>)> canaries;  // weights by alias
   };
   // What a key may name, as the running gateway knows it.
   struct Names {
     std::function<bool(std::string_view)> alias;       // a routed model alias
     std::function<bool(std::string_view)> guardrails;  // a guardrails policy
     std::function<bool(std::string_view)> backend;     // a backend of the routing table
+    std::function<bool(std::string_view)> canary;      // a route with a canary
   };
 
   // Throws std::runtime_error for settings that can never work.
@@ -65,6 +69,8 @@ class ControlStore {
   // One /admin/backends request with an action (drain, undrain; blocking, as handle()).
   // `rest` is the path after /admin/backends.
   ReconcileAnswer handle_backend(std::string_view method, std::string_view rest, const config::ApiKey& by);
+  // POST /admin/routes/<alias>/canary {"weight": 0..100 | null} (blocking, as handle()).
+  ReconcileAnswer handle_canary(std::string_view alias, double weight, const config::ApiKey& by);
 
   // The "key_store" object of /infra.
   std::string status_json() const;

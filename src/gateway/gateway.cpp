@@ -411,10 +411,16 @@ class GatewayImpl final : public Gateway {
               const auto all = router_->backends();
               return std::any_of(all.begin(), all.end(), [&](const auto& be) { return be->name == b; });
             },
+        .canary =
+            [this](std::string_view a) {
+              const auto* rr = router_->table()->find(a);
+              return rr && rr->route->canary.has_value();
+            },
     };
     ControlStore::Install install{
         .keys = [this](std::vector<keys::Stored> s) { install_stored(std::move(s)); },
         .drains = [this](std::unordered_set<std::string> d) { router_->set_drained(std::move(d)); },
+        .canaries = [this](std::unordered_map<std::string, double> w) { router_->set_canary_weights(std::move(w)); },
     };
     control_ = std::make_unique<ControlStore>(c, hasher_, std::move(install), std::move(names));
     shared_.control = control_.get();

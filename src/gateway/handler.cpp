@@ -221,6 +221,10 @@ class WorkerHandler {
       co_await admin_reload(ex, ctx, method);
       co_return;
     }
+    if (path == "/admin/routes" || path.starts_with("/admin/routes/")) {
+      co_await admin_routes(ex, ctx, method, path.substr(std::string_view("/admin/routes").size()));
+      co_return;
+    }
     if (path == "/admin/backends" || path.starts_with("/admin/backends/")) {
       co_await admin_backends(ex, ctx, method, path.substr(std::string_view("/admin/backends").size()));
       co_return;
@@ -230,7 +234,7 @@ class WorkerHandler {
       co_return;
     }
     if (admin_listener_) {
-      co_await ex.reply(json_reply(404, error_body(Reason::not_found, "the admin listener serves /health, /ready, /metrics, /infra, /admin/usage/reconcile, /admin/cache, /admin/reload, /admin/keys and /admin/backends"), ctx));
+      co_await ex.reply(json_reply(404, error_body(Reason::not_found, "the admin listener serves /health, /ready, /metrics, /infra, /admin/usage/reconcile, /admin/cache, /admin/reload, /admin/keys, /admin/backends and /admin/routes"), ctx));
       co_return;
     }
     // In flight from here until the coroutine ends, however it ends.
@@ -545,6 +549,89 @@ class WorkerHandler {
       co_await admin_reply(ex, ctx, answer);
     }
     record(ctx);
+  }
+
+  // /admin/routes: every route with its canary (an admin or viewer key); POST
+  // .../<alias>/canary {"weight": 0..100 | null} (an admin key) rolls a canary forward or
+  // back by hand (null: back to the configured weight): through the database for the
+  // fleet with the key store on, else on this instance. A change is a record.
+  awaitable<void> admin_routes(http::Exchange& ex, Context& ctx, std::string_view method, std::string_view rest) {
+    const bool read = method == "GET" || method == "HEAD";
+    ctx.rec.to_sinks = !read;
+    if (auto denied = admin_listener_ ? std::optional<Reason>{} : authenticate(ex, ctx)) {
+      co_await auth_failure(ex, ctx, *denied);
+    } else if (!admin_listener_ && !ctx.key->admin && !ctx.key->viewer) {
+      co_await local_reply(ex, ctx, Reason::forbidden, "only an admin or viewer key may use /admin/routes");
+    } else if (rest.empty() || rest == "/") {
+      if (!read) {
+        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for /admin/routes");
+      } else {
+        ctx.rec.status = 200;
+        co_await ex.reply(json_reply(200, render_routes(g_), ctx));
+      }
+    } else {
+      const config::ApiKey& by = admin_listener_ ? admin_listener_key() : *ctx.key;
+      auto checked = canary_request(method, rest, ex.request().body(), by);
+      ReconcileAnswer answer;
+      if (auto* bad = std::get_if<ReconcileAnswer>(&checked)) {
+        answer = std::move(*bad);
+      } else if (const auto& c = std::get<CanaryChange>(checked); g_.control) {
+        auto run = [&]() -> awaitable<ReconcileAnswer> { co_return g_.control->handle_canary(c.alias, c.weight, by); };
+        answer = co_await net::co_spawn(g_.query_executor, run, net::use_awaitable);
+      } else {
+        auto weights = g_.router->canary_weights();
+        if (c.weight < 0) weights.erase(c.alias);
+        else weights[c.alias] = c.weight;
+        g_.router->set_canary_weights(std::move(weights));
+        std::string body = R"({"model":)";
+        append_json_string(body, c.alias);
+        body += R"(,"canary_weight":)";
+        body += c.weight < 0 ? std::string("null") : json_number(c.weight);
+        body += "}";
+        answer = {Reason::ok, std::move(body), {}};
+      }
+      co_await admin_reply(ex, ctx, answer);
+    }
+    record(ctx);
+  }
+
+  struct CanaryChange {
+    std::string alias;
+    double weight = -1;  // percent; < 0: back to the configured weight
+  };
+
+  // Checks POST /admin/routes/<alias>/canary and its body: the change, or why not.
+  std::variant<CanaryChange, ReconcileAnswer> canary_request(std::string_view method, std::string_view rest,
+                                                             std::string_view body, const config::ApiKey& by) {
+    constexpr std::string_view kTail = "/canary";
+    if (rest.size() <= kTail.size() + 1 || !rest.ends_with(kTail)) {
+      return ReconcileAnswer{Reason::not_found, "use POST /admin/routes/<alias>/canary", {}};
+    }
+    const std::string_view alias = rest.substr(1, rest.size() - 1 - kTail.size());
+    if (method != "POST") return ReconcileAnswer{Reason::method_not_allowed, "use POST for /admin/routes/<alias>/canary", {}};
+    if (!by.admin) return ReconcileAnswer{Reason::forbidden, "only a key with role admin may set a canary's weight", {}};
+    const auto* rr = table()->find(alias);
+    if (!rr || !rr->route->canary) {
+      return ReconcileAnswer{Reason::not_found, "no model with a canary named " + recorded_text(alias), {}};
+    }
+    boost::system::error_code ec;
+    auto v = boost::json::parse(body, ec);
+    const auto* w = !ec && v.is_object() ? v.get_object().if_contains("weight") : nullptr;
+    if (!w || v.get_object().size() != 1) {
+      return ReconcileAnswer{Reason::invalid_request, R"(expected {"weight": 0..100} or {"weight": null})", "weight"};
+    }
+    if (w->is_null()) return CanaryChange{std::string(alias), -1};
+    const double x = w->is_double() ? w->get_double() : w->is_int64() ? static_cast<double>(w->get_int64()) : -1;
+    if (!(x >= 0 && x <= 100)) {
+      return ReconcileAnswer{Reason::invalid_request, "weight: expected a number from 0 to 100, or null", "weight"};
+    }
+    return CanaryChange{std::string(alias), x};
+  }
+
+  static std::string json_number(double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", x);
+    return buf;
   }
 
   // A drain without the key store: this instance's router only.
@@ -984,7 +1071,10 @@ class WorkerHandler {
       const auto h = ex.request().header("x-canary");
       if (h == "true" || h == "1") canary_first = true;
       else if (h == "false" || h == "0") canary_first = false;
-      else canary_first = rr.route->canary->weight > 0 && canary_draw(ctx, creq, *rr.route->canary) * 100.0 < rr.route->canary->weight;
+      else {
+        const double share = rr.stats->canary_share(*rr.route->canary);  // an operator's, else the configured
+        canary_first = share > 0 && canary_draw(ctx, creq, *rr.route->canary) * 100.0 < share;
+      }
       (canary_first ? rr.stats->canary_requests : rr.stats->stable_requests).fetch_add(1, std::memory_order_relaxed);
     }
     if (canary_first) order[n_sets++] = rr.canary;

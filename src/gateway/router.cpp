@@ -28,6 +28,13 @@ using Ms = std::chrono::milliseconds;
 
 namespace {
 
+// A weight (percent) as JSON: "10", "2.5".
+std::string fmt_weight(double w) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", w);
+  return buf;
+}
+
 std::int64_t unix_ms_now() {
   return std::chrono::duration_cast<Ms>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -339,6 +346,8 @@ void Router::install(std::shared_ptr<const config::Config> cfg) {
     }
     auto& st = stats[route.alias];
     if (!st) st = std::make_shared<RouteStats>();
+    const auto w = canary_weights_.find(route.alias);
+    st->canary_weight.store(w == canary_weights_.end() ? -1.0 : w->second, std::memory_order_relaxed);
     rr.stats = st;
     t->routes.emplace(route.alias, std::move(rr));
   }
@@ -397,6 +406,20 @@ void Router::set_drained(std::unordered_set<std::string> names) {
 std::unordered_set<std::string> Router::drained() const {
   std::lock_guard lock(mu_);
   return drained_;
+}
+
+void Router::set_canary_weights(std::unordered_map<std::string, double> weights) {
+  std::lock_guard lock(mu_);
+  canary_weights_ = std::move(weights);
+  for (const auto& [alias, st] : stats_) {
+    const auto w = canary_weights_.find(alias);
+    st->canary_weight.store(w == canary_weights_.end() ? -1.0 : w->second, std::memory_order_relaxed);
+  }
+}
+
+std::unordered_map<std::string, double> Router::canary_weights() const {
+  std::lock_guard lock(mu_);
+  return canary_weights_;
 }
 
 Router::ReloadStatus Router::reload_status() const {
@@ -1025,7 +1048,9 @@ void Router::render_infra(std::string& o) const {
     if (r.canary) {
       o += R"(,"canary":{"model":)";
       append_json_string(o, r.canary->alias);
-      o += R"(,"weight":)" + std::to_string(r.canary->weight) + R"(,"active":)";
+      o += R"(,"weight":)" + fmt_weight(st.canary_share(*r.canary)) + R"(,"configured_weight":)" +
+           fmt_weight(r.canary->weight) + R"(,"set_by_operator":)" +
+           (st.canary_weight.load(std::memory_order_relaxed) >= 0 ? "true" : "false") + R"(,"active":)";
       o += rr->judge && !rr->judge->rolled_back() ? "true" : "false";
       o += R"(,"requests":{"canary":)" + std::to_string(st.canary_requests.load()) + R"(,"stable":)" +
            std::to_string(st.stable_requests.load()) + "}";

@@ -92,6 +92,14 @@ struct RouteStats {
   std::atomic<std::uint64_t> overload_light{0}, overload_canned{0};
   std::atomic<std::uint64_t> canary_requests{0}, stable_requests{0}, rollbacks{0};
   std::atomic<bool> degraded{false};  // some backend of the route is not usable (for notices)
+  // An operator's canary weight (/admin/routes: 0..100), instead of the configured one;
+  // < 0: none. Kept by alias across reloads (Router::set_canary_weights).
+  std::atomic<double> canary_weight{-1};
+  // The canary's share in force: the operator's, else the configured one.
+  double canary_share(const config::CanaryConfig& c) const noexcept {
+    const double w = canary_weight.load(std::memory_order_relaxed);
+    return w >= 0 ? w : c.weight;
+  }
 };
 
 struct RouteRuntime {
@@ -147,6 +155,9 @@ class Router {
   // kept, for a table that has them later.
   void set_drained(std::unordered_set<std::string> names);
   std::unordered_set<std::string> drained() const;
+  // Operators' canary weights by alias (every other route back to its configured weight).
+  void set_canary_weights(std::unordered_map<std::string, double> weights);
+  std::unordered_map<std::string, double> canary_weights() const;
   struct ReloadStatus {
     std::uint64_t ok = 0, failed = 0;
     std::string last_error;
@@ -188,6 +199,7 @@ class Router {
   ReloadStatus reload_;
   std::unordered_set<std::string> interned_;  // never shrinks: strings records point to
   std::unordered_set<std::string> drained_;   // backend names (set_drained)
+  std::unordered_map<std::string, double> canary_weights_;  // by alias (set_canary_weights)
 };
 
 upstream::BreakerSettings breaker_settings(const config::BreakerConfig& c);

@@ -83,6 +83,8 @@ std::string render_metrics(const Shared& shared);
 std::string render_infra(const Shared& shared);
 // GET /admin/backends (JSON): every backend of the table in force, its state, whether drained.
 std::string render_backends(const Shared& shared);
+// GET /admin/routes (JSON): every route, its backends and its canary's weight in force.
+std::string render_routes(const Shared& shared);
 // GET /ready: whether this instance should get traffic (not draining, and not refusing
 // every limited request because Redis is down under on_redis_down: closed), with the
 // state of each part.

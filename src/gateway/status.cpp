@@ -225,6 +225,43 @@ std::string render_backends(const Shared& g) {
   return o;
 }
 
+std::string render_routes(const Shared& g) {
+  const auto tab = g.router->table();
+  std::vector<std::string_view> aliases;
+  for (const auto& [alias, rr] : tab->routes) aliases.push_back(alias);
+  std::sort(aliases.begin(), aliases.end());
+  std::string o = R"({"routes":[)";
+  for (std::size_t i = 0; i < aliases.size(); ++i) {
+    const RouteRuntime& rr = *tab->find(aliases[i]);
+    o += i ? ",{" : "{";
+    o += R"("model":)";
+    append_json_string(o, aliases[i]);
+    o += R"(,"backends":[)";
+    for (std::size_t m = 0; m < rr.members.size(); ++m) {
+      if (m) o += ',';
+      append_json_string(o, rr.members[m]->name);
+    }
+    o += R"(],"canary":)";
+    if (const auto& c = rr.route->canary) {
+      char buf[160];
+      const double set = rr.stats->canary_weight.load(std::memory_order_relaxed);
+      o += R"({"model":)";
+      append_json_string(o, c->alias);
+      std::snprintf(buf, sizeof buf, R"(,"weight":%g,"configured_weight":%g,"set_by_operator":%s,"active":%s})",
+                    rr.stats->canary_share(*c), c->weight, set >= 0 ? "true" : "false",
+                    rr.judge && !rr.judge->rolled_back() ? "true" : "false");
+      o += buf;
+    } else {
+      o += "null";
+    }
+    o += "}";
+  }
+  o += R"(],"fleet":)";
+  o += g.control ? "true" : "false";
+  o += "}";
+  return o;
+}
+
 std::string render_infra(const Shared& g) {
   std::string o = "{\"instance\":";
   append_json_string(o, g.instance);

@@ -163,6 +163,18 @@ std::optional<ControlState> ControlTable::read() {
                    st.drains.push_back(std::move(d));
                  });
   }
+  if (e.empty()) {
+    e = c->query("SELECT alias, weight, set_by, since_ms FROM canary_weights ORDER BY alias", {},
+                 [&st](std::vector<Value>& row) {
+                   CanaryRow r;
+                   if (auto* s = std::get_if<std::string>(&row[0])) r.alias = std::move(*s);
+                   if (auto* d = std::get_if<double>(&row[1])) r.weight = *d;
+                   else if (auto* n = std::get_if<std::int64_t>(&row[1])) r.weight = static_cast<double>(*n);
+                   if (auto* s = std::get_if<std::string>(&row[2])) r.by = std::move(*s);
+                   if (auto* n = std::get_if<std::int64_t>(&row[3])) r.since_ms = *n;
+                   st.canaries.push_back(std::move(r));
+                 });
+  }
   if (e.empty()) e = c->exec("COMMIT");
   if (!e.empty()) {
     c->exec("ROLLBACK");
@@ -219,6 +231,23 @@ ControlTable::Write ControlTable::drain(const DrainRow& row) {
 ControlTable::Write ControlTable::undrain(std::string_view name) {
   return impl_->write(Write::not_found, [&](Connection& c, bool& changed) {
     return c.query("DELETE FROM backend_drains WHERE name = " + impl_->p(1) + " RETURNING name", {std::string(name)},
+                   [&changed](std::vector<Value>&) { changed = true; });
+  });
+}
+
+ControlTable::Write ControlTable::set_canary(const CanaryRow& row) {
+  return impl_->write(Write::ok, [&](Connection& c, bool& changed) {
+    return c.query("INSERT INTO canary_weights (alias, weight, set_by, since_ms) VALUES (" + impl_->placeholders(1, 4) +
+                       ") ON CONFLICT (alias) DO UPDATE SET weight = excluded.weight, set_by = excluded.set_by, "
+                       "since_ms = excluded.since_ms RETURNING alias",
+                   {row.alias, row.weight, row.by.empty() ? Value{} : Value{row.by}, row.since_ms},
+                   [&changed](std::vector<Value>&) { changed = true; });
+  });
+}
+
+ControlTable::Write ControlTable::clear_canary(std::string_view alias) {
+  return impl_->write(Write::not_found, [&](Connection& c, bool& changed) {
+    return c.query("DELETE FROM canary_weights WHERE alias = " + impl_->p(1) + " RETURNING alias", {std::string(alias)},
                    [&changed](std::vector<Value>&) { changed = true; });
   });
 }

@@ -1,7 +1,7 @@
 #pragma once
 // The fleet's runtime state in the history's database (migration 5): the key store's keys
-// (by name, found by the HMAC of their secret, never the secret itself) and the backends
-// operators drained. Blocking calls on the table's own connection: the caller makes them
+// (by name, found by the HMAC of their secret, never the secret itself), the backends
+// operators drained and the canary weights they set. Blocking calls on the table's own connection: the caller makes them
 // off the workers. Every write bumps one version in the same transaction, which every
 // instance polls.
 #include <cstdint>
@@ -40,11 +40,19 @@ struct DrainRow {
   std::int64_t since_ms = 0;
 };
 
+struct CanaryRow {
+  std::string alias;  // the route with the canary
+  double weight = 0;  // percent, 0..100
+  std::string by;
+  std::int64_t since_ms = 0;
+};
+
 // What the table holds, read in one snapshot.
 struct ControlState {
   std::int64_t version = -1;
   std::vector<KeyRow> keys;  // by name
   std::vector<DrainRow> drains;
+  std::vector<CanaryRow> canaries;
 };
 
 class ControlTable {
@@ -67,6 +75,9 @@ class ControlTable {
   // A backend drained (exists: it already was) or undrained (not_found: it was not).
   Write drain(const DrainRow& row);
   Write undrain(std::string_view name);
+  // A route's canary weight set (replacing one set before), or cleared (not_found: none was).
+  Write set_canary(const CanaryRow& row);
+  Write clear_canary(std::string_view alias);
 
   bool up() const;
   std::string error() const;  // the last failure's ("" when the last call succeeded)

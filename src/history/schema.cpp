@@ -151,7 +151,7 @@ ALTER TABLE requests ADD COLUMN guard TEXT;
 
 // Migration 5: the fleet's runtime state (history/control_table.cpp): the key store's keys
 // by name, found by the HMAC of their secret (never the secret); the backends operators
-// drained; and one change counter, control_version (one row, bumped by every write in the
+// drained and the canary weights they set; and one change counter, control_version (one row, bumped by every write in the
 // same transaction), which every instance polls.
 constexpr std::string_view kMigration5 = R"(
 CREATE TABLE api_keys (
@@ -177,6 +177,12 @@ CREATE TABLE api_keys (
 CREATE TABLE backend_drains (
   name TEXT PRIMARY KEY,
   drained_by TEXT,
+  since_ms BIGINT NOT NULL
+);
+CREATE TABLE canary_weights (
+  alias TEXT PRIMARY KEY,
+  weight DOUBLE PRECISION NOT NULL,
+  set_by TEXT,
   since_ms BIGINT NOT NULL
 );
 CREATE TABLE control_version (id INTEGER PRIMARY KEY, version BIGINT NOT NULL);
