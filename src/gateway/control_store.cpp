@@ -125,6 +125,22 @@ keys::Stored to_stored(const history::KeyRow& r) {
   return s;
 }
 
+// A duration as the configuration writes it (ms, s, m, h), or whole days ("30d"), at least
+// `min`.
+bool parse_span(std::string_view s, config::Millis min, config::Millis& out) {
+  if (s.size() >= 2 && s.back() == 'd') {
+    std::int64_t days = 0;
+    for (char c : s.substr(0, s.size() - 1)) {
+      if (c < '0' || c > '9' || days > 36500) return false;
+      days = days * 10 + (c - '0');
+    }
+    if (days > 36500) return false;  // a century, as the configuration's bound
+    out = config::Millis{days * 86'400'000};
+    return out >= min;
+  }
+  return cfgd::check_duration(s, min, out).empty();
+}
+
 // The fields a request body may set, read into `row`. `creating`: name is needed.
 ReconcileAnswer read_fields(const json::object& body, history::KeyRow& row, bool creating,
                             const ControlStore::Names& names) {
@@ -143,6 +159,10 @@ ReconcileAnswer read_fields(const json::object& body, history::KeyRow& row, bool
     if (!v->is_string()) return fail(Reason::invalid_request, std::string(field) + ": expected a string", std::string(field));
     std::string s(v->get_string());
     if (auto e = cfgd::check_ident(s); !e.empty()) return fail(Reason::invalid_request, std::string(field) + ": " + e, std::string(field));
+    // A stored key's name is a path segment of /admin/keys/<name>.
+    if (field == "name" && s.find('/') != std::string::npos) {
+      return fail(Reason::invalid_request, "name: a key's name may not hold '/'", "name");
+    }
     out = std::move(s);
     return std::nullopt;
   };
@@ -215,7 +235,7 @@ ReconcileAnswer read_fields(const json::object& body, history::KeyRow& row, bool
   }
   if (const auto* v = body.if_contains("expires_in")) {
     config::Millis d{};
-    if (!v->is_string() || !cfgd::check_duration(v->get_string(), config::Millis{1000}, d).empty()) {
+    if (!v->is_string() || !parse_span(v->get_string(), config::Millis{1000}, d)) {
       return fail(Reason::invalid_request, "expires_in: expected a duration of at least 1s (\"30d\", \"12h\")",
                   "expires_in");
     }
@@ -322,28 +342,39 @@ ReconcileAnswer ControlStore::handle_canary(std::string_view alias, double weigh
 }
 
 ReconcileAnswer ControlStore::handle(std::string_view method, std::string_view rest, std::string_view body,
-                                 const keys::KeySet& current, const config::ApiKey& by) {
-  // rest: "", "/<name>" or "/<name>/<action>"
-  if (!rest.empty() && rest.front() == '/') rest.remove_prefix(1);
-  std::string_view name = rest.substr(0, rest.find('/'));
-  std::string_view action = name.size() < rest.size() ? rest.substr(name.size() + 1) : std::string_view{};
+                                     const keys::KeySet& current, const config::ApiKey& by) {
+  // rest: "", "/", "/<name>" or "/<name>/<action>"; a stored key's name holds no '/'.
+  std::string_view name, action;
+  if (!rest.empty() && rest != "/") {
+    rest.remove_prefix(1);
+    const auto slash = rest.find('/');
+    name = rest.substr(0, slash);
+    if (slash != std::string_view::npos) {
+      action = rest.substr(slash + 1);
+      if (action.empty() || action.find('/') != std::string_view::npos) name = {};  // "x/", "x/a/b"
+    }
+    if (name.empty()) return fail(Reason::not_found, "use /admin/keys, /admin/keys/<name> or /admin/keys/<name>/<action>");
+  }
   const bool read = method == "GET" || method == "HEAD";
+  const bool known = read || method == "POST" || method == "PATCH" || method == "DELETE";
+  if (!known) return fail(Reason::method_not_allowed, "use GET, POST, PATCH or DELETE for /admin/keys");
   if (!read && !by.admin) return fail(Reason::forbidden, "only a key with role admin may change keys");
 
   if (name.empty()) {  // the collection
     if (read) {
       auto st = table_->read();
       if (!st) return store_down(*table_);
-      const auto& rows = st->keys;
-      const std::int64_t version = st->version;
       json::array list;
       for (const auto& e : current.entries()) {
         if (e->from_config) list.push_back(config_json(*e));
       }
-      for (const auto& r : rows) {
-        if (!current.find_name(r.name) || !current.find_name(r.name)->from_config) list.push_back(row_json(r));
+      for (const auto& r : st->keys) {
+        auto o = row_json(r);
+        // A file key of the same name wins: this one is not in force (and may be deleted).
+        if (const auto* e = current.find_name(r.name); e && e->from_config) o["shadowed_by_file"] = true;
+        list.push_back(std::move(o));
       }
-      return answer({{"keys", std::move(list)}, {"version", version}});
+      return answer({{"keys", std::move(list)}, {"version", st->version}});
     }
     if (method != "POST") return fail(Reason::method_not_allowed, "use GET or POST for /admin/keys");
     ReconcileAnswer err;
@@ -375,66 +406,94 @@ ReconcileAnswer ControlStore::handle(std::string_view method, std::string_view r
     return answer(std::move(o), 201);
   }
 
-  // One key.
-  if (const auto* e = current.find_name(name); e && e->from_config) {
-    if (read && action.empty()) return answer(config_json(*e));
-    return fail(Reason::forbidden, "key " + cfgd::q(name) + " is in the configuration file: change it there");
+  // One key: the stored one of that name (even when a file key of the name shadows it: it
+  // can be read and deleted), else the file's (read-only).
+  if (!action.empty() && method != "POST") {
+    return fail(Reason::method_not_allowed, "use POST for /admin/keys/<name>/" + std::string(action));
   }
-  auto st = table_->read();
-  if (!st) return store_down(*table_);
-  auto it = std::find_if(st->keys.begin(), st->keys.end(), [&](const history::KeyRow& r) { return r.name == name; });
-  if (it == st->keys.end()) return fail(Reason::not_found, "no key named " + cfgd::q(name));
-  history::KeyRow row = *it;
-  if (action.empty() && read) return answer(row_json(row));
-  json::object out;
-  if (action.empty() && method == "DELETE") {
-    switch (table_->erase(name)) {
+  if (action.empty() && method == "POST") return fail(Reason::method_not_allowed, "use GET, PATCH or DELETE for a key");
+  if (!action.empty() && action != "disable" && action != "enable" && action != "rotate") {
+    return fail(Reason::not_found, "no action " + cfgd::q(action) + " (disable, enable, rotate)");
+  }
+  std::optional<json::object> patch;  // the body, read once
+  if (method == "PATCH" || action == "rotate") {
+    ReconcileAnswer err;
+    patch = parse_object(body, err);
+    if (!patch) return err;
+  }
+  // A change is made on the row as read and written only if nobody changed it meanwhile
+  // (its revision): else it is read and made again.
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    auto st = table_->read();
+    if (!st) return store_down(*table_);
+    auto it = std::find_if(st->keys.begin(), st->keys.end(), [&](const history::KeyRow& r) { return r.name == name; });
+    if (it == st->keys.end()) {
+      if (const auto* e = current.find_name(name); e && e->from_config) {
+        if (read) return answer(config_json(*e));
+        return fail(Reason::forbidden, "key " + cfgd::q(name) + " is in the configuration file: change it there");
+      }
+      return fail(Reason::not_found, "no key named " + cfgd::q(name));
+    }
+    history::KeyRow row = *it;
+    if (read) {
+      auto o = row_json(row);
+      if (const auto* e = current.find_name(row.name); e && e->from_config) o["shadowed_by_file"] = true;
+      return answer(std::move(o));
+    }
+    if (method == "DELETE") {
+      switch (table_->erase(name)) {
+        case history::ControlTable::Write::ok: break;
+        case history::ControlTable::Write::not_found: return fail(Reason::not_found, "no key named " + cfgd::q(name));
+        default: return store_down(*table_);
+      }
+      sync();
+      return answer({{"deleted", std::string(name)}});
+    }
+    json::object out;
+    const std::int64_t now = now_ms();
+    if (method == "PATCH") {
+      if (auto e = read_fields(*patch, row, false, names_); e.reason != Reason::ok) return e;
+    } else if (action == "disable" || action == "enable") {
+      row.enabled = action == "enable";
+    } else {  // rotate
+      config::Millis grace{3600 * 1000};
+      for (const auto& [k, v] : *patch) {
+        if (k != "grace") return fail(Reason::invalid_request, "unknown field " + cfgd::q(k), std::string(k));
+        if (!v.is_string() || !parse_span(v.get_string(), config::Millis{0}, grace)) {
+          return fail(Reason::invalid_request, "grace: expected a duration (\"0s\", \"10m\", \"24h\", \"7d\")",
+                      "grace");
+        }
+      }
+      // One previous secret at a time: a second rotation within the first one's grace would
+      // end that grace for the clients still on the first secret.
+      if (!row.old_digest.empty() && row.old_until_ms > now && grace.count() > 0) {
+        return fail(Reason::conflict,
+                    "key " + cfgd::q(name) + " was rotated and its previous secret works until " +
+                        std::to_string(row.old_until_ms) +
+                        " (Unix ms): rotate again after that, or with {\"grace\":\"0s\"} to end it now",
+                    "grace");
+      }
+      const std::string secret = new_secret();
+      row.old_digest = grace.count() > 0 ? row.digest : std::string();
+      row.old_until_ms = grace.count() > 0 ? now + grace.count() : -1;
+      row.digest = hasher_->hex(secret);
+      row.masked = mask_key(secret);
+      out["secret"] = secret;
+    }
+    row.updated_ms = now;
+    switch (table_->update(row)) {
       case history::ControlTable::Write::ok: break;
+      case history::ControlTable::Write::conflict: continue;  // changed meanwhile: again
       case history::ControlTable::Write::not_found: return fail(Reason::not_found, "no key named " + cfgd::q(name));
       default: return store_down(*table_);
     }
+    ++row.revision;
     sync();
-    return answer({{"deleted", std::string(name)}});
+    auto o = row_json(row);
+    for (auto& [k, v] : out) o[k] = v;
+    return answer(std::move(o));
   }
-  if (action.empty() && method == "PATCH") {
-    ReconcileAnswer err;
-    auto obj = parse_object(body, err);
-    if (!obj) return err;
-    if (auto e = read_fields(*obj, row, false, names_); e.reason != Reason::ok) return e;
-  } else if (method != "POST" || action.empty()) {
-    return fail(Reason::method_not_allowed, "use GET, PATCH or DELETE for a key, POST for its actions");
-  } else if (action == "disable" || action == "enable") {
-    row.enabled = action == "enable";
-  } else if (action == "rotate") {
-    ReconcileAnswer err;
-    auto obj = parse_object(body, err);
-    if (!obj) return err;
-    config::Millis grace{3600 * 1000};
-    for (const auto& [k, v] : *obj) {
-      if (k != "grace") return fail(Reason::invalid_request, "unknown field " + cfgd::q(k), std::string(k));
-      if (!v.is_string() || !cfgd::check_duration(v.get_string(), config::Millis{0}, grace).empty()) {
-        return fail(Reason::invalid_request, "grace: expected a duration (\"0s\", \"10m\", \"24h\")", "grace");
-      }
-    }
-    const std::string secret = new_secret();
-    row.old_digest = grace.count() > 0 ? row.digest : std::string();
-    row.old_until_ms = grace.count() > 0 ? now_ms() + grace.count() : -1;
-    row.digest = hasher_->hex(secret);
-    row.masked = mask_key(secret);
-    out["secret"] = secret;
-  } else {
-    return fail(Reason::not_found, "no action " + cfgd::q(action) + " (disable, enable, rotate)");
-  }
-  row.updated_ms = now_ms();
-  switch (table_->update(row)) {
-    case history::ControlTable::Write::ok: break;
-    case history::ControlTable::Write::not_found: return fail(Reason::not_found, "no key named " + cfgd::q(name));
-    default: return store_down(*table_);
-  }
-  sync();
-  auto o = row_json(row);
-  for (auto& [k, v] : out) o[k] = v;
-  return answer(std::move(o));
+  return fail(Reason::conflict, "key " + cfgd::q(name) + " kept changing meanwhile; try again");
 }
 
 std::string ControlStore::status_json() const {

@@ -355,7 +355,7 @@ class GatewayImpl final : public Gateway {
       return {false, message};
     }
     keys_cfg_ = res.config;
-    keys_->install(next_keys);
+    install_keys(next_keys);
     keys_lock.unlock();
     const auto t = router_->table();
     std::string done = std::to_string(next_keys->size()) + " keys, " + std::to_string(t->routes.size()) +
@@ -397,7 +397,15 @@ class GatewayImpl final : public Gateway {
   void install_stored(std::vector<keys::Stored> stored) {
     std::lock_guard lock(keys_mu_);
     stored_ = std::move(stored);
-    keys_->install(key_set(*keys_cfg_, keys_->hasher()));
+    install_keys(key_set(*keys_cfg_, keys_->hasher()));
+  }
+
+  // A new set of keys in force, and the gate's key slots following their limits.
+  void install_keys(std::shared_ptr<const keys::KeySet> set) {
+    std::vector<const config::ApiKey*> limits;
+    for (const auto& e : set->entries()) limits.push_back(&e->key);
+    keys_->install(set);
+    gate_->update_keys(limits);
   }
 
   // The fleet's runtime state in the database (keys, drains), with the key store.

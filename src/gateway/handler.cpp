@@ -378,10 +378,11 @@ class WorkerHandler {
     }
     ctx.keys = std::move(found.set);
     ctx.key = &found.entry->key;
-    ctx.rec.key_name = ctx.key->name;
+    // (Interned: the record may outlive the key set, in the access log's queue.)
+    ctx.rec.key_name = found.entry->record_name;
     ctx.rec.key_masked = found.entry->masked;
-    ctx.rec.tenant = ctx.key->tenant;
-    ctx.rec.tier = ctx.key->tier;
+    ctx.rec.tenant = found.entry->record_tenant;
+    ctx.rec.tier = found.entry->record_tier;
     ctx.metrics_tier = found.entry->metrics_tier;
     return std::nullopt;
   }
@@ -526,6 +527,7 @@ class WorkerHandler {
   awaitable<void> admin_backends(http::Exchange& ex, Context& ctx, std::string_view method, std::string_view rest) {
     const bool read = method == "GET" || method == "HEAD";
     ctx.rec.to_sinks = !read;
+    if (admin_listener_) ctx.rec.key_name = "admin-listener";  // who changed it, in the record
     if (auto denied = admin_listener_ ? std::optional<Reason>{} : authenticate(ex, ctx)) {
       co_await auth_failure(ex, ctx, *denied);
     } else if (!admin_listener_ && !ctx.key->admin && !ctx.key->viewer) {
@@ -558,6 +560,7 @@ class WorkerHandler {
   awaitable<void> admin_routes(http::Exchange& ex, Context& ctx, std::string_view method, std::string_view rest) {
     const bool read = method == "GET" || method == "HEAD";
     ctx.rec.to_sinks = !read;
+    if (admin_listener_) ctx.rec.key_name = "admin-listener";  // who changed it, in the record
     if (auto denied = admin_listener_ ? std::optional<Reason>{} : authenticate(ex, ctx)) {
       co_await auth_failure(ex, ctx, *denied);
     } else if (!admin_listener_ && !ctx.key->admin && !ctx.key->viewer) {
@@ -674,6 +677,7 @@ class WorkerHandler {
   awaitable<void> admin_keys(http::Exchange& ex, Context& ctx, std::string_view method, std::string_view rest) {
     const bool read = method == "GET" || method == "HEAD";
     ctx.rec.to_sinks = !read;
+    if (admin_listener_) ctx.rec.key_name = "admin-listener";  // who changed it, in the record
     if (auto denied = admin_listener_ ? std::optional<Reason>{} : authenticate(ex, ctx)) {
       co_await auth_failure(ex, ctx, *denied);
     } else if (!admin_listener_ && !ctx.key->admin && !ctx.key->viewer) {

@@ -9,7 +9,7 @@ namespace {
 
 constexpr std::string_view kColumns =
     "name, digest, masked, tenant, tier, models, role, max_in_flight, priority, max_priority, guardrails, "
-    "expires_ms, enabled, created_ms, updated_ms, created_by, old_digest, old_until_ms";
+    "expires_ms, enabled, created_ms, updated_ms, created_by, old_digest, old_until_ms, revision";
 
 // Aliases hold no newline (config: an alias is an identifier).
 std::string join_models(const std::vector<std::string>& models) {
@@ -42,7 +42,8 @@ std::vector<Value> values(const KeyRow& r) {
           text_or_null(r.guardrails), number_or_null(r.expires_ms),
           std::int64_t{r.enabled ? 1 : 0}, r.created_ms,
           r.updated_ms,    text_or_null(r.created_by),
-          text_or_null(r.old_digest), number_or_null(r.old_until_ms)};
+          text_or_null(r.old_digest), number_or_null(r.old_until_ms),
+          r.revision};
 }
 
 KeyRow row_of(std::vector<Value>& v) {
@@ -73,6 +74,7 @@ KeyRow row_of(std::vector<Value>& v) {
   r.created_by = text(15);
   r.old_digest = text(16);
   r.old_until_ms = number(17, -1);
+  r.revision = number(18, 0);
   return r;
 }
 
@@ -188,28 +190,35 @@ std::optional<ControlState> ControlTable::read() {
 ControlTable::Write ControlTable::insert(const KeyRow& row) {
   return impl_->write(Write::exists, [&](Connection& c, bool& changed) {
     const std::string sql = "INSERT INTO api_keys (" + std::string(kColumns) + ") VALUES (" +
-                            impl_->placeholders(1, 18) + ") ON CONFLICT DO NOTHING RETURNING name";
+                            impl_->placeholders(1, 19) + ") ON CONFLICT DO NOTHING RETURNING name";
     return c.query(sql, values(row), [&changed](std::vector<Value>&) { changed = true; });
   });
 }
 
 ControlTable::Write ControlTable::update(const KeyRow& row) {
-  return impl_->write(Write::not_found, [&](Connection& c, bool& changed) {
+  bool exists = false;
+  const auto w = impl_->write(Write::not_found, [&](Connection& c, bool& changed) {
     const auto& p = [this](int n) { return impl_->p(n); };
-    // Every column but created_ms and created_by (values() indexes 13 and 15), by name.
+    // Every column but created_ms and created_by (values() indexes 13 and 15), by name and
+    // revision.
     auto all = values(row);
-    std::vector<Value> v(all.begin(), all.begin() + 13);
-    v.push_back(all[14]);
-    v.push_back(all[16]);
-    v.push_back(all[17]);
+    std::vector<Value> v;
+    v.reserve(17);
+    for (int i : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 16, 17, 18}) v.push_back(std::move(all[i]));  // 18: revision
     const std::string sql =
         "UPDATE api_keys SET digest = " + p(2) + ", masked = " + p(3) + ", tenant = " + p(4) + ", tier = " + p(5) +
         ", models = " + p(6) + ", role = " + p(7) + ", max_in_flight = " + p(8) + ", priority = " + p(9) +
         ", max_priority = " + p(10) + ", guardrails = " + p(11) + ", expires_ms = " + p(12) + ", enabled = " + p(13) +
-        ", updated_ms = " + p(14) + ", old_digest = " + p(15) + ", old_until_ms = " + p(16) + " WHERE name = " + p(1) +
-        " RETURNING name";
-    return c.query(sql, v, [&changed](std::vector<Value>&) { changed = true; });
+        ", updated_ms = " + p(14) + ", old_digest = " + p(15) + ", old_until_ms = " + p(16) +
+        ", revision = revision + 1 WHERE name = " + p(1) + " AND revision = " + p(17) + " RETURNING name";
+    std::string e = c.query(sql, v, [&changed](std::vector<Value>&) { changed = true; });
+    if (e.empty() && !changed) {  // gone, or changed by someone else meanwhile?
+      e = c.query("SELECT 1 FROM api_keys WHERE name = " + p(1), {row.name},
+                  [&exists](std::vector<Value>&) { exists = true; });
+    }
+    return e;
   });
+  return w == Write::not_found && exists ? Write::conflict : w;
 }
 
 ControlTable::Write ControlTable::erase(std::string_view name) {

@@ -32,6 +32,9 @@ struct KeyRow {
   std::string created_by;          // the admin key's name
   std::string old_digest;          // a rotated key's previous secret, valid until old_until_ms
   std::int64_t old_until_ms = -1;
+  // Bumped by every update: an update of a row read at another revision is refused
+  // (conflict), so that two changes made at once never silently undo one another.
+  std::int64_t revision = 0;
 };
 
 struct DrainRow {
@@ -66,10 +69,11 @@ class ControlTable {
   // Everything, with the version, in one transaction; nullopt when the database failed.
   std::optional<ControlState> read();
 
-  enum class Write { ok, exists, not_found, failed };
+  enum class Write { ok, exists, not_found, conflict, failed };
   // A new key (its name and digest unused).
   Write insert(const KeyRow& row);
-  // The key of row.name, every field replaced (created_ms and created_by kept).
+  // The key of row.name, every field replaced (created_ms and created_by kept), if it is
+  // still at row.revision (else conflict: read it again); its revision is then bumped.
   Write update(const KeyRow& row);
   Write erase(std::string_view name);
   // A backend drained (exists: it already was) or undrained (not_found: it was not).

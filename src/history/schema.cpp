@@ -172,7 +172,8 @@ CREATE TABLE api_keys (
   updated_ms BIGINT NOT NULL,
   created_by TEXT,
   old_digest TEXT,
-  old_until_ms BIGINT
+  old_until_ms BIGINT,
+  revision BIGINT NOT NULL
 );
 CREATE TABLE backend_drains (
   name TEXT PRIMARY KEY,

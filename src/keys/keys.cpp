@@ -3,7 +3,9 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
+#include <mutex>
 #include <stdexcept>
+#include <unordered_set>
 
 #include "common/text.hpp"
 
@@ -61,6 +63,23 @@ std::string Hasher::hex(std::string_view secret) const {
   return out;
 }
 
+std::string_view intern(std::string_view s) {
+  static std::mutex mu;
+  static std::unordered_set<std::string, StringHash, std::equal_to<>> strings;
+  std::lock_guard lock(mu);
+  auto it = strings.find(s);
+  if (it == strings.end()) it = strings.emplace(s).first;
+  return *it;  // (node-based: the characters never move)
+}
+
+namespace {
+void intern_record_fields(Entry& e) {
+  e.record_name = intern(e.key.name);
+  e.record_tenant = intern(e.key.tenant);
+  e.record_tier = intern(e.key.tier);
+}
+}  // namespace
+
 bool parse_digest(std::string_view hex, Digest& out) noexcept {
   if (hex.size() != out.size() * 2) return false;
   auto nibble = [](char c) -> int {
@@ -92,6 +111,7 @@ std::shared_ptr<const KeySet> KeySet::build(const std::vector<config::ApiKey>& k
     e->masked = mask_key(k.key);
     e->metrics_tier = tier_of(k.tier);
     e->from_config = true;
+    intern_record_fields(*e);
     set->by_digest_.emplace(hasher.digest(k.key), Found{e, -1});
     set->add_name(e);
     set->entries_.push_back(std::move(e));
@@ -107,6 +127,7 @@ std::shared_ptr<const KeySet> KeySet::build(const std::vector<config::ApiKey>& k
     e->metrics_tier = tier_of(s.key.tier);
     e->from_config = false;
     e->expires_ms = s.expires_ms;
+    intern_record_fields(*e);
     if (s.enabled) {
       // A digest already taken (a file key's secret) stays the file's.
       set->by_digest_.emplace(s.digest, Found{e, -1});

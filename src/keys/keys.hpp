@@ -38,8 +38,15 @@ class Hasher {
 // Lower-case hex (64 characters) to a digest; false if it is not one.
 bool parse_digest(std::string_view hex, Digest& out) noexcept;
 
+// The same characters for the life of the process: what request records hold (they may
+// wait in the access log's queue after the key set they came from was replaced). Never
+// shrinks: bounded by the names, tenants and tiers ever seen.
+std::string_view intern(std::string_view s);
+
 struct Entry {
   config::ApiKey key;   // `key.key` (the plain secret) is empty for keys from the store
+  // key.name, key.tenant and key.tier, interned: what request records point to.
+  std::string_view record_name, record_tenant, record_tier;
   std::string masked;   // for logs and records: "sk-prod-***1a2b"
   int metrics_tier = -1;  // the tier's index in the metrics (-1: not a labelled tier)
   bool from_config = true;  // read-only at runtime (the file is its source)

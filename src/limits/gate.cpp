@@ -77,7 +77,8 @@ Gate::Gate(const config::Config& cfg) : cfg_(cfg) {
       backend_of_alias_[r.alias] = b->name;
     }
   }
-  active_ = !key_slots_.empty() || !model_slots_.empty() || !backend_slots_.empty();
+  // With the key store, any key may get a limit at runtime.
+  active_ = !key_slots_.empty() || !model_slots_.empty() || !backend_slots_.empty() || cfg.key_store.enabled;
   keyed_.store(!key_slots_.empty(), std::memory_order_relaxed);
 }
 
@@ -88,7 +89,7 @@ Gate::Need Gate::need(const config::ApiKey& key, const std::string& alias) {
   if (!active_) return n;
   n.key = key.name;
   // Keys change at runtime (reload, the key store): a key's slot is made when it is
-  // first seen with a limit, and follows its limit.
+  // first seen with a limit.
   const int limit = key.max_in_flight >= 0 ? key.max_in_flight : cfg_.concurrency.per_key;
   if (limit > 0 || keyed_.load(std::memory_order_relaxed)) {
     std::lock_guard lock(mu_);
@@ -97,12 +98,8 @@ Gate::Need Gate::need(const config::ApiKey& key, const std::string& alias) {
       it = key_slots_.emplace(key.name, std::make_unique<Slot>(Slot{"key:" + key.name, limit, 0})).first;
       keyed_.store(true, std::memory_order_relaxed);
     }
-    if (it != key_slots_.end() && it->second->limit != limit) {
-      // Unlimited now: the slot stays (requests hold it) but no longer bounds.
-      const bool grew = limit <= 0 || limit > it->second->limit;
-      it->second->limit = limit > 0 ? limit : std::numeric_limits<int>::max();
-      if (grew) dispatch();
-    }
+    // (An existing slot's limit follows update_keys(), not the request: a request may hold
+    // an older copy of its key.)
     if (it != key_slots_.end()) n.slots[0] = it->second.get();
   }
   if (auto it = model_slots_.find(alias); it != model_slots_.end()) n.slots[1] = it->second.get();
@@ -137,6 +134,22 @@ void Gate::hold(const std::string& alias, bool held) {
   if (it == model_slots_.end() || it->second->held == held) return;
   it->second->held = held;
   if (!held) dispatch();
+}
+
+void Gate::update_keys(const std::vector<const config::ApiKey*>& keys) {
+  if (!active_) return;
+  std::lock_guard lock(mu_);
+  bool grew = false;
+  for (const auto* k : keys) {
+    auto it = key_slots_.find(k->name);
+    if (it == key_slots_.end()) continue;  // made when the key is first used
+    const int limit = k->max_in_flight >= 0 ? k->max_in_flight : cfg_.concurrency.per_key;
+    // Unlimited now: the slot stays (requests hold it) but no longer bounds.
+    const int now = limit > 0 ? limit : std::numeric_limits<int>::max();
+    grew = grew || now > it->second->limit;
+    it->second->limit = now;
+  }
+  if (grew) dispatch();  // the requests waiting for the room it made
 }
 
 void Gate::limit_backend(const std::string& name, int limit) {

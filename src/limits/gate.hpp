@@ -104,6 +104,9 @@ class Gate {
   bool try_enter(const Need& need);
   // held_ms (≥ 0): how long the request held its slots, for the wait estimates.
   void leave(const Need& need, double held_ms = -1);
+  // The keys in force changed (a reload, the key store): the slots of those already seen
+  // take their new max_in_flight (a raised one lets waiting requests in at once).
+  void update_keys(const std::vector<const config::ApiKey*>& keys);
   // Counts a refusal enter() left to its caller (GateWait::degradable).
   void refused(Outcome o);
   // Holds (or releases) a model's new requests: they wait in the queue, by priority, while

@@ -25,6 +25,7 @@ function config(extra = {}) {
     models: [
       { alias: 'demo', provider: 'simulated', sim: { ttft: '1ms', inter_token: '1ms', jitter: 0 } },
       { alias: 'other', provider: 'simulated', sim: { ttft: '1ms', inter_token: '1ms', jitter: 0 } },
+      { alias: 'slow', provider: 'simulated', sim: { ttft: '3s', inter_token: '1ms', jitter: 0 } },
     ],
     history: { flush_interval: '100ms' },
     ...extra,
@@ -86,6 +87,8 @@ describe('the key store on one instance (SQLite)', () => {
       [{ name: 'n1', max_in_flight: -1 }, 400, 'max_in_flight'],
       [{ name: 'n1', expires_in: 'soon' }, 400, 'expires_in'],
       [{ name: 'n1', secret: 'mine' }, 400, 'secret'],
+      [{ name: 'team/a' }, 400, 'name'],
+      [{ name: 'n1', expires_in: '0d' }, 400, 'expires_in'],
       [{ name: 'app' }, 409, 'name'],
       [{ name: 'team-a' }, 409, 'name'],
     ];
@@ -102,6 +105,63 @@ describe('the key store on one instance (SQLite)', () => {
     assert.equal((await admin(gw, 'PATCH', '/app', { tier: 'x' })).status, 403, "the file's keys are read-only");
     assert.equal((await admin(gw, 'DELETE', '/nobody')).status, 404);
     assert.equal((await admin(gw, 'POST', '/team-a/explode')).status, 404);
+    // The path is read strictly: nothing is made or dropped by a stray slash.
+    assert.equal((await admin(gw, 'POST', '//x', { name: 'slash' })).status, 404);
+    assert.equal((await admin(gw, 'DELETE', '/team-a/')).status, 404);
+    assert.equal((await admin(gw, 'POST', '/team-a/disable/now')).status, 404);
+    assert.equal((await admin(gw, 'OPTIONS', '/app')).status, 405);
+    assert.equal((await admin(gw, 'GET', '/team-a')).status, 200, 'team-a is still there');
+    assert.ok(!(await admin(gw, 'GET')).json.keys.some((k) => k.name === 'slash'));
+  });
+
+  test('expires_in in days; a second rotation within the first one\'s grace is refused', async () => {
+    const { json: k } = await admin(gw, 'POST', '', { name: 'days', expires_in: '90d' });
+    assert.ok(Math.abs(k.expires_ms - (Date.now() + 90 * 86400e3)) < 60e3, JSON.stringify(k));
+    const r1 = await admin(gw, 'POST', '/days/rotate', { grace: '7d' });
+    assert.equal(r1.status, 200, r1.text);
+    const again = await admin(gw, 'POST', '/days/rotate', { grace: '1h' });
+    assert.equal(again.status, 409, 'the first secret keeps its grace');
+    assert.equal(again.json.error.param, 'grace');
+    assert.equal((await chat(gw, ask, { key: k.secret })).status, 200, 'the original secret, within its grace');
+    const now = await admin(gw, 'POST', '/days/rotate', { grace: '0s' });
+    assert.equal(now.status, 200, 'without grace: at once, by the operator\'s choice');
+    assert.equal((await chat(gw, ask, { key: k.secret })).status, 401);
+    assert.equal((await chat(gw, ask, { key: r1.json.secret })).status, 401);
+    assert.equal((await chat(gw, ask, { key: now.json.secret })).status, 200);
+  });
+
+  test("a stored key's max_in_flight holds its requests in the gate, and a raise lets the waiting ones in", async () => {
+    const { json: k } = await admin(gw, 'POST', '', { name: 'narrow', max_in_flight: 1, models: ['slow'] });
+    const slow = { model: 'slow', messages: USER, max_tokens: 1 };
+    const gate = async () => (await gw.infra()).concurrency_gate;
+    const all = [0, 1, 2].map(() => chat(gw, slow, { key: k.secret }));
+    await waitFor(async () => {
+      const g = await gate();
+      return g.in_flight === 1 && g.queued.standard === 2;
+    }, { what: 'one request in flight, two waiting for the key slot' });
+    const raised = await admin(gw, 'PATCH', '/narrow', { max_in_flight: 3 });
+    assert.equal(raised.status, 200, raised.text);
+    // (The slow model takes 3 s: the two waiting ones are let in by the raise, not by the
+    // first one ending.)
+    await waitFor(async () => {
+      const g = await gate();
+      return g.in_flight === 3 && g.queued.standard === 0;
+    }, { timeout: 2500, what: 'the waiting requests let in by the raise' });
+    for (const r of await Promise.all(all)) assert.equal(r.status, 200);
+  });
+
+  test('a stored key shadowed by a file key of the same name is listed as such and can be deleted', async () => {
+    const { json: k } = await admin(gw, 'POST', '', { name: 'twin' });
+    const good = fs.readFileSync(gw.configPath, 'utf8');
+    fs.writeFileSync(gw.configPath, good.replace('keys:\n', 'keys:\n  - {name: twin, key: sk-twin-file-000000000000}\n'));
+    assert.equal((await request(`${gw.url}/admin/reload`, { method: 'POST', key: ADMIN })).status, 200);
+    assert.equal((await chat(gw, ask, { key: k.secret })).status, 401, 'the file key wins');
+    const listed = (await admin(gw, 'GET')).json.keys.filter((x) => x.name === 'twin');
+    assert.deepEqual(listed.map((x) => [x.source, x.shadowed_by_file ?? false]).sort(), [['config', false], ['store', true]]);
+    assert.equal((await admin(gw, 'DELETE', '/twin')).status, 200, 'the stored one');
+    fs.writeFileSync(gw.configPath, good);
+    assert.equal((await request(`${gw.url}/admin/reload`, { method: 'POST', key: ADMIN })).status, 200);
+    assert.equal((await chat(gw, ask, { key: k.secret })).status, 401, 'deleted: it does not come back');
   });
 
   test('disable, enable, change, expire, rotate with a grace, delete', async () => {

@@ -966,6 +966,10 @@ TEST_P(HistoryTest, TheControlTableKeepsKeysAndDrainsAndCountsItsChanges) {
   changed.created_by = "someone else";  // not changed by an update
   changed.updated_ms = 1'800'000'000'500;
   ASSERT_EQ(t->update(changed), ControlTable::Write::ok) << t->error();
+  // A change made on the row as it was before: refused, nothing written.
+  KeyRow stale = got;
+  stale.tier = "stale";
+  EXPECT_EQ(t->update(stale), ControlTable::Write::conflict);
   st = t->read();
   ASSERT_TRUE(st && st->keys.size() == 1u);
   const auto& rows = st->keys;
@@ -975,6 +979,8 @@ TEST_P(HistoryTest, TheControlTableKeepsKeysAndDrainsAndCountsItsChanges) {
   EXPECT_EQ(rows.front().old_until_ms, 1'800'000'100'000);
   EXPECT_EQ(rows.front().expires_ms, -1);
   EXPECT_EQ(rows.front().created_by, "admin");
+  EXPECT_EQ(rows.front().tier, "gold") << "the stale change was not written";
+  EXPECT_EQ(rows.front().revision, got.revision + 1);
   EXPECT_EQ(st->version, *v0 + 2);
   KeyRow nobody = changed;
   nobody.name = "nobody";
@@ -996,6 +1002,18 @@ TEST_P(HistoryTest, TheControlTableKeepsKeysAndDrainsAndCountsItsChanges) {
   EXPECT_EQ(t->undrain("10.0.0.5:8000"), ControlTable::Write::ok);
   EXPECT_EQ(t->undrain("10.0.0.5:8000"), ControlTable::Write::not_found);
   EXPECT_EQ(t->version(), *v0 + 5);
+
+  // Canary weights: set, replaced, cleared.
+  ASSERT_EQ(t->set_canary({"m", 12.5, "admin", 1}), ControlTable::Write::ok) << t->error();
+  ASSERT_EQ(t->set_canary({"m", 50, "admin", 2}), ControlTable::Write::ok);
+  st = t->read();
+  ASSERT_TRUE(st && st->canaries.size() == 1u);
+  EXPECT_EQ(st->canaries.front().alias, "m");
+  EXPECT_DOUBLE_EQ(st->canaries.front().weight, 50);
+  EXPECT_EQ(st->canaries.front().since_ms, 2);
+  EXPECT_EQ(t->clear_canary("m"), ControlTable::Write::ok);
+  EXPECT_EQ(t->clear_canary("m"), ControlTable::Write::not_found);
+  EXPECT_EQ(t->version(), *v0 + 8);
 }
 
 TEST(ResponseTable, ADatabaseThatCannotBeOpenedFailsEachCallAndSaysWhy) {
