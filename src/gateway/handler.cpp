@@ -521,26 +521,49 @@ class WorkerHandler {
     record(ctx);
   }
 
-  // /admin/backends: the backends and their states (an admin or viewer key); POST
-  // .../<name>/drain or /undrain (an admin key): through the database for the whole fleet
-  // with the key store on (control_store.hpp), else on this instance. A drain is a record.
+  // The start of the /admin/ endpoints that read (an admin or viewer key) and change (an
+  // admin key; each action checks it): a change is a record naming who made it; on the
+  // admin listener no key is asked. Replies and returns false when the request stops here.
+  awaitable<bool> admin_allowed(http::Exchange& ex, Context& ctx, bool read, std::string_view what) {
+    ctx.rec.to_sinks = !read;
+    if (admin_listener_) {
+      ctx.rec.key_name = "admin-listener";
+      co_return true;
+    }
+    if (auto denied = authenticate(ex, ctx)) {
+      co_await auth_failure(ex, ctx, *denied);
+      co_return false;
+    }
+    if (!ctx.key->admin && !ctx.key->viewer) {
+      co_await local_reply(ex, ctx, Reason::forbidden, "only an admin or viewer key may use " + std::string(what));
+      co_return false;
+    }
+    co_return true;
+  }
+
+  // Who acts: the request's key, or the admin listener.
+  const config::ApiKey& admin_actor(const Context& ctx) const { return admin_listener_ ? admin_listener_key() : *ctx.key; }
+
+  // GET of a whole collection (/admin/backends, /admin/routes), whose listing is `body`.
+  awaitable<void> admin_listing(http::Exchange& ex, Context& ctx, bool read, std::string_view what, std::string body) {
+    if (!read) {
+      co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for " + std::string(what));
+    } else {
+      ctx.rec.status = 200;
+      co_await ex.reply(json_reply(200, std::move(body), ctx));
+    }
+  }
+
+  // /admin/backends: the backends and their states; POST .../<name>/drain or /undrain:
+  // through the database for the whole fleet with the key store on (control_store.hpp),
+  // else on this instance.
   awaitable<void> admin_backends(http::Exchange& ex, Context& ctx, std::string_view method, std::string_view rest) {
     const bool read = method == "GET" || method == "HEAD";
-    ctx.rec.to_sinks = !read;
-    if (admin_listener_) ctx.rec.key_name = "admin-listener";  // who changed it, in the record
-    if (auto denied = admin_listener_ ? std::optional<Reason>{} : authenticate(ex, ctx)) {
-      co_await auth_failure(ex, ctx, *denied);
-    } else if (!admin_listener_ && !ctx.key->admin && !ctx.key->viewer) {
-      co_await local_reply(ex, ctx, Reason::forbidden, "only an admin or viewer key may use /admin/backends");
+    if (!co_await admin_allowed(ex, ctx, read, "/admin/backends")) {
     } else if (rest.empty() || rest == "/") {
-      if (!read) {
-        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for /admin/backends");
-      } else {
-        ctx.rec.status = 200;
-        co_await ex.reply(json_reply(200, render_backends(g_), ctx));
-      }
+      co_await admin_listing(ex, ctx, read, "/admin/backends", render_backends(g_));
     } else {
-      const config::ApiKey& by = admin_listener_ ? admin_listener_key() : *ctx.key;
+      const config::ApiKey& by = admin_actor(ctx);
       ReconcileAnswer answer;
       if (g_.control) {
         auto run = [&]() -> awaitable<ReconcileAnswer> { co_return g_.control->handle_backend(method, rest, by); };
@@ -553,27 +576,16 @@ class WorkerHandler {
     record(ctx);
   }
 
-  // /admin/routes: every route with its canary (an admin or viewer key); POST
-  // .../<alias>/canary {"weight": 0..100 | null} (an admin key) rolls a canary forward or
-  // back by hand (null: back to the configured weight): through the database for the
-  // fleet with the key store on, else on this instance. A change is a record.
+  // /admin/routes: every route with its canary; POST .../<alias>/canary {"weight": 0..100
+  // | null} rolls a canary forward or back by hand (null: back to the configured weight):
+  // through the database for the fleet with the key store on, else on this instance.
   awaitable<void> admin_routes(http::Exchange& ex, Context& ctx, std::string_view method, std::string_view rest) {
     const bool read = method == "GET" || method == "HEAD";
-    ctx.rec.to_sinks = !read;
-    if (admin_listener_) ctx.rec.key_name = "admin-listener";  // who changed it, in the record
-    if (auto denied = admin_listener_ ? std::optional<Reason>{} : authenticate(ex, ctx)) {
-      co_await auth_failure(ex, ctx, *denied);
-    } else if (!admin_listener_ && !ctx.key->admin && !ctx.key->viewer) {
-      co_await local_reply(ex, ctx, Reason::forbidden, "only an admin or viewer key may use /admin/routes");
+    if (!co_await admin_allowed(ex, ctx, read, "/admin/routes")) {
     } else if (rest.empty() || rest == "/") {
-      if (!read) {
-        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for /admin/routes");
-      } else {
-        ctx.rec.status = 200;
-        co_await ex.reply(json_reply(200, render_routes(g_), ctx));
-      }
+      co_await admin_listing(ex, ctx, read, "/admin/routes", render_routes(g_));
     } else {
-      const config::ApiKey& by = admin_listener_ ? admin_listener_key() : *ctx.key;
+      const config::ApiKey& by = admin_actor(ctx);
       auto checked = canary_request(method, rest, ex.request().body(), by);
       ReconcileAnswer answer;
       if (auto* bad = std::get_if<ReconcileAnswer>(&checked)) {
@@ -676,16 +688,11 @@ class WorkerHandler {
   // history and the events name the admin key that made it); a read is not.
   awaitable<void> admin_keys(http::Exchange& ex, Context& ctx, std::string_view method, std::string_view rest) {
     const bool read = method == "GET" || method == "HEAD";
-    ctx.rec.to_sinks = !read;
-    if (admin_listener_) ctx.rec.key_name = "admin-listener";  // who changed it, in the record
-    if (auto denied = admin_listener_ ? std::optional<Reason>{} : authenticate(ex, ctx)) {
-      co_await auth_failure(ex, ctx, *denied);
-    } else if (!admin_listener_ && !ctx.key->admin && !ctx.key->viewer) {
-      co_await local_reply(ex, ctx, Reason::forbidden, "only an admin or viewer key may use /admin/keys");
+    if (!co_await admin_allowed(ex, ctx, read, "/admin/keys")) {
     } else if (!g_.control) {
       co_await local_reply(ex, ctx, Reason::not_found, "the key store is off (key_store.enabled)");
     } else {
-      const config::ApiKey& by = admin_listener_ ? admin_listener_key() : *ctx.key;
+      const config::ApiKey& by = admin_actor(ctx);
       auto set = keys_.get();  // the keys in force, held while the call runs
       const std::string body(ex.request().body());
       auto run = [&]() -> awaitable<ReconcileAnswer> { co_return g_.control->handle(method, rest, body, *set, by); };
