@@ -3,6 +3,7 @@
 // config/sections/keys.cpp.
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -44,8 +45,13 @@ struct ApiKey {
 // Keys managed at runtime (`key_store`, docs/admin.md): kept in the history's database,
 // hashed with `secret`, created and changed through /admin/keys, seen by every instance
 // within `poll`.
+// How an instance learns that another changed the store: by polling its version only, or
+// also by Redis pub/sub (the `redis` section), at once.
+enum class ControlNotify : std::uint8_t { poll, redis };
+
 struct KeyStoreSettings {
   bool enabled = false;
+  ControlNotify notify = ControlNotify::poll;
   // The HMAC key the stored digests are made with: one for the whole fleet, at least 16
   // bytes. Changing it makes every stored key unusable.
   std::string secret;

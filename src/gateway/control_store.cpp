@@ -9,6 +9,7 @@
 
 #include "common/text.hpp"
 #include "config/checks.hpp"
+#include "gateway/control_notify.hpp"
 #include "history/control_table.hpp"
 
 namespace sluice::gateway {
@@ -266,6 +267,11 @@ ControlStore::ControlStore(const config::Config& cfg, std::shared_ptr<const keys
   std::string err;
   table_ = history::ControlTable::create(cfg.history, &err);
   if (!table_) throw std::runtime_error("key_store: " + err);
+  if (cfg.key_store.notify == config::ControlNotify::redis) {
+    auto ep = parse_redis_url(cfg.redis.url, &err);
+    if (!ep) throw std::runtime_error("key_store.notify: redis: " + err);
+    notify_ = std::make_unique<ControlNotify>(std::move(*ep), cfg.redis.key_prefix + ":control");
+  }
   sync();  // the store's keys before the first request, if it can be read now
   thread_ = std::thread([this] { run(); });
 }
@@ -276,16 +282,27 @@ ControlStore::~ControlStore() {
     stop_ = true;
   }
   stop_cv_.notify_all();
+  if (notify_) notify_->stop();
   if (thread_.joinable()) thread_.join();
 }
 
 void ControlStore::run() {
-  std::unique_lock lock(stop_mu_);
-  while (!stop_cv_.wait_for(lock, cfg_.key_store.poll, [this] { return stop_; })) {
-    lock.unlock();
+  for (;;) {
+    if (notify_) {
+      notify_->wait(cfg_.key_store.poll);  // a notice, or the poll's time
+      std::lock_guard lock(stop_mu_);
+      if (stop_) return;
+    } else {
+      std::unique_lock lock(stop_mu_);
+      if (stop_cv_.wait_for(lock, cfg_.key_store.poll, [this] { return stop_; })) return;
+    }
     sync();
-    lock.lock();
   }
+}
+
+void ControlStore::committed() {
+  sync();
+  if (notify_) notify_->publish();
 }
 
 void ControlStore::sync() {
@@ -328,7 +345,7 @@ ReconcileAnswer ControlStore::handle_backend(std::string_view method, std::strin
   if (drain && !names_.backend(name)) return fail(Reason::not_found, "no backend named " + cfgd::q(name));
   const auto w = drain ? table_->drain({std::string(name), by.name, now_ms()}) : table_->undrain(name);
   if (w == history::ControlTable::Write::failed) return store_down(*table_);
-  sync();
+  committed();
   // (exists: it already was drained; not_found: it was not: the same end state.)
   return answer({{"backend", std::string(name)}, {"drained", drain}});
 }
@@ -337,7 +354,7 @@ ReconcileAnswer ControlStore::handle_canary(std::string_view alias, double weigh
   const auto w = weight >= 0 ? table_->set_canary({std::string(alias), weight, by.name, now_ms()})
                              : table_->clear_canary(alias);
   if (w == history::ControlTable::Write::failed) return store_down(*table_);
-  sync();
+  committed();
   return answer({{"model", std::string(alias)}, {"canary_weight", weight >= 0 ? json::value(weight) : json::value(nullptr)}});
 }
 
@@ -400,7 +417,7 @@ ReconcileAnswer ControlStore::handle(std::string_view method, std::string_view r
         return fail(Reason::conflict, "a key named " + cfgd::q(row.name) + " exists", "name");
       default: return store_down(*table_);
     }
-    sync();
+    committed();
     auto o = row_json(row);
     o["secret"] = secret;  // this once
     return answer(std::move(o), 201);
@@ -446,7 +463,7 @@ ReconcileAnswer ControlStore::handle(std::string_view method, std::string_view r
         case history::ControlTable::Write::not_found: return fail(Reason::not_found, "no key named " + cfgd::q(name));
         default: return store_down(*table_);
       }
-      sync();
+      committed();
       return answer({{"deleted", std::string(name)}});
     }
     json::object out;
@@ -488,7 +505,7 @@ ReconcileAnswer ControlStore::handle(std::string_view method, std::string_view r
       default: return store_down(*table_);
     }
     ++row.revision;
-    sync();
+    committed();
     auto o = row_json(row);
     for (auto& [k, v] : out) o[k] = v;
     return answer(std::move(o));

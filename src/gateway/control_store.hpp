@@ -34,6 +34,8 @@ class ControlTable;
 
 namespace sluice::gateway {
 
+class ControlNotify;
+
 class ControlStore {
  public:
   // Called with what the database holds whenever it was read anew (from the poll thread or
@@ -77,12 +79,15 @@ class ControlStore {
 
  private:
   void run();
+  // A write is done: read it here, and tell the others (Redis pub/sub).
+  void committed();
 
   const config::Config& cfg_;
   std::shared_ptr<const keys::Hasher> hasher_;
   Install install_;
   Names names_;
   std::unique_ptr<history::ControlTable> table_;
+  std::unique_ptr<ControlNotify> notify_;  // key_store.notify: redis
   std::mutex sync_mu_;          // one read of the store at a time
   std::int64_t version_ = -1;   // the version last installed (under sync_mu_)
   std::atomic<std::int64_t> installed_version_{-1}, keys_{0}, drains_{0}, syncs_{0}, last_sync_ms_{0};

@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
-import { KEY, chat, rawRequest, request, startGateway, startPostgres, USER, waitFor } from './lib.mjs';
+import { KEY, chat, rawRequest, request, startGateway, startPostgres, startRedis, USER, waitFor } from './lib.mjs';
 
 const ADMIN = 'sk-admin-0000000000000000';
 const SECRET = 'fleet-hmac-key-0123456789';
@@ -286,5 +286,39 @@ describe('the key store across instances (PostgreSQL)', () => {
     );
     await waitFor(async () => (await chat(b, ask, { key: later.json.secret })).status === 200, { what: 'the key on b' });
     assert.equal((await a.infra()).keys.store.up, true);
+  });
+});
+
+describe('the key store with Redis pub/sub (key_store.notify: redis)', () => {
+  let pg, redis, a, b;
+  before(async () => {
+    [pg, redis] = await Promise.all([startPostgres(), startRedis()]);
+    // A poll of a minute: a change seen within seconds came by Redis.
+    const cfg = config({
+      key_store: { enabled: true, secret: SECRET, poll: '60s', notify: 'redis' },
+      redis: { url: redis.url },
+      history: { url: pg.url, flush_interval: '100ms' },
+    });
+    [a, b] = await Promise.all([startGateway({ ...cfg, instance: 'gw-a' }), startGateway({ ...cfg, instance: 'gw-b' })]);
+  });
+  after(async () => {
+    await Promise.all([a?.stop(), b?.stop()]);
+    await Promise.all([pg?.stop(), redis?.stop()]);
+  });
+
+  test('a change made on one instance is in force on the other at once, not at the next poll', async () => {
+    const r = await admin(a, 'POST', '', { name: 'notified' });
+    assert.equal(r.status, 201, r.text);
+    await waitFor(async () => (await chat(b, ask, { key: r.json.secret })).status === 200, {
+      timeout: 5000,
+      interval: 20,
+      what: 'the new key on the other instance (by Redis)',
+    });
+    assert.equal((await admin(b, 'POST', '/notified/disable')).status, 200);
+    await waitFor(async () => (await chat(a, ask, { key: r.json.secret })).status === 401, {
+      timeout: 5000,
+      interval: 20,
+      what: 'the disabled key refused on the first instance (by Redis)',
+    });
   });
 });

@@ -85,6 +85,11 @@ const Table<ApiKey>& keys_table() {
   return t;
 }
 
+const Enum<ControlNotify>& control_notify_enum() {
+  static const Enum<ControlNotify> e{"notify", {{"poll", ControlNotify::poll}, {"redis", ControlNotify::redis}}};
+  return e;
+}
+
 const Table<KeyStoreSettings>& key_store_table() {
   static const Table<KeyStoreSettings> t{
       "key_store",
@@ -99,6 +104,11 @@ const Table<KeyStoreSettings>& key_store_table() {
                "Prefer the environment variable to the file.")
               .with_default("none")
               .from_env("SLUICE_KEY_STORE_SECRET"),
+          choice("notify", &KeyStoreSettings::notify, control_notify_enum(),
+                 "How an instance learns of a change made on another: `poll` reads the store's version every "
+                 "`poll`; `redis` also listens on Redis pub/sub (`redis.url`, channel `<key_prefix>:control`), on "
+                 "which the instance that made a change publishes, so it is in force everywhere at once; polling "
+                 "stays the fallback while Redis is down."),
           duration("poll", &KeyStoreSettings::poll, Millis{100},
                    "How often each instance reads the store's version (one small query); a change made on another "
                    "instance is in force here within this time."),
