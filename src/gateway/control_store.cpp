@@ -85,7 +85,8 @@ json::object row_json(const history::KeyRow& r) {
           {"created_ms", r.created_ms},
           {"updated_ms", r.updated_ms},
           {"created_by", text_or_null(r.created_by)},
-          {"old_key_valid_until_ms", number_or_null(r.old_digest.empty() ? -1 : r.old_until_ms)}};
+          {"old_key_valid_until_ms", number_or_null(r.old_digest.empty() ? -1 : r.old_until_ms)},
+          {"last_used_ms", number_or_null(r.last_used_ms)}};
 }
 
 json::object config_json(const keys::Entry& e) {
@@ -297,7 +298,24 @@ void ControlStore::run() {
       if (stop_cv_.wait_for(lock, cfg_.key_store.poll, [this] { return stop_; })) return;
     }
     sync();
+    report_use();
   }
+}
+
+void ControlStore::report_use() {
+  const auto set = names_.in_force();
+  std::vector<std::pair<std::string, std::int64_t>> used;
+  std::vector<const keys::Entry*> told;
+  for (const auto& e : set->entries()) {
+    if (e->from_config) continue;
+    const auto at = e->last_used_ms.load(std::memory_order_relaxed);
+    if (at > e->reported_ms.load(std::memory_order_relaxed)) {
+      used.emplace_back(e->key.name, at);
+      told.push_back(e.get());
+    }
+  }
+  if (used.empty() || !table_->touch(used)) return;  // (down: told at a later poll)
+  for (std::size_t i = 0; i < told.size(); ++i) told[i]->reported_ms.store(used[i].second, std::memory_order_relaxed);
 }
 
 void ControlStore::committed() {

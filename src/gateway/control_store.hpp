@@ -52,6 +52,7 @@ class ControlStore {
     std::function<bool(std::string_view)> guardrails;  // a guardrails policy
     std::function<bool(std::string_view)> backend;     // a backend of the routing table
     std::function<bool(std::string_view)> canary;      // a route with a canary
+    std::function<std::shared_ptr<const keys::KeySet>()> in_force;  // the keys in force
   };
 
   // Throws std::runtime_error for settings that can never work.
@@ -81,6 +82,8 @@ class ControlStore {
   void run();
   // A write is done: read it here, and tell the others (Redis pub/sub).
   void committed();
+  // The stored keys used since the last report: their last_used_ms in the store.
+  void report_use();
 
   const config::Config& cfg_;
   std::shared_ptr<const keys::Hasher> hasher_;

@@ -424,6 +424,7 @@ class GatewayImpl final : public Gateway {
               const auto* rr = router_->table()->find(a);
               return rr && rr->route->canary.has_value();
             },
+        .in_force = [this] { return keys_->current(); },
     };
     ControlStore::Install install{
         .keys = [this](std::vector<keys::Stored> s) { install_stored(std::move(s)); },

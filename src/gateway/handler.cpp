@@ -371,11 +371,13 @@ class WorkerHandler {
       secret = req.header("x-api-key");
     }
     if (secret.empty()) return Reason::missing_key;
-    auto found = keys_.find(secret, unix_ms_now());
+    const std::int64_t now_ms = unix_ms_now();
+    auto found = keys_.find(secret, now_ms);
     if (!found.entry) {
       ctx.rec.key_masked = mask_key(secret);
       return Reason::invalid_key;
     }
+    found.entry->note_use(now_ms);  // (the key store reports it: last_used_ms)
     ctx.keys = std::move(found.set);
     ctx.key = &found.entry->key;
     // (Interned: the record may outlive the key set, in the access log's queue.)

@@ -75,6 +75,7 @@ KeyRow row_of(std::vector<Value>& v) {
   r.old_digest = text(16);
   r.old_until_ms = number(17, -1);
   r.revision = number(18, 0);
+  if (v.size() > 19) r.last_used_ms = number(19, -1);  // (read, never written by insert or update)
   return r;
 }
 
@@ -152,7 +153,7 @@ std::optional<ControlState> ControlTable::read() {
     });
   }
   if (e.empty()) {
-    e = c->query("SELECT " + std::string(kColumns) + " FROM api_keys ORDER BY name", {},
+    e = c->query("SELECT " + std::string(kColumns) + ", last_used_ms FROM api_keys ORDER BY name", {},
                  [&st](std::vector<Value>& row) { st.keys.push_back(row_of(row)); });
   }
   if (e.empty()) {
@@ -226,6 +227,26 @@ ControlTable::Write ControlTable::erase(std::string_view name) {
     return c.query("DELETE FROM api_keys WHERE name = " + impl_->p(1) + " RETURNING name", {std::string(name)},
                    [&changed](std::vector<Value>&) { changed = true; });
   });
+}
+
+bool ControlTable::touch(const std::vector<std::pair<std::string, std::int64_t>>& used) {
+  if (used.empty()) return true;
+  std::lock_guard lock(impl_->mu);
+  Connection* c = impl_->connection();
+  if (!c) return false;
+  const bool pg = c->dialect() == Dialect::postgres;
+  const std::string sql = "UPDATE api_keys SET last_used_ms = " + impl_->p(1) + " WHERE name = " + impl_->p(2) +
+                          " AND (last_used_ms IS NULL OR last_used_ms < " + impl_->p(1) + ")";
+  std::string e = c->exec(pg ? "BEGIN" : "BEGIN IMMEDIATE");
+  for (std::size_t i = 0; e.empty() && i < used.size(); ++i) e = c->query(sql, {used[i].second, used[i].first}, {});
+  if (e.empty()) e = c->exec("COMMIT");
+  if (!e.empty()) {
+    c->exec("ROLLBACK");
+    impl_->fail(std::move(e));
+    return false;
+  }
+  impl_->ok();
+  return true;
 }
 
 ControlTable::Write ControlTable::drain(const DrainRow& row) {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace sluice::config {
@@ -35,6 +36,9 @@ struct KeyRow {
   // Bumped by every update: an update of a row read at another revision is refused
   // (conflict), so that two changes made at once never silently undo one another.
   std::int64_t revision = 0;
+  // When a request last used it (Unix ms; -1: never), as the instances report it now and
+  // then (touch()): not a change of the key (no revision, no version).
+  std::int64_t last_used_ms = -1;
 };
 
 struct DrainRow {
@@ -76,6 +80,9 @@ class ControlTable {
   // still at row.revision (else conflict: read it again); its revision is then bumped.
   Write update(const KeyRow& row);
   Write erase(std::string_view name);
+  // When keys were last used (name, Unix ms): each row's last_used_ms raised to it, in one
+  // transaction, without a version bump (nobody need read the keys again for it).
+  bool touch(const std::vector<std::pair<std::string, std::int64_t>>& used);
   // A backend drained (exists: it already was) or undrained (not_found: it was not).
   Write drain(const DrainRow& row);
   Write undrain(std::string_view name);

@@ -173,7 +173,8 @@ CREATE TABLE api_keys (
   created_by TEXT,
   old_digest TEXT,
   old_until_ms BIGINT,
-  revision BIGINT NOT NULL
+  revision BIGINT NOT NULL,
+  last_used_ms BIGINT
 );
 CREATE TABLE backend_drains (
   name TEXT PRIMARY KEY,

@@ -51,6 +51,15 @@ struct Entry {
   int metrics_tier = -1;  // the tier's index in the metrics (-1: not a labelled tier)
   bool from_config = true;  // read-only at runtime (the file is its source)
   std::int64_t expires_ms = -1;  // Unix ms after which it is refused (-1: never)
+  // When a request last used it (Unix ms, 0: not since this set was made), kept to the
+  // second (note_use); and what of it the key store has been told (its poll thread).
+  mutable std::atomic<std::int64_t> last_used_ms{0}, reported_ms{0};
+  void note_use(std::int64_t now_ms) const noexcept {
+    // At most one write a second per key: a hot key's line is not written by every request.
+    if (now_ms - last_used_ms.load(std::memory_order_relaxed) >= 1000) {
+      last_used_ms.store(now_ms, std::memory_order_relaxed);
+    }
+  }
 };
 
 // A key of the key store, as read: found by its digest (and, until old_until_ms, by its

@@ -61,6 +61,13 @@ describe('the key store on one instance (SQLite)', () => {
     assert.equal((await chat(gw, { ...ask, model: 'other' }, { key: secret })).status, 403, 'only its models');
 
     // Listed, without the secret; the file's keys read-only.
+    // When it was last used: reported by the instance at its next poll (200 ms here).
+    const used = await waitFor(async () => {
+      const k = (await admin(gw, 'GET', '/team-a')).json;
+      return k.last_used_ms > 0 && k;
+    }, { what: "team-a's last_used_ms" });
+    assert.ok(Math.abs(used.last_used_ms - Date.now()) < 60e3, `last_used_ms ${used.last_used_ms}`);
+    assert.equal(used.revision, undefined);
     const list = await admin(gw, 'GET');
     assert.equal(list.status, 200);
     assert.ok(!list.text.includes(secret));

@@ -982,6 +982,15 @@ TEST_P(HistoryTest, TheControlTableKeepsKeysAndDrainsAndCountsItsChanges) {
   EXPECT_EQ(rows.front().tier, "gold") << "the stale change was not written";
   EXPECT_EQ(rows.front().revision, got.revision + 1);
   EXPECT_EQ(st->version, *v0 + 2);
+  // Use reported: last_used_ms only ever rises, and it is not a change of the keys.
+  const auto before_touch = t->version();
+  ASSERT_TRUE(t->touch({{"team-a", 5000}, {"nobody", 7000}})) << t->error();
+  ASSERT_TRUE(t->touch({{"team-a", 1000}}));
+  st = t->read();
+  ASSERT_TRUE(st && st->keys.size() == 1u);
+  EXPECT_EQ(st->keys.front().last_used_ms, 5000);
+  EXPECT_EQ(t->version(), before_touch);
+  EXPECT_EQ(st->keys.front().revision, got.revision + 1) << "nor a revision";
   KeyRow nobody = changed;
   nobody.name = "nobody";
   EXPECT_EQ(t->update(nobody), ControlTable::Write::not_found);
