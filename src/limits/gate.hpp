@@ -63,7 +63,7 @@ class Gate {
   // shared fairly between keys).
   struct Need {
     std::array<Slot*, 3> slots{};
-    std::string_view key;  // the key's name; lives as long as the config
+    std::string_view key;  // the key's name; lives as long as the request (it holds its key set)
     bool empty() const { return !slots[0] && !slots[1] && !slots[2]; }
   };
   // queued: the request would wait longer than its client accepts (Wait::accept_ms); it
