@@ -348,32 +348,20 @@ void ControlStore::sync() {
   ++syncs_;
 }
 
-ReconcileAnswer ControlStore::handle_backend(std::string_view method, std::string_view rest,
-                                             const config::ApiKey& by) {
-  if (!rest.empty() && rest.front() == '/') rest.remove_prefix(1);
-  const auto slash = rest.rfind('/');  // a backend's name may hold '/' (host:port/model)
-  if (slash == std::string_view::npos) return fail(Reason::not_found, "use POST /admin/backends/<name>/drain or /undrain");
-  const std::string_view name = rest.substr(0, slash), action = rest.substr(slash + 1);
-  if (action != "drain" && action != "undrain") {
-    return fail(Reason::not_found, "no action " + cfgd::q(action) + " (drain, undrain)");
-  }
-  if (method != "POST") return fail(Reason::method_not_allowed, "use POST for /admin/backends/<name>/" + std::string(action));
-  if (!by.admin) return fail(Reason::forbidden, "only a key with role admin may drain backends");
-  const bool drain = action == "drain";
-  if (drain && !names_.backend(name)) return fail(Reason::not_found, "no backend named " + cfgd::q(name));
+ReconcileAnswer ControlStore::drain(std::string_view name, bool drain, const config::ApiKey& by) {
+  // (exists: it already was drained; not_found: it was not: the same end state.)
   const auto w = drain ? table_->drain({std::string(name), by.name, now_ms()}) : table_->undrain(name);
   if (w == history::ControlTable::Write::failed) return store_down(*table_);
   committed();
-  // (exists: it already was drained; not_found: it was not: the same end state.)
-  return answer({{"backend", std::string(name)}, {"drained", drain}});
+  return {};
 }
 
-ReconcileAnswer ControlStore::handle_canary(std::string_view alias, double weight, const config::ApiKey& by) {
+ReconcileAnswer ControlStore::set_canary(std::string_view alias, double weight, const config::ApiKey& by) {
   const auto w = weight >= 0 ? table_->set_canary({std::string(alias), weight, by.name, now_ms()})
                              : table_->clear_canary(alias);
   if (w == history::ControlTable::Write::failed) return store_down(*table_);
   committed();
-  return answer({{"model", std::string(alias)}, {"canary_weight", weight >= 0 ? json::value(weight) : json::value(nullptr)}});
+  return {};
 }
 
 ReconcileAnswer ControlStore::handle(std::string_view method, std::string_view rest, std::string_view body,

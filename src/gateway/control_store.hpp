@@ -50,8 +50,6 @@ class ControlStore {
   struct Names {
     std::function<bool(std::string_view)> alias;       // a routed model alias
     std::function<bool(std::string_view)> guardrails;  // a guardrails policy
-    std::function<bool(std::string_view)> backend;     // a backend of the routing table
-    std::function<bool(std::string_view)> canary;      // a route with a canary
     std::function<std::shared_ptr<const keys::KeySet>()> in_force;  // the keys in force
   };
 
@@ -69,11 +67,11 @@ class ControlStore {
   // making the request (writes need role admin).
   ReconcileAnswer handle(std::string_view method, std::string_view rest, std::string_view body,
                          const keys::KeySet& current, const config::ApiKey& by);
-  // One /admin/backends request with an action (drain, undrain; blocking, as handle()).
-  // `rest` is the path after /admin/backends.
-  ReconcileAnswer handle_backend(std::string_view method, std::string_view rest, const config::ApiKey& by);
-  // POST /admin/routes/<alias>/canary {"weight": 0..100 | null} (blocking, as handle()).
-  ReconcileAnswer handle_canary(std::string_view alias, double weight, const config::ApiKey& by);
+  // A checked drain or undrain of a backend, and a canary's weight (< 0: back to the
+  // configured one), written for the fleet (blocking, as handle()). Reason ok with an
+  // empty body when done; else why not (the database down).
+  ReconcileAnswer drain(std::string_view backend, bool drain, const config::ApiKey& by);
+  ReconcileAnswer set_canary(std::string_view alias, double weight, const config::ApiKey& by);
 
   // The "key_store" object of /infra.
   std::string status_json() const;

@@ -414,16 +414,6 @@ class GatewayImpl final : public Gateway {
     ControlStore::Names names{
         .alias = [this](std::string_view a) { return router_->table()->find(a) != nullptr; },
         .guardrails = [this](std::string_view p) { return shared_.guards && shared_.guards->find(p); },
-        .backend =
-            [this](std::string_view b) {
-              const auto all = router_->backends();
-              return std::any_of(all.begin(), all.end(), [&](const auto& be) { return be->name == b; });
-            },
-        .canary =
-            [this](std::string_view a) {
-              const auto* rr = router_->table()->find(a);
-              return rr && rr->route->canary.has_value();
-            },
         .in_force = [this] { return keys_->current(); },
     };
     ControlStore::Install install{

@@ -566,16 +566,56 @@ class WorkerHandler {
       co_await admin_listing(ex, ctx, read, "/admin/backends", render_backends(g_));
     } else {
       const config::ApiKey& by = admin_actor(ctx);
+      auto checked = drain_request(method, rest, by);
       ReconcileAnswer answer;
-      if (g_.control) {
-        auto run = [&]() -> awaitable<ReconcileAnswer> { co_return g_.control->handle_backend(method, rest, by); };
+      if (auto* bad = std::get_if<ReconcileAnswer>(&checked)) {
+        answer = std::move(*bad);
+      } else if (const auto& d = std::get<DrainChange>(checked); g_.control) {
+        auto run = [&]() -> awaitable<ReconcileAnswer> { co_return g_.control->drain(d.backend, d.drain, by); };
         answer = co_await net::co_spawn(g_.query_executor, run, net::use_awaitable);
       } else {
-        answer = drain_here(method, rest, by);
+        auto drained = g_.router->drained();
+        if (d.drain) drained.insert(d.backend);
+        else drained.erase(d.backend);
+        g_.router->set_drained(std::move(drained));
+      }
+      if (answer.reason == Reason::ok) {  // done, here or for the fleet
+        const auto& d = std::get<DrainChange>(checked);
+        answer.body = R"({"backend":)";
+        append_json_string(answer.body, d.backend);
+        answer.body += d.drain ? R"(,"drained":true})" : R"(,"drained":false})";
       }
       co_await admin_reply(ex, ctx, answer);
     }
     record(ctx);
+  }
+
+  struct DrainChange {
+    std::string backend;
+    bool drain = true;  // false: undrain
+  };
+
+  // Checks POST /admin/backends/<name>/drain or /undrain: the change, or why not. A
+  // backend's name may hold '/' (host:port/model): the action is the last segment.
+  std::variant<DrainChange, ReconcileAnswer> drain_request(std::string_view method, std::string_view rest,
+                                                           const config::ApiKey& by) {
+    rest.remove_prefix(1);  // (rest starts with '/')
+    const auto slash = rest.rfind('/');
+    const std::string_view name = slash == std::string_view::npos ? std::string_view{} : rest.substr(0, slash);
+    const std::string_view action = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
+    if (name.empty() || (action != "drain" && action != "undrain")) {
+      return ReconcileAnswer{Reason::not_found, "use POST /admin/backends/<name>/drain or /undrain", {}};
+    }
+    if (method != "POST") {
+      return ReconcileAnswer{Reason::method_not_allowed, "use POST for /admin/backends/<name>/" + std::string(action), {}};
+    }
+    if (!by.admin) return ReconcileAnswer{Reason::forbidden, "only a key with role admin may drain backends", {}};
+    const bool drain = action == "drain";
+    const auto all = g_.router->backends();
+    if (drain && std::none_of(all.begin(), all.end(), [&](const auto& b) { return b->name == name; })) {
+      return ReconcileAnswer{Reason::not_found, "no backend named " + recorded_text(name), {}};
+    }
+    return DrainChange{std::string(name), drain};
   }
 
   // /admin/routes: every route with its canary; POST .../<alias>/canary {"weight": 0..100
@@ -593,19 +633,21 @@ class WorkerHandler {
       if (auto* bad = std::get_if<ReconcileAnswer>(&checked)) {
         answer = std::move(*bad);
       } else if (const auto& c = std::get<CanaryChange>(checked); g_.control) {
-        auto run = [&]() -> awaitable<ReconcileAnswer> { co_return g_.control->handle_canary(c.alias, c.weight, by); };
+        auto run = [&]() -> awaitable<ReconcileAnswer> { co_return g_.control->set_canary(c.alias, c.weight, by); };
         answer = co_await net::co_spawn(g_.query_executor, run, net::use_awaitable);
       } else {
         auto weights = g_.router->canary_weights();
         if (c.weight < 0) weights.erase(c.alias);
         else weights[c.alias] = c.weight;
         g_.router->set_canary_weights(std::move(weights));
-        std::string body = R"({"model":)";
-        append_json_string(body, c.alias);
-        body += R"(,"canary_weight":)";
-        body += c.weight < 0 ? std::string("null") : json_number(c.weight);
-        body += "}";
-        answer = {Reason::ok, std::move(body), {}};
+      }
+      if (answer.reason == Reason::ok) {  // done, here or for the fleet
+        const auto& c = std::get<CanaryChange>(checked);
+        answer.body = R"({"model":)";
+        append_json_string(answer.body, c.alias);
+        answer.body += R"(,"canary_weight":)";
+        answer.body += c.weight < 0 ? std::string("null") : json_number(c.weight);
+        answer.body += "}";
       }
       co_await admin_reply(ex, ctx, answer);
     }
@@ -649,29 +691,6 @@ class WorkerHandler {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%g", x);
     return buf;
-  }
-
-  // A drain without the key store: this instance's router only.
-  ReconcileAnswer drain_here(std::string_view method, std::string_view rest, const config::ApiKey& by) {
-    if (!rest.empty() && rest.front() == '/') rest.remove_prefix(1);
-    const auto slash = rest.rfind('/');
-    const std::string_view name = slash == std::string_view::npos ? rest : rest.substr(0, slash);
-    const std::string_view action = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
-    if (action != "drain" && action != "undrain") return {Reason::not_found, "use POST /admin/backends/<name>/drain or /undrain", {}};
-    if (method != "POST") return {Reason::method_not_allowed, "use POST for /admin/backends/<name>/" + std::string(action), {}};
-    if (!by.admin) return {Reason::forbidden, "only a key with role admin may drain backends", {}};
-    const auto all = g_.router->backends();
-    if (std::none_of(all.begin(), all.end(), [&](const auto& b) { return b->name == name; })) {
-      return {Reason::not_found, "no backend named " + recorded_text(name), {}};
-    }
-    auto drained = g_.router->drained();
-    if (action == "drain") drained.insert(std::string(name));
-    else drained.erase(std::string(name));
-    g_.router->set_drained(std::move(drained));
-    std::string body = R"({"backend":)";
-    append_json_string(body, name);
-    body += action == "drain" ? R"(,"drained":true})" : R"(,"drained":false})";
-    return {Reason::ok, std::move(body), {}};
   }
 
   // Who acts on the admin listener, where no key is asked.
