@@ -25,6 +25,7 @@ namespace sluice {
   X(model_not_found, 404, "invalid_request_error", "model_not_found")            \
   X(method_not_allowed, 405, "invalid_request_error", "method_not_allowed")      \
   X(conflict, 409, "invalid_request_error", "conflict")                          \
+  X(cancelled, 410, "invalid_request_error", "cancelled")                        \
   X(body_too_large, 413, "invalid_request_error", "body_too_large")              \
   X(reload_refused, 422, "invalid_request_error", "reload_refused")              \
   X(headers_too_large, 431, "invalid_request_error", "headers_too_large")        \

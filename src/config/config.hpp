@@ -51,6 +51,8 @@ struct Config {
   bool public_status = false;
   std::string admin_listen_host;  // empty: no admin listener
   std::uint16_t admin_listen_port = 0;
+  LiveRegistry live_registry = LiveRegistry::auto_;
+  std::chrono::milliseconds live_interval{1000};  // how often the registry's snapshot is written
   std::vector<ApiKey> keys;
   KeyStoreSettings key_store;
   std::vector<Route> routes;

@@ -41,6 +41,11 @@ struct Cors {
 // Stored responses of the Responses API (store, previous_response_id): in memory on this
 // instance (the oldest dropped first beyond max_bytes), or in Redis for the whole fleet
 // with this instance's memory behind it.
+// Where each instance registers its requests in flight for the fleet's /admin/requests:
+// auto = Redis when another part uses it (limits, cache, stored responses, key store
+// notices); redis = always; off = this instance's only.
+enum class LiveRegistry : std::uint8_t { auto_, redis, off };
+
 enum class ResponsesBackend : std::uint8_t { memory, redis, database };
 struct ResponsesStore {
   ResponsesBackend store = ResponsesBackend::memory;

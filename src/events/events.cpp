@@ -105,6 +105,27 @@ struct EventSink::Impl {
 
   // One JSONL line: {"reason":..,"failed_at":..,"event":{envelope}}. Flushed per line: this
   // is the failure path and the file is what an operator replays.
+  // Hands one event to the producer (`lk`: rk_mu, taken here if not held; released when
+  // the event is refused, around the fallback file).
+  void produce(std::shared_lock<std::shared_mutex>& lk, std::string_view name, std::string_view key, const std::string& ev) {
+    produced.fetch_add(1);  // before producev: its report may arrive before we return
+    if (!lk.owns_lock()) lk.lock();
+    rk_produced.fetch_add(1);
+    // No RD_KAFKA_MSG_F_BLOCK: a full queue fails at once instead of stalling the caller.
+    const rd_kafka_resp_err_t err = rd_kafka_producev(
+        rk, RD_KAFKA_V_TOPIC(settings.topic.c_str()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_KEY(key.empty() ? nullptr : key.data(), key.size()), RD_KAFKA_V_VALUE(const_cast<char*>(ev.data()), ev.size()),  // (copied: F_COPY)
+        RD_KAFKA_V_HEADER("event", name.data(), static_cast<ssize_t>(name.size())), RD_KAFKA_V_END);
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return;
+    rk_produced.fetch_sub(1);
+    lk.unlock();
+    produced.fetch_sub(1);
+    rejected.fetch_add(1);
+    std::string reason = describe(err);
+    fallback(reason, ev);
+    note_error(std::move(reason));
+  }
+
   void fallback(std::string_view reason, std::string_view event) {
     std::string line;
     line.reserve(event.size() + reason.size() + 64);
@@ -357,6 +378,34 @@ EventSink::~EventSink() {
   s.retire(s.rk, "shutdown", s.rk_produced.load(), s.rk_reported.load());
 }
 
+namespace {
+
+// An event's envelope up to its data: {"event":..,"id":..,"time":..,"unix_ms":..,<ident>
+void begin_event(std::string& ev, std::string_view name, std::string_view ident) {
+  const std::int64_t now = now_ms();
+  ev.clear();
+  ev += R"({"event":")";
+  ev += name;
+  ev += R"(","id":")";
+  append_request_id(ev);  // (128 random bits: unique per event)
+  // The time, formatted once per millisecond: a batch's events mostly share theirs.
+  thread_local std::int64_t time_ms = -1;
+  thread_local std::string time_text;  // "<iso8601>","unix_ms":<ms>
+  if (now != time_ms) {
+    time_ms = now;
+    time_text.clear();
+    append_iso8601(time_text, now);
+    time_text += R"(","unix_ms":)";
+    char digits[24];
+    time_text.append(digits, std::to_chars(digits, digits + sizeof digits, now).ptr);
+  }
+  ev += R"(","time":")";
+  ev += time_text;
+  ev += ident;
+}
+
+}  // namespace
+
 void EventSink::consume(const telemetry::RequestRecord& r) { consume(r, {}); }
 
 void EventSink::consume(const telemetry::RequestRecord& r, std::string_view json) {
@@ -380,50 +429,26 @@ void EventSink::consume_batch(std::span<const telemetry::RequestRecord> records,
       continue;
     }
     const std::string_view name = telemetry::to_string(type);
-    const std::int64_t now = now_ms();
-    ev.clear();
-    ev += R"({"event":")";
-    ev += name;
-    ev += R"(","id":")";
-    append_request_id(ev);  // (128 random bits: unique per event)
-    // The time, formatted once per millisecond: a batch's events mostly share theirs.
-    thread_local std::int64_t time_ms = -1;
-    thread_local std::string time_text;  // "<iso8601>","unix_ms":<ms>
-    if (now != time_ms) {
-      time_ms = now;
-      time_text.clear();
-      append_iso8601(time_text, now);
-      time_text += R"(","unix_ms":)";
-      char digits[24];
-      time_text.append(digits, std::to_chars(digits, digits + sizeof digits, now).ptr);
-    }
-    ev += R"(","time":")";
-    ev += time_text;
-    ev += s.ident;
+    begin_event(ev, name, s.ident);
     ev += R"(,"data":)";
     if (json[i].empty()) telemetry::append_json(ev, r);
     else ev += json[i];
     ev += '}';
 
-    s.produced.fetch_add(1);  // before producev: its report may arrive before we return
-    if (!lk.owns_lock()) lk.lock();
-    s.rk_produced.fetch_add(1);
-    // No RD_KAFKA_MSG_F_BLOCK: a full queue fails at once instead of stalling the caller.
-    const rd_kafka_resp_err_t err = rd_kafka_producev(
-        s.rk, RD_KAFKA_V_TOPIC(s.settings.topic.c_str()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-        // Keyed by request id: all events of one request land on one partition, in order.
-        RD_KAFKA_V_KEY(r.request_id.empty() ? nullptr : r.request_id.data(), r.request_id.size()),
-        RD_KAFKA_V_VALUE(ev.data(), ev.size()),
-        RD_KAFKA_V_HEADER("event", name.data(), static_cast<ssize_t>(name.size())), RD_KAFKA_V_END);
-    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) continue;
-    s.rk_produced.fetch_sub(1);
-    lk.unlock();
-    s.produced.fetch_sub(1);
-    s.rejected.fetch_add(1);
-    std::string reason = describe(err);
-    s.fallback(reason, ev);
-    s.note_error(std::move(reason));
+    // Keyed by request id: all events of one request land on one partition, in order.
+    s.produce(lk, name, r.request_id, ev);
   }
+}
+
+void EventSink::publish(std::string_view event, std::string_view key, std::string_view data) {
+  auto& s = *impl_;
+  std::shared_lock lk(s.rk_mu, std::defer_lock);
+  std::string ev;
+  begin_event(ev, event, s.ident);
+  ev += R"(,"data":)";
+  ev += data;
+  ev += '}';
+  s.produce(lk, event, key, ev);
 }
 
 bool EventSink::flush(std::chrono::milliseconds timeout) {

@@ -55,6 +55,10 @@ class EventSink : public telemetry::RecordSink {
   void consume_batch(std::span<const telemetry::RequestRecord> records,
                      std::span<const std::string_view> json) override;
 
+  // Any other event (the admin API's `admin.audit`): its envelope as a request's, `data`
+  // (a JSON value) as its data, keyed by `key`. Never blocks on the network; thread-safe.
+  void publish(std::string_view event, std::string_view key, std::string_view data);
+
   // Waits until every event accepted so far is delivered or in the fallback file.
   bool flush(std::chrono::milliseconds timeout);
 

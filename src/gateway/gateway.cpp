@@ -21,6 +21,8 @@
 #include "common/text.hpp"
 #include "gateway/embed_batch.hpp"
 #include "gateway/control_store.hpp"
+#include "gateway/live.hpp"
+#include "history/audit_table.hpp"
 #include "gateway/state.hpp"
 #include "http/server.hpp"
 #include "sim/sim.hpp"
@@ -163,6 +165,8 @@ class GatewayImpl final : public Gateway {
     if (events_) sinks.push_back(events_.get());
     shared_.events = events_.get();
     shared_.query_executor = queries_.get_executor();
+    audit_ = history::AuditTable::create(c.history);
+    shared_.audit = audit_.get();
     access_log_ = std::make_unique<telemetry::AccessLog>(c.access_log, 65536, std::move(sinks));
     shared_.access_log = access_log_.get();
     metrics_ = make_metrics(c);
@@ -201,6 +205,8 @@ class GatewayImpl final : public Gateway {
     router_->on_limit([gate = gate_.get()](const std::string& backend, int limit) { gate->limit_backend(backend, limit); });
     router_->start();
     start_control(c);
+    live_ = std::make_unique<LiveRequests>(live_settings(c, instance_name(c), limiter_->wants_redis()));
+    shared_.live = live_.get();
 
     http::ServerOptions so;
     so.host = c.listen_host;
@@ -368,6 +374,7 @@ class GatewayImpl final : public Gateway {
   void join() override {
     server_->join();
     if (admin_server_) admin_server_->join();
+    live_->stop();  // (it posts to the workers, which are gone)
     router_->stop();
     access_log_->flush();
     queries_.join();
@@ -379,6 +386,21 @@ class GatewayImpl final : public Gateway {
     return !c.instance.empty()  ? c.instance
            : c.listen_port != 0 ? hostname() + ":" + std::to_string(c.listen_port)
                                 : hostname() + ":pid" + std::to_string(::getpid());
+  }
+
+  // The live registry: with Redis when configured so, or when another part uses it.
+  static LiveRequests::Fleet live_settings(const config::Config& c, std::string instance, bool limiter_redis) {
+    LiveRequests::Fleet f;
+    f.instance = std::move(instance);
+    f.interval = c.live_interval;
+    f.key_prefix = c.redis.key_prefix;
+    const bool others = limiter_redis || c.cache.store == config::CacheStore::redis ||
+                        c.responses.store == config::ResponsesBackend::redis ||
+                        (c.key_store.enabled && c.key_store.notify == config::ControlNotify::redis);
+    if (c.live_registry == config::LiveRegistry::redis || (c.live_registry == config::LiveRegistry::auto_ && others)) {
+      f.redis = parse_redis_url(c.redis.url);
+    }
+    return f;
   }
 
   // The file's keys (of `c`) with the store's last read. Under keys_mu_.
@@ -448,6 +470,8 @@ class GatewayImpl final : public Gateway {
   std::vector<keys::Stored> stored_;                // the store's (as last read)
   std::shared_ptr<const keys::Hasher> hasher_;
   std::unique_ptr<ControlStore> control_;  // stopped in join(), after the queries (its calls)
+  std::unique_ptr<history::AuditTable> audit_;
+  std::unique_ptr<LiveRequests> live_;  // before the server (its workers register), stopped in join()
   // Destroyed after the access log (which feeds them) and after the query thread.
   std::unique_ptr<history::History> history_;
   std::unique_ptr<events::EventSink> events_;

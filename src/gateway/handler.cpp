@@ -10,13 +10,13 @@
 #include "api/codec.hpp"
 #include "api/responses.hpp"
 #include "common/ids.hpp"
+#include "common/clock.hpp"
 #include "common/reason.hpp"
 #include "common/text.hpp"
 #include "filters/registry.hpp"
-#include "gateway/cache_admin.hpp"
-#include "gateway/control_store.hpp"
+#include "gateway/admin.hpp"
+#include "gateway/live.hpp"
 #include "gateway/embed_batch.hpp"
-#include "gateway/reconcile.hpp"
 #include "gateway/state.hpp"
 #include "history/history.hpp"
 #include "http/beast.hpp"
@@ -58,11 +58,10 @@ Ms left_until(Clock::time_point deadline) {
   return d.count() > 0 ? d : Ms(0);
 }
 
-std::int64_t unix_ms_now() {
-  return std::chrono::duration_cast<Ms>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // Per-request context: written by the phases in order, read by `record`.
+struct LiveRequest;
+
 struct Context {
   Clock::time_point start = Clock::now();
   std::string request_id;
@@ -86,6 +85,7 @@ struct Context {
   filters::Pass* pass = nullptr;  // the request's filters, for their answered hooks
   filters::Reroute reroute;       // where a filter sent the request instead (overload)
   std::string_view rerouted_to;   // the light model serving it (the record's served_by)
+  LiveRequest* live = nullptr;    // in the worker's list while it runs
 };
 
 // The outcome of relaying one upstream answer.
@@ -110,13 +110,21 @@ constexpr const char* kCorsExposed =
 constexpr Ms kEndGrace{1000};
 
 // A stream open on a worker: what the drain's cut needs to end it.
-struct LiveStream {
-  http::AbortHandle* abort;
-  bool cut = false;
-  std::size_t slot = 0;  // its place in the worker's list
+// A request in flight on a worker: what /admin/requests lists (live.hpp), and what the
+// drain's cut and an operator's cancel need to end it.
+struct LiveRequest {
+  const Context* ctx;
+  http::AbortHandle* abort = nullptr;  // its upstream exchange, while one runs
+  Reason stop = Reason::ok;  // ended from outside: shutting_down (the drain's cut) or cancelled
+  bool stream = false;       // streaming to its client now
+  std::size_t slot = 0;      // its place in the worker's list
 };
 
-class WorkerHandler {
+std::string stop_message(Reason r) {
+  return r == Reason::cancelled ? "an operator cancelled this request" : "the gateway is shutting down";
+}
+
+class WorkerHandler final : public LiveSource {
  public:
   WorkerHandler(Shared& g, net::any_io_executor ex, bool admin_listener)
       : admin_listener_(admin_listener),
@@ -209,41 +217,26 @@ class WorkerHandler {
       co_await ex.reply(std::move(r));
       co_return;
     }
-    if (path == "/admin/usage/reconcile") {
-      co_await reconcile(ex, ctx, method);
-      co_return;
-    }
-    if (path == "/admin/cache") {
-      co_await admin_cache(ex, ctx, method);
-      co_return;
-    }
-    if (path == "/admin/reload") {
-      co_await admin_reload(ex, ctx, method);
-      co_return;
-    }
-    if (path == "/admin/routes" || path.starts_with("/admin/routes/")) {
-      co_await admin_routes(ex, ctx, method, path.substr(std::string_view("/admin/routes").size()));
-      co_return;
-    }
-    if (path == "/admin/backends" || path.starts_with("/admin/backends/")) {
-      co_await admin_backends(ex, ctx, method, path.substr(std::string_view("/admin/backends").size()));
-      co_return;
-    }
-    if (path == "/admin/keys" || path.starts_with("/admin/keys/")) {
-      co_await admin_keys(ex, ctx, method, path.substr(std::string_view("/admin/keys").size()));
+    if (path.starts_with("/admin/")) {
+      co_await admin(ex, ctx, method, path);
       co_return;
     }
     if (admin_listener_) {
-      co_await ex.reply(json_reply(404, error_body(Reason::not_found, "the admin listener serves /health, /ready, /metrics, /infra, /admin/usage/reconcile, /admin/cache, /admin/reload, /admin/keys, /admin/backends and /admin/routes"), ctx));
+      co_await ex.reply(json_reply(404, error_body(Reason::not_found, "the admin listener serves /health, /ready, /metrics, /infra and /admin/"), ctx));
       co_return;
     }
     // In flight from here until the coroutine ends, however it ends.
+    LiveRequest live{&ctx};
     struct InFlight {
-      telemetry::Metrics::Worker* m;
+      WorkerHandler& h;
+      LiveRequest& live;
       ~InFlight() {
-        if (m) m->request_finished();
+        h.request_closed(live);
+        if (h.metrics_) h.metrics_->request_finished();
       }
-    } in_flight{metrics_};
+    } in_flight{*this, live};
+    request_opened(live);
+    ctx.live = &live;
     if (metrics_) metrics_->request_started();
     // A request ended by an exception (the server answers 500 unless the reply began) is
     // still a record: counted, logged, in the history and the events.
@@ -438,259 +431,48 @@ class WorkerHandler {
     co_await ex.reply(json_reply(200, std::move(res.body), ctx));
   }
 
-  // GET /admin/usage/reconcile (reconcile.cpp): the history next to the token ledger. It
-  // names keys and tenants and what they used: an admin key on the main listener (not
-  // opened by admin.public_status), none on the admin listener. Not a record itself (the
-  // access log keeps its line).
-  awaitable<void> reconcile(http::Exchange& ex, Context& ctx, std::string_view method) {
-    ctx.rec.to_sinks = false;
-    if (method != "GET" && method != "HEAD") {  // HEAD: the server sends the head only
-      co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for /admin/usage/reconcile");
-    } else if (auto denied = admin_listener_ ? std::optional<Reason>{} : authenticate(ex, ctx)) {
-      co_await auth_failure(ex, ctx, *denied);
-    } else if (!admin_listener_ && !ctx.key->admin && !ctx.key->viewer) {
-      co_await local_reply(ex, ctx, Reason::forbidden, "only an admin key may read /admin/usage/reconcile");
-    } else {
-      const std::shared_ptr<const RoutingTable> tab = table();  // held until the report is done
-      // (Named, and passed by reference: GCC 12 may destroy an aggregate temporary inside
-      // a co_await expression twice.)
-      ReconcileAnswer answer = co_await reconcile_usage(g_, *tab, query_string(ex));
-      co_await admin_reply(ex, ctx, answer);
-    }
-    record(ctx);
-  }
-
   static std::string_view query_string(const http::Exchange& ex) {
     const auto target = ex.request().target();
     const auto q = target.find('?');
     return q == std::string_view::npos ? std::string_view{} : target.substr(q + 1);
   }
 
-  // An admin endpoint's answer: its JSON (200), or its error as a local reply.
-  awaitable<void> admin_reply(http::Exchange& ex, Context& ctx, ReconcileAnswer& answer) {
-    if (answer.reason != Reason::ok) {
-      co_await local_reply(ex, ctx, answer.reason, std::move(answer.body), answer.param);
-    } else {
-      ctx.rec.status = answer.status;
-      co_await ex.reply(json_reply(answer.status, std::move(answer.body), ctx));
-    }
-  }
-
-  // /admin/cache (cache_admin.cpp): the response cache's entries, listed or dropped. An
-  // admin key on the main listener, none on the admin listener, like reconcile. Not a
-  // record itself (the access log keeps its line).
-  awaitable<void> admin_cache(http::Exchange& ex, Context& ctx, std::string_view method) {
+  // /admin/ (admin.cpp). Reading needs an admin or viewer key, a change an admin key; on the
+  // admin listener no key is asked. Not a request record: the access log keeps the line,
+  // and a change is an audit record of its own.
+  awaitable<void> admin(http::Exchange& ex, Context& ctx, std::string_view method, std::string_view path) {
     ctx.rec.to_sinks = false;
-    if (auto denied = admin_listener_ ? std::optional<Reason>{} : authenticate(ex, ctx)) {
-      co_await auth_failure(ex, ctx, *denied);
-    } else if (!admin_listener_ && !ctx.key->admin) {
-      co_await local_reply(ex, ctx, Reason::forbidden, "only an admin key may use /admin/cache");
-    } else if (!cache_) {
-      co_await local_reply(ex, ctx, Reason::not_found, "the response cache is not running");
-    } else {
-      AdminAnswer answer = co_await cache_admin(*cache_, method, query_string(ex));
-      co_await admin_reply(ex, ctx, answer);
-    }
-    record(ctx);
-  }
-
-  // POST /admin/reload: the configuration file again, as SIGHUP (keys, models, routing),
-  // read on the query thread. 200 {"reloaded":true,"message":...}, or 422 reload_refused
-  // with every error of the file (nothing changed). An admin key, as /admin/cache.
-  awaitable<void> admin_reload(http::Exchange& ex, Context& ctx, std::string_view method) {
-    ctx.rec.to_sinks = false;
-    if (auto denied = admin_listener_ ? std::optional<Reason>{} : authenticate(ex, ctx)) {
-      co_await auth_failure(ex, ctx, *denied);
-    } else if (!admin_listener_ && !ctx.key->admin) {
-      co_await local_reply(ex, ctx, Reason::forbidden, "only an admin key may use /admin/reload");
-    } else if (method != "POST") {
-      co_await local_reply(ex, ctx, Reason::method_not_allowed, "use POST for /admin/reload");
-    } else if (!g_.reload) {
-      co_await local_reply(ex, ctx, Reason::not_found, "this gateway was not started from a file");
-    } else {
-      auto run = [this]() -> awaitable<std::pair<bool, std::string>> { co_return g_.reload(); };
-      auto [ok, message] = co_await net::co_spawn(g_.query_executor, run, net::use_awaitable);
-      if (!ok) {
-        co_await local_reply(ex, ctx, Reason::reload_refused, "the configuration was not reloaded: " + message);
-      } else {
-        std::string body = R"({"reloaded":true,"message":)";
-        append_json_string(body, message);
-        body += "}";
-        ctx.rec.status = 200;
-        co_await ex.reply(json_reply(200, std::move(body), ctx));
-      }
-    }
-    record(ctx);
-  }
-
-  // The start of the /admin/ endpoints that read (an admin or viewer key) and change (an
-  // admin key; each action checks it): a change is a record naming who made it; on the
-  // admin listener no key is asked. Replies and returns false when the request stops here.
-  awaitable<bool> admin_allowed(http::Exchange& ex, Context& ctx, bool read, std::string_view what) {
-    ctx.rec.to_sinks = !read;
+    const config::ApiKey* by = &admin_listener_key();
     if (admin_listener_) {
-      ctx.rec.key_name = "admin-listener";
-      co_return true;
-    }
-    if (auto denied = authenticate(ex, ctx)) {
+      ctx.rec.key_name = by->name;
+    } else if (auto denied = authenticate(ex, ctx)) {
       co_await auth_failure(ex, ctx, *denied);
-      co_return false;
-    }
-    if (!ctx.key->admin && !ctx.key->viewer) {
-      co_await local_reply(ex, ctx, Reason::forbidden, "only an admin or viewer key may use " + std::string(what));
-      co_return false;
-    }
-    co_return true;
-  }
-
-  // Who acts: the request's key, or the admin listener.
-  const config::ApiKey& admin_actor(const Context& ctx) const { return admin_listener_ ? admin_listener_key() : *ctx.key; }
-
-  // GET of a whole collection (/admin/backends, /admin/routes), whose listing is `body`.
-  awaitable<void> admin_listing(http::Exchange& ex, Context& ctx, bool read, std::string_view what, std::string body) {
-    if (!read) {
-      co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for " + std::string(what));
+      by = nullptr;
+    } else if (!ctx.key->admin && !ctx.key->viewer) {
+      co_await local_reply(ex, ctx, Reason::forbidden, "only an admin or viewer key may use " + recorded_text(path));
+      by = nullptr;
     } else {
-      ctx.rec.status = 200;
-      co_await ex.reply(json_reply(200, std::move(body), ctx));
+      by = ctx.key;
     }
-  }
-
-  // /admin/backends: the backends and their states; POST .../<name>/drain or /undrain:
-  // through the database for the whole fleet with the key store on (control_store.hpp),
-  // else on this instance.
-  awaitable<void> admin_backends(http::Exchange& ex, Context& ctx, std::string_view method, std::string_view rest) {
-    const bool read = method == "GET" || method == "HEAD";
-    if (!co_await admin_allowed(ex, ctx, read, "/admin/backends")) {
-    } else if (rest.empty() || rest == "/") {
-      co_await admin_listing(ex, ctx, read, "/admin/backends", render_backends(g_));
-    } else {
-      const config::ApiKey& by = admin_actor(ctx);
-      auto checked = drain_request(method, rest, by);
-      ReconcileAnswer answer;
-      if (auto* bad = std::get_if<ReconcileAnswer>(&checked)) {
-        answer = std::move(*bad);
-      } else if (const auto& d = std::get<DrainChange>(checked); g_.control) {
-        auto run = [&]() -> awaitable<ReconcileAnswer> { co_return g_.control->drain(d.backend, d.drain, by); };
-        answer = co_await net::co_spawn(g_.query_executor, run, net::use_awaitable);
+    if (by) {
+      AdminCall call{.method = method,
+                     .path = path,
+                     .query = query_string(ex),
+                     .body = ex.request().body(),
+                     .by = by,
+                     .request_id = ctx.request_id,
+                     .keys = keys_.get(),
+                     .table = table(),
+                     .cache = cache_.get()};
+      AdminAnswer answer = co_await admin_call(g_, call);
+      if (answer.reason != Reason::ok) {
+        co_await local_reply(ex, ctx, answer.reason, std::move(answer.body), answer.param);
       } else {
-        auto drained = g_.router->drained();
-        if (d.drain) drained.insert(d.backend);
-        else drained.erase(d.backend);
-        g_.router->set_drained(std::move(drained));
+        ctx.rec.status = answer.status;
+        co_await ex.reply(json_reply(answer.status, std::move(answer.body), ctx));
       }
-      if (answer.reason == Reason::ok) {  // done, here or for the fleet
-        const auto& d = std::get<DrainChange>(checked);
-        answer.body = R"({"backend":)";
-        append_json_string(answer.body, d.backend);
-        answer.body += d.drain ? R"(,"drained":true})" : R"(,"drained":false})";
-      }
-      co_await admin_reply(ex, ctx, answer);
     }
     record(ctx);
-  }
-
-  struct DrainChange {
-    std::string backend;
-    bool drain = true;  // false: undrain
-  };
-
-  // Checks POST /admin/backends/<name>/drain or /undrain: the change, or why not. A
-  // backend's name may hold '/' (host:port/model): the action is the last segment.
-  std::variant<DrainChange, ReconcileAnswer> drain_request(std::string_view method, std::string_view rest,
-                                                           const config::ApiKey& by) {
-    rest.remove_prefix(1);  // (rest starts with '/')
-    const auto slash = rest.rfind('/');
-    const std::string_view name = slash == std::string_view::npos ? std::string_view{} : rest.substr(0, slash);
-    const std::string_view action = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
-    if (name.empty() || (action != "drain" && action != "undrain")) {
-      return ReconcileAnswer{Reason::not_found, "use POST /admin/backends/<name>/drain or /undrain", {}};
-    }
-    if (method != "POST") {
-      return ReconcileAnswer{Reason::method_not_allowed, "use POST for /admin/backends/<name>/" + std::string(action), {}};
-    }
-    if (!by.admin) return ReconcileAnswer{Reason::forbidden, "only a key with role admin may drain backends", {}};
-    const bool drain = action == "drain";
-    const auto all = g_.router->backends();
-    if (drain && std::none_of(all.begin(), all.end(), [&](const auto& b) { return b->name == name; })) {
-      return ReconcileAnswer{Reason::not_found, "no backend named " + recorded_text(name), {}};
-    }
-    return DrainChange{std::string(name), drain};
-  }
-
-  // /admin/routes: every route with its canary; POST .../<alias>/canary {"weight": 0..100
-  // | null} rolls a canary forward or back by hand (null: back to the configured weight):
-  // through the database for the fleet with the key store on, else on this instance.
-  awaitable<void> admin_routes(http::Exchange& ex, Context& ctx, std::string_view method, std::string_view rest) {
-    const bool read = method == "GET" || method == "HEAD";
-    if (!co_await admin_allowed(ex, ctx, read, "/admin/routes")) {
-    } else if (rest.empty() || rest == "/") {
-      co_await admin_listing(ex, ctx, read, "/admin/routes", render_routes(g_));
-    } else {
-      const config::ApiKey& by = admin_actor(ctx);
-      auto checked = canary_request(method, rest, ex.request().body(), by);
-      ReconcileAnswer answer;
-      if (auto* bad = std::get_if<ReconcileAnswer>(&checked)) {
-        answer = std::move(*bad);
-      } else if (const auto& c = std::get<CanaryChange>(checked); g_.control) {
-        auto run = [&]() -> awaitable<ReconcileAnswer> { co_return g_.control->set_canary(c.alias, c.weight, by); };
-        answer = co_await net::co_spawn(g_.query_executor, run, net::use_awaitable);
-      } else {
-        auto weights = g_.router->canary_weights();
-        if (c.weight < 0) weights.erase(c.alias);
-        else weights[c.alias] = c.weight;
-        g_.router->set_canary_weights(std::move(weights));
-      }
-      if (answer.reason == Reason::ok) {  // done, here or for the fleet
-        const auto& c = std::get<CanaryChange>(checked);
-        answer.body = R"({"model":)";
-        append_json_string(answer.body, c.alias);
-        answer.body += R"(,"canary_weight":)";
-        answer.body += c.weight < 0 ? std::string("null") : json_number(c.weight);
-        answer.body += "}";
-      }
-      co_await admin_reply(ex, ctx, answer);
-    }
-    record(ctx);
-  }
-
-  struct CanaryChange {
-    std::string alias;
-    double weight = -1;  // percent; < 0: back to the configured weight
-  };
-
-  // Checks POST /admin/routes/<alias>/canary and its body: the change, or why not.
-  std::variant<CanaryChange, ReconcileAnswer> canary_request(std::string_view method, std::string_view rest,
-                                                             std::string_view body, const config::ApiKey& by) {
-    constexpr std::string_view kTail = "/canary";
-    if (rest.size() <= kTail.size() + 1 || !rest.ends_with(kTail)) {
-      return ReconcileAnswer{Reason::not_found, "use POST /admin/routes/<alias>/canary", {}};
-    }
-    const std::string_view alias = rest.substr(1, rest.size() - 1 - kTail.size());
-    if (method != "POST") return ReconcileAnswer{Reason::method_not_allowed, "use POST for /admin/routes/<alias>/canary", {}};
-    if (!by.admin) return ReconcileAnswer{Reason::forbidden, "only a key with role admin may set a canary's weight", {}};
-    const auto* rr = table()->find(alias);
-    if (!rr || !rr->route->canary) {
-      return ReconcileAnswer{Reason::not_found, "no model with a canary named " + recorded_text(alias), {}};
-    }
-    boost::system::error_code ec;
-    auto v = boost::json::parse(body, ec);
-    const auto* w = !ec && v.is_object() ? v.get_object().if_contains("weight") : nullptr;
-    if (!w || v.get_object().size() != 1) {
-      return ReconcileAnswer{Reason::invalid_request, R"(expected {"weight": 0..100} or {"weight": null})", "weight"};
-    }
-    if (w->is_null()) return CanaryChange{std::string(alias), -1};
-    const double x = w->is_double() ? w->get_double() : w->is_int64() ? static_cast<double>(w->get_int64()) : -1;
-    if (!(x >= 0 && x <= 100)) {
-      return ReconcileAnswer{Reason::invalid_request, "weight: expected a number from 0 to 100, or null", "weight"};
-    }
-    return CanaryChange{std::string(alias), x};
-  }
-
-  static std::string json_number(double x) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", x);
-    return buf;
   }
 
   // Who acts on the admin listener, where no key is asked.
@@ -702,25 +484,6 @@ class WorkerHandler {
       return a;
     }();
     return k;
-  }
-
-  // /admin/keys (control_store.hpp): keys managed at runtime. Reading needs an admin or viewer
-  // key, changing an admin key (none on the admin listener). A change is a record (the
-  // history and the events name the admin key that made it); a read is not.
-  awaitable<void> admin_keys(http::Exchange& ex, Context& ctx, std::string_view method, std::string_view rest) {
-    const bool read = method == "GET" || method == "HEAD";
-    if (!co_await admin_allowed(ex, ctx, read, "/admin/keys")) {
-    } else if (!g_.control) {
-      co_await local_reply(ex, ctx, Reason::not_found, "the key store is off (key_store.enabled)");
-    } else {
-      const config::ApiKey& by = admin_actor(ctx);
-      auto set = keys_.get();  // the keys in force, held while the call runs
-      const std::string body(ex.request().body());
-      auto run = [&]() -> awaitable<ReconcileAnswer> { co_return g_.control->handle(method, rest, body, *set, by); };
-      ReconcileAnswer answer = co_await net::co_spawn(g_.query_executor, run, net::use_awaitable);
-      co_await admin_reply(ex, ctx, answer);
-    }
-    record(ctx);
   }
 
   // POST /v1/messages/count_tokens: the prompt's tokens by OpenAI's chat formula, exact
@@ -1540,11 +1303,22 @@ class WorkerHandler {
     g_.router->notify("canary.rolled_back", std::move(fields));
   }
 
+  // The failure of a request ended from outside (an operator's cancel), if it was.
+  static std::optional<Failure> stopped_from_outside(const Context& ctx) {
+    if (!ctx.live || ctx.live->stop == Reason::ok) return std::nullopt;
+    Failure f;
+    f.reason = ctx.live->stop;
+    f.message = stop_message(f.reason);
+    return f;
+  }
+
   // Phases 7..13: the upstream call and the relay.
   awaitable<std::optional<Failure>> relay(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
                                           const BackendRuntime& be, const config::Route& route) {
     // Upstream request: the adapter rewrites the body (or the codec, for a backend that
     // serves the client's API itself); credentials and trace go in headers.
+    // Cancelled by an operator while it waited (queued, in the filters, between attempts).
+    if (auto stopped = stopped_from_outside(ctx)) co_return stopped;
     const bool native = ctx.codec->native_on(be.cfg);
     // Answered in the client's own API: nothing in the internal form to share (the
     // requests that joined generate their own at once).
@@ -1591,10 +1365,15 @@ class WorkerHandler {
       ex.watch_client([&abort, shares = ctx.shares] {
         if (!shares || !shares->others_reading()) abort.abort();
       });
-      struct Unwatch {  // also on an exception: the watch refers to `abort`
+      struct Unwatch {  // also on an exception: the watch and the live list refer to `abort`
         http::Exchange& ex;
-        ~Unwatch() { ex.unwatch_client(); }
-      } unwatch{ex};
+        LiveRequest* live;
+        ~Unwatch() {
+          ex.unwatch_client();
+          if (live) live->abort = nullptr;
+        }
+      } unwatch{ex, ctx.live};
+      if (ctx.live) ctx.live->abort = &abort;  // an operator's cancel ends the exchange
       auto sent = co_await client_->send(be.target, ureq, to.connect, left_until(deadline), &abort);
       if (auto* err = std::get_if<http::ClientError>(&sent)) {
         outcome = std::move(*err);
@@ -1617,6 +1396,7 @@ class WorkerHandler {
       }
     }
     ex.unwatch_client();  // (idempotent) before replying
+    if (auto stopped = stopped_from_outside(ctx)) co_return stopped;
     if (ex.client_gone() && ctx.shares && !native && std::holds_alternative<std::string>(outcome)) {
       // The client left; the requests sharing the generation get the answer.
       if (auto done = llm::read_answer(be.wire, std::move(std::get<std::string>(outcome)), creq, ctx.request_id)) {
@@ -1789,17 +1569,17 @@ class WorkerHandler {
     };
 
     http::AbortHandle abort;
-    LiveStream live{&abort};
-    struct Unlist {  // also on an exception: the worker's list refers to `live`
+    LiveRequest& live = *ctx.live;
+    struct Unlist {  // also on an exception: the worker's list refers to `abort`
       WorkerHandler& h;
-      LiveStream& s;
+      LiveRequest& s;
       http::Exchange& ex;
       ~Unlist() {
         ex.unwatch_client();
         h.stream_closed(s);
       }
     } unlist{*this, live, ex};
-    stream_opened(live);
+    stream_opened(live, abort);
     // A client that leaves ends the exchange, unless others share the generation: then it
     // goes on for them (its frames written nowhere) until the last of them left too.
     bool detached = false;
@@ -1841,7 +1621,7 @@ class WorkerHandler {
       auto [reason, message] = classify(*err, true);
       // The request's whole time ran out (not this attempt's first-token time): no retry.
       if (reason == Reason::first_token_timeout && left_until(deadline).count() == 0) reason = Reason::upstream_timeout;
-      if (live.cut) reason = Reason::shutting_down, message = "the gateway is shutting down";
+      if (live.stop != Reason::ok) reason = live.stop, message = stop_message(live.stop);
       fail(reason, std::move(message));
     } else {
       auto& resp = *std::get<std::unique_ptr<http::ClientResponse>>(sent);
@@ -1924,7 +1704,7 @@ class WorkerHandler {
   // the upstream ends, something fails, the client leaves or the drain cuts the stream.
   template <class Fail, class Write>
   awaitable<void> pump(http::ClientResponse& resp, llm::StreamTranslator& tr, Relay& relay,
-                              const LiveStream& live, Fail& fail, Write& write, http::Quiet& quiet,
+                              const LiveRequest& live, Fail& fail, Write& write, http::Quiet& quiet,
                               Clock::time_point start, Clock::time_point first_token_deadline,
                               Clock::time_point deadline) {
     std::string frames;
@@ -1935,10 +1715,10 @@ class WorkerHandler {
     for (;;) {
       if (tr.done()) {
         if (!end_by) end_by = std::min(Clock::now() + kEndGrace, deadline);
-        if (live.cut || Clock::now() >= *end_by) co_return;
+        if (live.stop != Reason::ok || Clock::now() >= *end_by) co_return;
       }
-      if (live.cut) {
-        fail(Reason::shutting_down, "the gateway is shutting down");
+      if (live.stop != Reason::ok) {
+        fail(live.stop, stop_message(live.stop));
         co_return;
       }
       // An upstream that never pauses still ends at the total deadline.
@@ -1953,8 +1733,8 @@ class WorkerHandler {
       frames.clear();
       if (auto* err = std::get_if<http::ClientError>(&piece)) {
         if (relay.client_gone || tr.done()) co_return;  // (after the end: the answer is whole)
-        if (live.cut) {
-          fail(Reason::shutting_down, "the gateway is shutting down");
+        if (live.stop != Reason::ok) {
+          fail(live.stop, stop_message(live.stop));
         } else if (err->kind == http::ClientErrc::timeout) {
           const bool out_of_time = left_until(deadline).count() == 0;
           fail(out_of_time                ? Reason::upstream_timeout
@@ -2004,18 +1784,50 @@ class WorkerHandler {
   // The streams open on this worker. While there are any, a timer looks four times a
   // second whether the drain's cut time (g_.cut_streams_at) has come, and ends them with a
   // `shutting_down` event: their loops may be waiting on a silent upstream.
-  void stream_opened(LiveStream& s) {
+  void stream_opened(LiveRequest& s, http::AbortHandle& abort) {
     if (metrics_) metrics_->stream_opened();
-    s.slot = live_.size();
-    live_.push_back(&s);
+    s.stream = true;
+    s.abort = &abort;
     if (!cut_timer_armed_) arm_cut_timer();
   }
 
-  void stream_closed(LiveStream& s) {
+  void stream_closed(LiveRequest& s) {
     if (metrics_) metrics_->stream_closed();
+    s.stream = false;
+    s.abort = nullptr;
+  }
+
+  // Every request in flight is in the worker's list (/admin/requests, cancel).
+  void request_opened(LiveRequest& s) {
+    s.slot = live_.size();
+    live_.push_back(&s);
+  }
+
+  void request_closed(LiveRequest& s) {
     live_[s.slot] = live_.back();
     live_[s.slot]->slot = s.slot;
     live_.pop_back();
+  }
+
+  // LiveSource (live.hpp), on this worker's thread.
+  void live(std::vector<LiveInfo>& out) const override {
+    for (const LiveRequest* r : live_) {
+      const Context& c = *r->ctx;
+      out.push_back({c.request_id, {}, std::string(c.rec.key_name), std::string(c.rec.tenant), c.rec.alias,
+                     c.rec.path, r->stream, c.rec.unix_ms});
+    }
+  }
+
+  bool cancel(std::string_view id) override {
+    bool found = false;
+    for (LiveRequest* r : live_) {
+      if (r->ctx->request_id != id) continue;
+      found = true;
+      if (r->stop != Reason::ok) continue;
+      r->stop = Reason::cancelled;
+      if (r->abort) r->abort->abort();  // its wait on the upstream ends at once
+    }
+    return found;
   }
 
   void arm_cut_timer() {
@@ -2028,9 +1840,9 @@ class WorkerHandler {
       }
       const auto cut = g_.cut_streams_at.load(std::memory_order_relaxed);
       if (cut != 0 && Clock::now().time_since_epoch().count() >= cut) {
-        for (LiveStream* s : live_) {
-          if (s->cut) continue;
-          s->cut = true;
+        for (LiveRequest* s : live_) {
+          if (!s->stream || s->stop != Reason::ok) continue;
+          s->stop = Reason::shutting_down;
           s->abort->abort();  // the stream's wait on its upstream ends at once
         }
       }
@@ -2083,7 +1895,7 @@ class WorkerHandler {
   // handler, at a forced stop, drops its filters' states through it).
   std::shared_ptr<const filters::Chain> chain_ = std::make_shared<const filters::Chain>();
   telemetry::Metrics::Worker* metrics_ = nullptr;
-  std::vector<LiveStream*> live_;
+  std::vector<LiveRequest*> live_;  // the requests in flight
   net::steady_timer cut_timer_;
   bool cut_timer_armed_ = false;
 };
@@ -2091,7 +1903,8 @@ class WorkerHandler {
 }  // namespace
 
 http::Handler make_handler(Shared& shared, net::any_io_executor ex, bool admin_listener) {
-  auto h = std::make_shared<WorkerHandler>(shared, std::move(ex), admin_listener);
+  auto h = std::make_shared<WorkerHandler>(shared, ex, admin_listener);
+  if (!admin_listener && shared.live) shared.live->add(ex, h);
   return [h](http::Exchange& ex) -> awaitable<void> { return h->handle(ex); };
 }
 

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "common/clock.hpp"
 #include "common/text.hpp"
 #include "common/thread_name.hpp"
 #include "llm/chat.hpp"
@@ -35,9 +36,6 @@ std::string fmt_weight(double w) {
   return buf;
 }
 
-std::int64_t unix_ms_now() {
-  return std::chrono::duration_cast<Ms>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 upstream::HealthSettings health_settings(const config::HealthConfig& h) {
   return {.unhealthy_after = h.unhealthy_after,

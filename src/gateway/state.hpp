@@ -24,6 +24,7 @@
 
 namespace sluice::history {
 class History;
+class AuditTable;
 }
 namespace sluice::cache {
 class Cache;
@@ -39,6 +40,7 @@ namespace sluice::gateway {
 
 struct BatchCounters;
 class ControlStore;
+class LiveRequests;
 
 struct Shared {
   std::shared_ptr<const config::Config> cfg;  // as started; routes and backends come from router's table
@@ -54,6 +56,8 @@ struct Shared {
   telemetry::AccessLog* access_log = nullptr;
   telemetry::Metrics* metrics = nullptr;
   history::History* history = nullptr;  // null when history.backend is none
+  history::AuditTable* audit = nullptr;  // the admin API's audit trail (null: history.backend none)
+  LiveRequests* live = nullptr;          // the requests in flight, here and in the fleet
   events::EventSink* events = nullptr;   // null when no Kafka brokers are configured
   // Runs the history's blocking queries off the workers.
   boost::asio::any_io_executor query_executor;

@@ -7,6 +7,8 @@
 #include "guard/guard.hpp"
 #include "gateway/embed_batch.hpp"
 #include "gateway/control_store.hpp"
+#include "gateway/live.hpp"
+#include "history/audit_table.hpp"
 #include "gateway/state.hpp"
 #include "events/events.hpp"
 #include "history/history.hpp"
@@ -136,6 +138,22 @@ std::string render_metrics(const Shared& g) {
     metric(o, "sluice_tokens_charged_total", "", static_cast<double>(t.tokens_charged));
     help(o, "sluice_tokens_refunded_total", "counter", "Reserved tokens given back at settlement.");
     metric(o, "sluice_tokens_refunded_total", "", static_cast<double>(t.tokens_refunded));
+  }
+  if (g.live) {
+    o += ",\"live_registry\":{\"fleet\":";
+    o += g.live->fleet() ? "true" : "false";
+    if (g.live->fleet()) {
+      o += ",\"redis_up\":";
+      o += g.live->redis_up() ? "true" : "false";
+      o += ",\"published\":" + std::to_string(g.live->published()) +
+           ",\"cancels_received\":" + std::to_string(g.live->cancels_received());
+    }
+    o += "}";
+  }
+  if (g.audit) {
+    o += ",\"audit\":{\"up\":";
+    o += g.audit->up() ? "true" : "false";
+    o += ",\"pending\":" + std::to_string(g.audit->pending()) + ",\"dropped\":" + std::to_string(g.audit->dropped()) + "}";
   }
   if (g.gate) {
     const auto s = g.gate->snapshot();

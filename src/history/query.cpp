@@ -7,6 +7,7 @@
 
 #include "common/text.hpp"
 #include "history/db.hpp"
+#include "history/audit_table.hpp"
 #include "history/history.hpp"
 
 namespace sluice::history {
@@ -186,6 +187,24 @@ std::string_view group_by_names() {
     return s;
   }();
   return names;
+}
+
+std::optional<AuditQuery> parse_audit_query(std::string_view query_string, std::string& error) {
+  static constexpr std::string_view kAllowed[] = {"since", "actor", "action", "target", "limit"};
+  const auto params = split(query_string, kAllowed, error);
+  if (!params) return std::nullopt;
+  AuditQuery q;
+  for (const Param& p : *params) {
+    std::int64_t n = 0;
+    bool ok = true;
+    if (p.name == "actor") q.actor = p.value;
+    else if (p.name == "action") q.action = p.value;
+    else if (p.name == "target") q.target = p.value;
+    else if (p.name == "since") ok = parse_time(p, q.since_ms, error);
+    else if (p.name == "limit") ok = parse_bounded(p, 1, 1000, n, error), q.limit = static_cast<int>(n);
+    if (!ok) return std::nullopt;
+  }
+  return q;
 }
 
 std::optional<ListQuery> parse_list_query(std::string_view query_string, std::string& error) {

@@ -191,7 +191,25 @@ CREATE TABLE control_version (id INTEGER PRIMARY KEY, version BIGINT NOT NULL);
 INSERT INTO control_version (id, version) VALUES (1, 0);
 )";
 
+// Migration 6: the audit trail (history/audit_table.cpp): every change an operator made
+// through /admin/ (who, what, on which thing, from which instance), kept apart from the
+// requests so that retention and usage queries never touch it.
+constexpr std::string_view kMigration6 = R"(
+CREATE TABLE audit (
+  unix_ms BIGINT NOT NULL,
+  instance TEXT NOT NULL,
+  request_id TEXT NOT NULL,
+  actor TEXT NOT NULL,
+  action TEXT NOT NULL,
+  target TEXT NOT NULL,
+  status INTEGER NOT NULL,
+  detail TEXT NOT NULL
+);
+CREATE INDEX audit_unix_ms ON audit (unix_ms);
+)";
+
 std::string migration_sql(Dialect d, int version) {
+  if (version == 6) return std::string(kMigration6);
   if (version == 5) return std::string(kMigration5);
   if (version == 4) return std::string(kMigration4);
   if (version == 3) return std::string(kMigration3);

@@ -129,6 +129,12 @@ const Table<ResponsesStore>& responses_table() {
   return t;
 }
 
+const Enum<LiveRegistry>& live_registry_enum() {
+  static const Enum<LiveRegistry> e{
+      "live registry", {{"auto", LiveRegistry::auto_}, {"redis", LiveRegistry::redis}, {"off", LiveRegistry::off}}};
+  return e;
+}
+
 const Table<Config>& admin_table() {
   static const Table<Config> t{
       "admin",
@@ -143,6 +149,15 @@ const Table<Config>& admin_table() {
                          }),
           boolean("public_status", &Config::public_status,
                   "Serve `/metrics` and `/infra` on the main listener without an admin key."),
+          choice("live_registry", &Config::live_registry, live_registry_enum(),
+                 "Where this instance registers its requests in flight, so that `GET /admin/requests` on any "
+                 "instance lists the fleet's and a cancel reaches the instance running the request "
+                 "(`docs/admin.md`): `redis` (`redis.url`, keys `<key_prefix>:live:*`), `off` (this instance's "
+                 "only), `auto` = `redis` when the rate limits, the response cache, stored responses or the key "
+                 "store's notices use Redis."),
+          duration("live_interval", &Config::live_interval, Millis{100},
+                   "How often the registry's snapshot of this instance's requests is written; an instance that "
+                   "stopped drops out after three intervals."),
       }};
   return t;
 }
