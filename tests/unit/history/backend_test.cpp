@@ -1,6 +1,7 @@
 // The same checks against both databases: a SQLite file in a temp dir, and a PostgreSQL
 // server each test starts for itself. Rows are counted with an independent client (the
 // sqlite3 C API, psql), not only through the code under test.
+#include <boost/json.hpp>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
@@ -12,6 +13,7 @@
 
 #include "helpers.hpp"
 #include "history/db.hpp"
+#include "history/audit_table.hpp"
 #include "history/control_table.hpp"
 #include "history/responses.hpp"
 #include "pg_server.hpp"
@@ -1023,6 +1025,72 @@ TEST_P(HistoryTest, TheControlTableKeepsKeysAndDrainsAndCountsItsChanges) {
   EXPECT_EQ(t->clear_canary("m"), ControlTable::Write::ok);
   EXPECT_EQ(t->clear_canary("m"), ControlTable::Write::not_found);
   EXPECT_EQ(t->version(), *v0 + 8);
+}
+
+TEST_P(HistoryTest, TheAuditTableKeepsChangesNewestFirstAndFiltersThem) {
+  auto t = AuditTable::create(settings_);
+  ASSERT_TRUE(t);
+  auto row = [](std::int64_t ms, std::string actor, std::string action, std::string target) {
+    return AuditRow{ms, "gw-a", "req-" + std::to_string(ms), std::move(actor), std::move(action), std::move(target), 200,
+                    R"({"body":{"weight":5}})"};
+  };
+  ASSERT_TRUE(t->write(row(1000, "admin", "backend.drain", "a")));
+  ASSERT_TRUE(t->write(row(2000, "ops", "key.create", "team-a")));
+  ASSERT_TRUE(t->write(row(3000, "admin", "route.canary", "m")));
+  EXPECT_EQ(t->pending(), 0u);
+  auto all = t->list({});
+  ASSERT_TRUE(all.ok()) << all.error;
+  auto v = boost::json::parse(all.body).as_object().at("audit").as_array();
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_EQ(v[0].at("action"), "route.canary");
+  EXPECT_EQ(v[2].at("target"), "a");
+  EXPECT_EQ(v[0].at("detail").at("body").at("weight"), 5);
+  EXPECT_EQ(v[1].at("request_id"), "req-2000");
+  AuditQuery q;
+  q.actor = "admin";
+  q.since_ms = 2000;
+  auto some = t->list(q);
+  v = boost::json::parse(some.body).as_object().at("audit").as_array();
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].at("target"), "m");
+  q = {};
+  q.limit = 2;
+  q.action = "key.create";
+  v = boost::json::parse(t->list(q).body).as_object().at("audit").as_array();
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].at("actor"), "ops");
+}
+
+TEST(AuditTable, RowsWaitWhileTheDatabaseIsDownAndTheOldestAreDroppedPastTheBound) {
+  config::HistorySettings s;
+  s.backend = config::HistoryBackend::sqlite;
+  s.sqlite_path = "/proc/sluice-no-such-dir/history.db";
+  s.retry_interval = 0ms;
+  auto t = AuditTable::create(s);
+  ASSERT_TRUE(t);
+  for (std::size_t i = 0; i < AuditTable::kMaxPending + 3; ++i) {
+    EXPECT_FALSE(t->write(AuditRow{static_cast<std::int64_t>(i), "gw", "r", "admin", "key.delete", "k", 200, "{}"}));
+  }
+  EXPECT_EQ(t->pending(), AuditTable::kMaxPending);
+  EXPECT_EQ(t->dropped(), 3u);
+  auto res = t->list({});
+  EXPECT_FALSE(res.ok());
+  EXPECT_TRUE(res.unavailable);
+  s.backend = config::HistoryBackend::none;
+  EXPECT_FALSE(AuditTable::create(s));
+}
+
+TEST(AuditQueries, AreReadStrictly) {
+  std::string error;
+  auto q = parse_audit_query("since=1800000000&actor=admin&action=key.create&target=a%20b&limit=5", error);
+  ASSERT_TRUE(q) << error;
+  EXPECT_EQ(q->since_ms, 1'800'000'000'000);
+  EXPECT_EQ(q->target, "a b");
+  EXPECT_EQ(q->limit, 5);
+  EXPECT_FALSE(parse_audit_query("limit=0", error));
+  EXPECT_NE(error.find("limit"), std::string::npos);
+  EXPECT_FALSE(parse_audit_query("colour=red", error));
+  EXPECT_NE(error.find("colour"), std::string::npos);
 }
 
 TEST(ResponseTable, ADatabaseThatCannotBeOpenedFailsEachCallAndSaysWhy) {
