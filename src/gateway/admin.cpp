@@ -51,7 +51,8 @@ template <class F>
 awaitable<AdminAnswer> on_query_thread(Shared& g, F& f) {
   // (A named lambda: GCC 12 mishandles capturing lambda temporaries inside co_await.)
   auto run = [&f]() -> awaitable<AdminAnswer> { co_return f(); };
-  co_return co_await net::co_spawn(g.query_executor, run, net::use_awaitable);
+  AdminAnswer a = co_await net::co_spawn(g.query_executor, run, net::use_awaitable);
+  co_return a;
 }
 
 // ---- /admin/backends ---------------------------------------------------------------
@@ -183,7 +184,7 @@ awaitable<AdminAnswer> requests(Shared& g, const AdminCall& c, std::string_view 
       else if (name == "stream" && (value == "true" || value == "false")) stream = value;
       else co_return fail(Reason::invalid_request, "expected key, model or stream=true|false, got " + shown(part), std::string(name));
     }
-    auto listing = co_await g.live->list();
+    LiveRequests::Listing listing = co_await g.live->list();
     AdminAnswer a;
     a.body = R"({"instance":)";
     append_json_string(a.body, g.live->instance());
@@ -229,12 +230,18 @@ awaitable<AdminAnswer> requests(Shared& g, const AdminCall& c, std::string_view 
     append_json_string(a.body, instance);
     a.body += done ? R"(,"cancelled":true})" : R"(,"cancelled":"requested"})";
   };
-  if (co_await g.live->cancel_here(id)) {
-    answer(g.live->instance(), true);
+  const Cancelled here = co_await g.live->cancel_here(id);
+  if (here != Cancelled::none) {
+    // Ended now, or marked: it ends when it next reaches a backend or reads from one.
+    if (here == Cancelled::marked) a.status = 202;
+    answer(g.live->instance(), here == Cancelled::ended);
     co_return a;
   }
   // Elsewhere in the fleet: the instance that registered it reads its cancel list.
-  auto listing = co_await g.live->list();
+  LiveRequests::Listing listing = co_await g.live->list();
+  if (!listing.error.empty()) {
+    co_return fail(Reason::store_unavailable, "not on this instance, and the live registry could not be read: " + listing.error);
+  }
   const auto it = std::find_if(listing.requests.begin(), listing.requests.end(), [&](const LiveInfo& r) { return r.id == id; });
   if (it == listing.requests.end()) {
     co_return fail(Reason::not_found, "no request in flight with id " + shown(id) +
@@ -263,7 +270,10 @@ awaitable<AdminAnswer> audit(Shared& g, const AdminCall& c) {
     a.body = std::move(res.body);
     return a;
   };
-  co_return co_await on_query_thread(g, read);
+  {
+    AdminAnswer r = co_await on_query_thread(g, read);
+    co_return r;
+  }
 }
 
 // ---- reload, cache, reconcile --------------------------------------------------------
@@ -281,7 +291,10 @@ awaitable<AdminAnswer> reload(Shared& g, const AdminCall& c) {
     a.body += "}";
     return a;
   };
-  co_return co_await on_query_thread(g, run);
+  {
+    AdminAnswer r = co_await on_query_thread(g, run);
+    co_return r;
+  }
 }
 
 // ---- the audit trail ---------------------------------------------------------------
@@ -346,7 +359,9 @@ void write_audit(Shared& g, const AdminCall& c, const AdminAnswer& a) {
   row.instance = g.instance;
   row.request_id = c.request_id;
   row.actor = c.by->name;
-  std::tie(row.action, row.target) = audit_action(c);
+  std::string target;
+  std::tie(row.action, target) = audit_action(c);
+  append_clean_utf8(row.target, std::string_view(target).substr(0, 256));  // (a path's bytes: UTF-8 only)
   row.status = a.status;
   row.detail = audit_detail(c);
   if (g.events) {
@@ -372,23 +387,41 @@ awaitable<AdminAnswer> dispatch(Shared& g, const AdminCall& c) {
   auto rest_of = [&](std::string_view base) { return path.substr(base.size()); };
   if (path == "/admin/usage/reconcile") {
     if (!reads(c.method)) co_return fail(Reason::method_not_allowed, "use GET for /admin/usage/reconcile");
-    co_return co_await reconcile_usage(g, *c.table, c.query);
+    {
+    AdminAnswer r = co_await reconcile_usage(g, *c.table, c.query);
+    co_return r;
+  }
   }
   if (path == "/admin/cache") {
     if (!c.by->admin) co_return fail(Reason::forbidden, "only an admin key may use /admin/cache");
     if (!c.cache) co_return fail(Reason::not_found, "the response cache is not running");
-    co_return co_await cache_admin(*c.cache, c.method, c.query);
+    {
+    AdminAnswer r = co_await cache_admin(*c.cache, c.method, c.query);
+    co_return r;
   }
-  if (path == "/admin/reload") co_return co_await reload(g, c);
-  if (path == "/admin/audit") co_return co_await audit(g, c);
-  if (under("/admin/requests")) co_return co_await requests(g, c, rest_of("/admin/requests"));
+  }
+  if (path == "/admin/reload") {
+    AdminAnswer r = co_await reload(g, c);
+    co_return r;
+  }
+  if (path == "/admin/audit") {
+    AdminAnswer r = co_await audit(g, c);
+    co_return r;
+  }
+  if (under("/admin/requests")) {
+    AdminAnswer r = co_await requests(g, c, rest_of("/admin/requests"));
+    co_return r;
+  }
   if (under("/admin/routes")) {
     const auto rest = rest_of("/admin/routes");
     if (rest.empty() || rest == "/") {
       if (!reads(c.method)) co_return fail(Reason::method_not_allowed, "use GET for /admin/routes");
       co_return AdminAnswer{Reason::ok, render_routes(g), {}, 200};
     }
-    co_return co_await routes(g, c, rest);
+    {
+    AdminAnswer r = co_await routes(g, c, rest);
+    co_return r;
+  }
   }
   if (under("/admin/backends")) {
     const auto rest = rest_of("/admin/backends");
@@ -396,13 +429,19 @@ awaitable<AdminAnswer> dispatch(Shared& g, const AdminCall& c) {
       if (!reads(c.method)) co_return fail(Reason::method_not_allowed, "use GET for /admin/backends");
       co_return AdminAnswer{Reason::ok, render_backends(g), {}, 200};
     }
-    co_return co_await backends(g, c, rest);
+    {
+    AdminAnswer r = co_await backends(g, c, rest);
+    co_return r;
+  }
   }
   if (under("/admin/keys")) {
     if (!g.control) co_return fail(Reason::not_found, "the key store is off (key_store.enabled)");
     const auto rest = rest_of("/admin/keys");
     auto run = [&] { return g.control->handle(c.method, rest, c.body, *c.keys, *c.by); };
-    co_return co_await on_query_thread(g, run);
+    {
+    AdminAnswer r = co_await on_query_thread(g, run);
+    co_return r;
+  }
   }
   co_return fail(Reason::not_found,
                  "no admin endpoint " + shown(path) +
@@ -420,7 +459,8 @@ awaitable<AdminAnswer> admin_call(Shared& g, const AdminCall& c) {
       write_audit(g, c, a);
       return AdminAnswer{};
     };
-    co_await on_query_thread(g, run);
+    AdminAnswer written = co_await on_query_thread(g, run);
+    (void)written;
   }
   co_return a;
 }

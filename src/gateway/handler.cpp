@@ -120,6 +120,21 @@ struct LiveRequest {
   std::size_t slot = 0;      // its place in the worker's list
 };
 
+// A worker's requests in flight (/admin/requests, cancel, the drain's cut). Held by the
+// handler and by each request's frame.
+struct LiveList {
+  std::vector<LiveRequest*> all;
+  void add(LiveRequest& r) {
+    r.slot = all.size();
+    all.push_back(&r);
+  }
+  void remove(LiveRequest& r) {
+    all[r.slot] = all.back();
+    all[r.slot]->slot = r.slot;
+    all.pop_back();
+  }
+};
+
 std::string stop_message(Reason r) {
   return r == Reason::cancelled ? "an operator cancelled this request" : "the gateway is shutting down";
 }
@@ -226,16 +241,19 @@ class WorkerHandler final : public LiveSource {
       co_return;
     }
     // In flight from here until the coroutine ends, however it ends.
+    // (The frame holds the worker's list and the metrics, not the handler: a frame destroyed
+    // at a forced stop, after its handler, still unlists itself.)
     LiveRequest live{&ctx};
     struct InFlight {
-      WorkerHandler& h;
+      std::shared_ptr<LiveList> list;
       LiveRequest& live;
+      telemetry::Metrics::Worker* m;
       ~InFlight() {
-        h.request_closed(live);
-        if (h.metrics_) h.metrics_->request_finished();
+        list->remove(live);
+        if (m) m->request_finished();
       }
-    } in_flight{*this, live};
-    request_opened(live);
+    } in_flight{live_, live, metrics_};
+    live_->add(live);
     ctx.live = &live;
     if (metrics_) metrics_->request_started();
     // A request ended by an exception (the server answers 500 unless the reply began) is
@@ -441,7 +459,10 @@ class WorkerHandler final : public LiveSource {
   // admin listener no key is asked. Not a request record: the access log keeps the line,
   // and a change is an audit record of its own.
   awaitable<void> admin(http::Exchange& ex, Context& ctx, std::string_view method, std::string_view path) {
-    ctx.rec.to_sinks = false;
+    // A change refused for its key (401, 403) is a record, as any request's: the history and
+    // the events show who tried. One made is an audit record instead (admin.cpp).
+    const bool change = method != "GET" && method != "HEAD";
+    ctx.rec.to_sinks = change;
     const config::ApiKey* by = &admin_listener_key();
     if (admin_listener_) {
       ctx.rec.key_name = by->name;
@@ -464,7 +485,9 @@ class WorkerHandler final : public LiveSource {
                      .keys = keys_.get(),
                      .table = table(),
                      .cache = cache_.get()};
+      ctx.rec.to_sinks = false;
       AdminAnswer answer = co_await admin_call(g_, call);
+      if (change && answer.reason == Reason::forbidden) ctx.rec.to_sinks = true;  // (a viewer's change)
       if (answer.reason != Reason::ok) {
         co_await local_reply(ex, ctx, answer.reason, std::move(answer.body), answer.param);
       } else {
@@ -903,6 +926,12 @@ class WorkerHandler final : public LiveSource {
       std::array<bool, config::Route::kMaxBackends> usable{};
       bool despite_ejection = false;  // set when nothing else is left in this set
       while (attempts_left > 0 && left_until(deadline).count() > 0) {
+        // Cancelled by an operator while it waited (queued, in the filters, between
+        // attempts): no backend is picked.
+        if (auto stopped = stopped_from_outside(ctx)) {
+          last = std::move(stopped);
+          break;
+        }
         const auto now = Clock::now();
         const std::size_t n = std::min<std::size_t>(set.members.size(), usable.size());
         for (std::size_t i = 0; i < n; ++i) {
@@ -1252,9 +1281,10 @@ class WorkerHandler final : public LiveSource {
         known = true;
         // A client that left, or a gateway out of fds, says nothing about the backend; nor
         // does a batched call's outcome but once (its first request's).
-        client_left = ctx.batch_follower ||
-                      (f ? f->reason == Reason::client_closed || f->reason == Reason::local_resources
-                         : ctx.rec.reason == Reason::client_closed);
+        // (Ended from outside, by an operator's cancel or the drain's cut: no verdict either.)
+        const Reason why = f ? f->reason : ctx.rec.reason;
+        client_left = ctx.batch_follower || why == Reason::client_closed || why == Reason::cancelled ||
+                      why == Reason::shutting_down || (f && f->reason == Reason::local_resources);
         failed = f ? retryable(*f) || f->reason == Reason::upstream_timeout : upstream_failed(ctx.rec);
         timed_out = f && (f->reason == Reason::upstream_timeout || f->reason == Reason::first_token_timeout);
       }
@@ -1571,14 +1601,16 @@ class WorkerHandler final : public LiveSource {
     http::AbortHandle abort;
     LiveRequest& live = *ctx.live;
     struct Unlist {  // also on an exception: the worker's list refers to `abort`
-      WorkerHandler& h;
       LiveRequest& s;
       http::Exchange& ex;
+      telemetry::Metrics::Worker* m;
       ~Unlist() {
         ex.unwatch_client();
-        h.stream_closed(s);
+        if (m) m->stream_closed();
+        s.stream = false;
+        s.abort = nullptr;
       }
-    } unlist{*this, live, ex};
+    } unlist{live, ex, metrics_};
     stream_opened(live, abort);
     // A client that leaves ends the exchange, unless others share the generation: then it
     // goes on for them (its frames written nowhere) until the last of them left too.
@@ -1791,56 +1823,44 @@ class WorkerHandler final : public LiveSource {
     if (!cut_timer_armed_) arm_cut_timer();
   }
 
-  void stream_closed(LiveRequest& s) {
-    if (metrics_) metrics_->stream_closed();
-    s.stream = false;
-    s.abort = nullptr;
-  }
-
-  // Every request in flight is in the worker's list (/admin/requests, cancel).
-  void request_opened(LiveRequest& s) {
-    s.slot = live_.size();
-    live_.push_back(&s);
-  }
-
-  void request_closed(LiveRequest& s) {
-    live_[s.slot] = live_.back();
-    live_[s.slot]->slot = s.slot;
-    live_.pop_back();
-  }
 
   // LiveSource (live.hpp), on this worker's thread.
   void live(std::vector<LiveInfo>& out) const override {
-    for (const LiveRequest* r : live_) {
+    for (const LiveRequest* r : live_->all) {
       const Context& c = *r->ctx;
       out.push_back({c.request_id, {}, std::string(c.rec.key_name), std::string(c.rec.tenant), c.rec.alias,
                      c.rec.path, r->stream, c.rec.unix_ms});
     }
   }
 
-  bool cancel(std::string_view id) override {
-    bool found = false;
-    for (LiveRequest* r : live_) {
+  Cancelled cancel(std::string_view id) override {
+    Cancelled done = Cancelled::none;
+    for (LiveRequest* r : live_->all) {
       if (r->ctx->request_id != id) continue;
-      found = true;
+      if (done == Cancelled::none) done = Cancelled::marked;
       if (r->stop != Reason::ok) continue;
       r->stop = Reason::cancelled;
-      if (r->abort) r->abort->abort();  // its wait on the upstream ends at once
+      // Requests sharing its generation (coalescing) generate their own, not fail with it.
+      if (r->ctx->shares) r->ctx->shares->fail(Reason::upstream_error, "the request it shared was cancelled");
+      if (r->abort) {
+        r->abort->abort();  // its wait on the upstream ends at once
+        done = Cancelled::ended;
+      }
     }
-    return found;
+    return done;
   }
 
   void arm_cut_timer() {
     cut_timer_armed_ = true;
     cut_timer_.expires_after(Ms(250));
     cut_timer_.async_wait([this](const boost::system::error_code& ec) {
-      if (ec || live_.empty()) {
+      if (ec || live_->all.empty()) {
         cut_timer_armed_ = false;
         return;
       }
       const auto cut = g_.cut_streams_at.load(std::memory_order_relaxed);
       if (cut != 0 && Clock::now().time_since_epoch().count() >= cut) {
-        for (LiveRequest* s : live_) {
+        for (LiveRequest* s : live_->all) {
           if (!s->stream || s->stop != Reason::ok) continue;
           s->stop = Reason::shutting_down;
           s->abort->abort();  // the stream's wait on its upstream ends at once
@@ -1895,7 +1915,7 @@ class WorkerHandler final : public LiveSource {
   // handler, at a forced stop, drops its filters' states through it).
   std::shared_ptr<const filters::Chain> chain_ = std::make_shared<const filters::Chain>();
   telemetry::Metrics::Worker* metrics_ = nullptr;
-  std::vector<LiveRequest*> live_;  // the requests in flight
+  std::shared_ptr<LiveList> live_ = std::make_shared<LiveList>();  // the requests in flight
   net::steady_timer cut_timer_;
   bool cut_timer_armed_ = false;
 };

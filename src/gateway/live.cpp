@@ -8,6 +8,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json/parse.hpp>
 #include <thread>
@@ -26,11 +27,61 @@ using Ms = std::chrono::milliseconds;
 namespace {
 
 constexpr Ms kCancelPoll{200};    // how often an instance reads the cancels sent to it
+constexpr Ms kAskLimit{1000};     // the longest wait for the workers' answers
 constexpr Ms kCancelTtl{10'000};  // a cancel list no instance reads (it died) goes away
 
 std::string str(const boost::json::object& o, std::string_view k) {
   const auto* v = o.if_contains(k);
   return v && v->is_string() ? std::string(v->get_string()) : std::string();
+}
+
+// Runs `fn(source)` on each worker's own thread (a post: nothing waits on a worker that
+// stopped) and waits for the answers on the caller's executor, at most `limit`. The caller's
+// executor runs one thread, so the last answer's wake-up cannot come before the wait.
+template <class T, class Fn>
+awaitable<std::vector<T>> ask_workers(std::vector<std::pair<net::any_io_executor, std::weak_ptr<LiveSource>>> ws, Fn fn,
+                                      Ms limit) {
+  // The answers, shared with the posted closures; the timer stays in this frame, and a
+  // closure that answers after the frame is gone (a forced stop) finds no timer to wake.
+  struct Ask {
+    std::mutex mu;
+    std::vector<T> got;
+    std::size_t left = 0;
+    net::steady_timer* timer = nullptr;  // under mu
+  };
+  net::steady_timer timer(co_await net::this_coro::executor, limit);
+  auto a = std::make_shared<Ask>();
+  a->left = ws.size();
+  a->timer = &timer;
+  struct Forget {
+    Ask& a;
+    ~Forget() {
+      std::lock_guard lk(a.mu);
+      a.timer = nullptr;
+    }
+  } forget{*a};
+  for (auto& [ex, source] : ws) {
+    net::post(ex, [a, src = source, fn] {
+      T v{};
+      if (auto s = src.lock()) v = fn(*s);
+      std::lock_guard lk(a->mu);
+      a->got.push_back(std::move(v));
+      if (--a->left == 0 && a->timer) {
+        net::post(a->timer->get_executor(), [a] {
+          std::lock_guard lk(a->mu);
+          if (a->timer) a->timer->cancel();
+        });
+      }
+    });
+  }
+  if (!ws.empty()) {
+    boost::system::error_code ec;
+    co_await timer.async_wait(net::redirect_error(net::use_awaitable, ec));
+  }
+  std::lock_guard lk(a->mu);
+  std::vector<T> out = std::move(a->got);
+  a->got.clear();
+  co_return out;
 }
 
 }  // namespace
@@ -53,14 +104,9 @@ void LiveRequests::append_json(std::string& out, const LiveInfo& r) {
 }
 
 // The Redis side: a thread of its own with one connection. Every kCancelPoll it reads the
-// cancels sent to this instance; every interval it writes what the workers reported at
-// the previous round and asks them again (a post each: nothing here waits on a worker).
+// cancels sent to this instance; every interval it asks the workers what they have in
+// flight (a post each, answers awaited for half an interval at most) and writes it.
 struct LiveRequests::Registry {
-  struct Collect {  // one round's answers from the workers
-    std::mutex mu;
-    std::vector<LiveInfo> requests;
-  };
-
   LiveRequests& owner;
   net::io_context io;
   store::RedisConnection conn;
@@ -97,7 +143,6 @@ struct LiveRequests::Registry {
 
   awaitable<void> loop() {
     net::steady_timer timer(io);
-    auto round = std::make_shared<Collect>();
     auto next = std::chrono::steady_clock::now();
     for (;;) {
       timer.expires_after(kCancelPoll);
@@ -114,21 +159,7 @@ struct LiveRequests::Registry {
       }
       if (std::chrono::steady_clock::now() < next) continue;
       next = std::chrono::steady_clock::now() + owner.fleet_.interval;
-      // What the workers reported since the last round, then ask them again.
-      std::vector<LiveInfo> requests;
-      {
-        std::lock_guard lk(round->mu);
-        requests = std::move(round->requests);
-      }
-      round = std::make_shared<Collect>();
-      for (auto& w : owner.workers()) {
-        net::post(w.ex, [src = w.source, round] {
-          std::vector<LiveInfo> mine;
-          if (auto s = src.lock()) s->live(mine);
-          std::lock_guard lk(round->mu);
-          for (auto& r : mine) round->requests.push_back(std::move(r));
-        });
-      }
+      std::vector<LiveInfo> requests = co_await owner.here_within(owner.fleet_.interval / 2);
       const std::int64_t now = unix_ms_now();
       std::string snapshot = R"({"instance":)";
       append_json_string(snapshot, owner.fleet_.instance);
@@ -232,16 +263,21 @@ void LiveRequests::post_cancel(const std::string& id) {
   }
 }
 
-awaitable<std::vector<LiveInfo>> LiveRequests::here() {
+std::vector<std::pair<net::any_io_executor, std::weak_ptr<LiveSource>>> LiveRequests::targets() {
+  std::vector<std::pair<net::any_io_executor, std::weak_ptr<LiveSource>>> out;
+  for (auto& w : workers()) out.emplace_back(w.ex, w.source);
+  return out;
+}
+
+awaitable<std::vector<LiveInfo>> LiveRequests::here_within(Ms limit) {
+  auto read = [](const LiveSource& s) {
+    std::vector<LiveInfo> mine;
+    s.live(mine);
+    return mine;
+  };
+  auto per_worker = co_await ask_workers<std::vector<LiveInfo>>(targets(), read, limit);
   std::vector<LiveInfo> out;
-  for (auto& w : workers()) {
-    // (Named: GCC 12 mishandles capturing lambda temporaries inside co_await.)
-    auto read = [src = w.source]() -> awaitable<std::vector<LiveInfo>> {
-      std::vector<LiveInfo> mine;
-      if (auto s = src.lock()) s->live(mine);
-      co_return mine;
-    };
-    auto mine = co_await net::co_spawn(w.ex, read, net::use_awaitable);
+  for (auto& mine : per_worker) {
     for (auto& r : mine) {
       r.instance = fleet_.instance;
       out.push_back(std::move(r));
@@ -250,25 +286,30 @@ awaitable<std::vector<LiveInfo>> LiveRequests::here() {
   co_return out;
 }
 
-awaitable<bool> LiveRequests::cancel_here(std::string id) {
-  bool found = false;
-  for (auto& w : workers()) {
-    auto cancel = [src = w.source, &id]() -> awaitable<bool> {
-      auto s = src.lock();
-      co_return s && s->cancel(id);
-    };
-    if (co_await net::co_spawn(w.ex, cancel, net::use_awaitable)) found = true;
-  }
-  co_return found;
+awaitable<std::vector<LiveInfo>> LiveRequests::here() {
+  std::vector<LiveInfo> out = co_await here_within(kAskLimit);
+  co_return out;
+}
+
+awaitable<Cancelled> LiveRequests::cancel_here(std::string id) {
+  auto cancel = [id](LiveSource& s) { return s.cancel(id); };
+  auto per_worker = co_await ask_workers<Cancelled>(targets(), cancel, kAskLimit);
+  Cancelled most = Cancelled::none;
+  for (auto c : per_worker) most = std::max(most, c);
+  co_return most;
 }
 
 awaitable<LiveRequests::Listing> LiveRequests::list() {
   Listing out;
   if (registry_ && !registry_->stopping.load()) {
-    auto read = [r = registry_.get()]() -> awaitable<Listing> { co_return co_await r->read(); };
-    out = co_await net::co_spawn(registry_->io, read, net::use_awaitable);
+    auto read = [r = registry_.get()]() -> awaitable<Listing> {
+      Listing l = co_await r->read();
+      co_return l;
+    };
+    Listing got = co_await net::co_spawn(registry_->io, read, net::use_awaitable);
+    out = std::move(got);
   }
-  auto mine = co_await here();
+  std::vector<LiveInfo> mine = co_await here();
   out.instances.insert(out.instances.begin(), fleet_.instance);
   out.requests.insert(out.requests.begin(), std::make_move_iterator(mine.begin()), std::make_move_iterator(mine.end()));
   co_return out;
@@ -277,9 +318,11 @@ awaitable<LiveRequests::Listing> LiveRequests::list() {
 awaitable<std::string> LiveRequests::cancel_on(std::string instance, std::string id) {
   if (!registry_ || registry_->stopping.load()) co_return "the live registry is off (admin.live_registry)";
   auto send = [r = registry_.get(), &instance, &id]() -> awaitable<std::string> {
-    co_return co_await r->send_cancel(instance, id);
+    std::string err = co_await r->send_cancel(instance, id);
+    co_return err;
   };
-  co_return co_await net::co_spawn(registry_->io, send, net::use_awaitable);
+  std::string err = co_await net::co_spawn(registry_->io, send, net::use_awaitable);
+  co_return err;
 }
 
 bool LiveRequests::redis_up() const { return registry_ && registry_->conn.up(); }

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/redis_url.hpp"
@@ -29,12 +30,16 @@ struct LiveInfo {
   std::int64_t start_ms = 0;  // Unix ms
 };
 
+// What a cancel did: nothing (no request with that id), marked it (it ends when it would
+// next reach a backend or read from one), or ended its upstream exchange at once.
+enum class Cancelled : std::uint8_t { none, marked, ended };
+
 // A worker's requests: the request handler's side. Called on the worker's own thread.
 class LiveSource {
  public:
   virtual ~LiveSource() = default;
   virtual void live(std::vector<LiveInfo>& out) const = 0;
-  virtual bool cancel(std::string_view id) = 0;  // false: no request with that id here
+  virtual Cancelled cancel(std::string_view id) = 0;
 };
 
 class LiveRequests {
@@ -55,10 +60,11 @@ class LiveRequests {
   // Ends the registry's thread (before the workers stop: it posts to them).
   void stop();
 
-  // This instance's requests, read from each worker on its thread.
+  // This instance's requests, read from each worker on its thread (a worker that does not
+  // answer within a second, because it stopped, is left out).
   boost::asio::awaitable<std::vector<LiveInfo>> here();
-  // Cancels one here: whether it was here.
-  boost::asio::awaitable<bool> cancel_here(std::string id);
+  // Cancels one here (the most any worker did).
+  boost::asio::awaitable<Cancelled> cancel_here(std::string id);
 
   struct Listing {
     std::vector<LiveInfo> requests;        // the fleet's (this instance's read now)
@@ -90,6 +96,8 @@ class LiveRequests {
   std::vector<Worker> workers_;
   std::vector<Worker> workers();  // a copy, the stopped ones dropped
   void post_cancel(const std::string& id);  // to every worker, waiting for none
+  std::vector<std::pair<boost::asio::any_io_executor, std::weak_ptr<LiveSource>>> targets();
+  boost::asio::awaitable<std::vector<LiveInfo>> here_within(std::chrono::milliseconds limit);
   std::unique_ptr<Registry> registry_;
 };
 

@@ -139,22 +139,6 @@ std::string render_metrics(const Shared& g) {
     help(o, "sluice_tokens_refunded_total", "counter", "Reserved tokens given back at settlement.");
     metric(o, "sluice_tokens_refunded_total", "", static_cast<double>(t.tokens_refunded));
   }
-  if (g.live) {
-    o += ",\"live_registry\":{\"fleet\":";
-    o += g.live->fleet() ? "true" : "false";
-    if (g.live->fleet()) {
-      o += ",\"redis_up\":";
-      o += g.live->redis_up() ? "true" : "false";
-      o += ",\"published\":" + std::to_string(g.live->published()) +
-           ",\"cancels_received\":" + std::to_string(g.live->cancels_received());
-    }
-    o += "}";
-  }
-  if (g.audit) {
-    o += ",\"audit\":{\"up\":";
-    o += g.audit->up() ? "true" : "false";
-    o += ",\"pending\":" + std::to_string(g.audit->pending()) + ",\"dropped\":" + std::to_string(g.audit->dropped()) + "}";
-  }
   if (g.gate) {
     const auto s = g.gate->snapshot();
     using config::Priority;
@@ -371,6 +355,22 @@ std::string render_infra(const Shared& g) {
          std::to_string(g.keys->version()) + ",\"store\":";
     o += g.control ? g.control->status_json() : "null";
     o += "}";
+  }
+  if (g.live) {
+    o += ",\"live_registry\":{\"fleet\":";
+    o += g.live->fleet() ? "true" : "false";
+    if (g.live->fleet()) {
+      o += ",\"redis_up\":";
+      o += g.live->redis_up() ? "true" : "false";
+      o += ",\"published\":" + std::to_string(g.live->published()) +
+           ",\"cancels_received\":" + std::to_string(g.live->cancels_received());
+    }
+    o += "}";
+  }
+  if (g.audit) {
+    o += ",\"audit\":{\"up\":";
+    o += g.audit->up() ? "true" : "false";
+    o += ",\"pending\":" + std::to_string(g.audit->pending()) + ",\"dropped\":" + std::to_string(g.audit->dropped()) + "}";
   }
   if (g.gate) {
     const auto s = g.gate->snapshot();

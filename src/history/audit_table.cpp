@@ -77,6 +77,10 @@ Result AuditTable::list(const AuditQuery& q) {
     params.emplace_back(v);
     sql += " AND " + std::string(column) + " = " + impl_->p(static_cast<int>(params.size()));
   };
+  if (q.until_ms > 0) {
+    params.emplace_back(q.until_ms);
+    sql += " AND unix_ms < " + impl_->p(static_cast<int>(params.size()));
+  }
   add("actor", q.actor);
   add("action", q.action);
   add("target", q.target);

@@ -31,11 +31,12 @@ struct AuditRow {
 
 struct AuditQuery {
   std::int64_t since_ms = 0;  // rows at or after it
+  std::int64_t until_ms = 0;  // rows before it (0: no bound): older pages
   std::string actor, action, target;  // "" = any
   int limit = 100;            // 1..1000, newest first
 };
 
-// `since` (Unix seconds or ms, or ISO-8601, as /history takes it), `actor`, `action`,
+// `since`, `until` (Unix seconds or ms, or ISO-8601, as /history takes them), `actor`, `action`,
 // `target`, `limit`. nullopt with `error` naming what is wrong.
 std::optional<AuditQuery> parse_audit_query(std::string_view query_string, std::string& error);
 

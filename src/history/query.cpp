@@ -190,7 +190,7 @@ std::string_view group_by_names() {
 }
 
 std::optional<AuditQuery> parse_audit_query(std::string_view query_string, std::string& error) {
-  static constexpr std::string_view kAllowed[] = {"since", "actor", "action", "target", "limit"};
+  static constexpr std::string_view kAllowed[] = {"since", "until", "actor", "action", "target", "limit"};
   const auto params = split(query_string, kAllowed, error);
   if (!params) return std::nullopt;
   AuditQuery q;
@@ -201,9 +201,11 @@ std::optional<AuditQuery> parse_audit_query(std::string_view query_string, std::
     else if (p.name == "action") q.action = p.value;
     else if (p.name == "target") q.target = p.value;
     else if (p.name == "since") ok = parse_time(p, q.since_ms, error);
+    else if (p.name == "until") ok = parse_time(p, q.until_ms, error);
     else if (p.name == "limit") ok = parse_bounded(p, 1, 1000, n, error), q.limit = static_cast<int>(n);
     if (!ok) return std::nullopt;
   }
+  if (!check_range(q.since_ms, q.until_ms, error)) return std::nullopt;
   return q;
 }
 
