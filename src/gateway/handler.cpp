@@ -470,7 +470,7 @@ class WorkerHandler final : public LiveSource {
       co_await auth_failure(ex, ctx, *denied);
       by = nullptr;
     } else if (!ctx.key->admin && !ctx.key->viewer) {
-      co_await local_reply(ex, ctx, Reason::forbidden, "only an admin or viewer key may use " + recorded_text(path));
+      co_await local_reply(ex, ctx, Reason::forbidden, "only an admin key (or a viewer key, to read) may use " + recorded_text(path));
       by = nullptr;
     } else {
       by = ctx.key;
