@@ -172,6 +172,16 @@ describe('requests in flight on one instance, and the audit trail', () => {
     assert.ok(!all.text.includes(VIEWER));
     const drains = await request(`${gw.url}/admin/audit?action=backend.drain&actor=admin`, { key: ADMIN });
     assert.deepEqual(drains.json.audit.map((r) => r.target), ['a']);
+    // Older pages: rows before a time.
+    const older = await request(`${gw.url}/admin/audit?until=${rows[1].unix_ms}`, { key: ADMIN });
+    assert.ok(older.json.audit.length >= 1 && older.json.audit.every((r) => r.unix_ms < rows[1].unix_ms), older.text);
+    assert.equal((await request(`${gw.url}/admin/audit?since=2000000000&until=1000000000`, { key: ADMIN })).status, 400);
+    // A change refused for its key is a request record (the history shows who tried).
+    assert.equal((await request(`${gw.url}/admin/backends/a/drain`, { method: 'POST', key: VIEWER })).status, 403);
+    await waitFor(
+      async () => (await request(`${gw.url}/history?key=watch&status=403`, { key: ADMIN })).json?.data?.length === 1,
+      { what: "the viewer's refused drain in the history" },
+    );
     assert.equal((await request(`${gw.url}/admin/audit?limit=0`, { key: ADMIN })).status, 400);
     assert.equal((await request(`${gw.url}/admin/audit?colour=red`, { key: ADMIN })).status, 400);
     assert.equal((await request(`${gw.url}/admin/audit`, { key: KEY })).status, 403);
