@@ -18,6 +18,13 @@ struct StringHash {
 
 // Appends s as a quoted JSON string (RFC 8259 escaping).
 void append_json_string(std::string& out, std::string_view s);
+// Appends `,"name":"value"` (`name` is written as is: a literal).
+inline void append_json_member(std::string& out, std::string_view name, std::string_view value) {
+  out += ",\"";
+  out += name;
+  out += "\":";
+  append_json_string(out, value);
+}
 
 bool iequals(std::string_view a, std::string_view b) noexcept;
 

@@ -171,18 +171,15 @@ awaitable<AdminAnswer> routes(Shared& g, const AdminCall& c, std::string_view re
 awaitable<AdminAnswer> requests(Shared& g, const AdminCall& c, std::string_view rest) {
   if (rest.empty() || rest == "/") {
     if (!reads(c.method)) co_return fail(Reason::method_not_allowed, "use GET for /admin/requests");
-    std::string key, model, stream;
-    for (std::string_view q = c.query; !q.empty();) {
-      const auto amp = q.find('&');
-      const auto part = q.substr(0, amp);
-      q = amp == std::string_view::npos ? std::string_view{} : q.substr(amp + 1);
-      const auto eq = part.find('=');
-      const auto name = part.substr(0, eq);
-      const auto value = eq == std::string_view::npos ? std::string_view{} : part.substr(eq + 1);
-      if (name == "key") percent_decode(value, key, true);
-      else if (name == "model") percent_decode(value, model, true);
-      else if (name == "stream" && (value == "true" || value == "false")) stream = value;
-      else co_return fail(Reason::invalid_request, "expected key, model or stream=true|false, got " + shown(part), std::string(name));
+    static constexpr std::string_view kAllowed[] = {"key", "model", "stream"};
+    std::string error, key, model, stream;
+    auto params = history::parse_query_params(c.query, kAllowed, error);
+    if (!params) co_return fail(Reason::invalid_request, std::move(error));
+    for (auto& p : *params) {
+      if (p.name == "stream" && p.value != "true" && p.value != "false") {
+        co_return fail(Reason::invalid_request, "stream: expected true or false, got " + shown(p.value), "stream");
+      }
+      (p.name == "key" ? key : p.name == "model" ? model : stream) = std::move(p.value);
     }
     LiveRequests::Listing listing = co_await g.live->list();
     AdminAnswer a;
@@ -365,17 +362,8 @@ void write_audit(Shared& g, const AdminCall& c, const AdminAnswer& a) {
   row.status = a.status;
   row.detail = audit_detail(c);
   if (g.events) {
-    std::string data = R"({"unix_ms":)" + std::to_string(row.unix_ms) + R"(,"instance":)";
-    append_json_string(data, row.instance);
-    data += R"(,"request_id":)";
-    append_json_string(data, row.request_id);
-    data += R"(,"actor":)";
-    append_json_string(data, row.actor);
-    data += R"(,"action":)";
-    append_json_string(data, row.action);
-    data += R"(,"target":)";
-    append_json_string(data, row.target);
-    data += R"(,"status":)" + std::to_string(row.status) + R"(,"detail":)" + row.detail + "}";
+    std::string data;
+    history::append_json(data, row);
     g.events->publish("admin.audit", row.actor, data);
   }
   if (g.audit) g.audit->write(std::move(row));

@@ -80,7 +80,6 @@ awaitable<std::vector<T>> ask_workers(std::vector<std::pair<net::any_io_executor
   }
   std::lock_guard lk(a->mu);
   std::vector<T> out = std::move(a->got);
-  a->got.clear();
   co_return out;
 }
 
@@ -89,16 +88,11 @@ awaitable<std::vector<T>> ask_workers(std::vector<std::pair<net::any_io_executor
 void LiveRequests::append_json(std::string& out, const LiveInfo& r) {
   out += R"({"id":)";
   append_json_string(out, r.id);
-  out += R"(,"instance":)";
-  append_json_string(out, r.instance);
-  out += R"(,"key":)";
-  append_json_string(out, r.key);
-  out += R"(,"tenant":)";
-  append_json_string(out, r.tenant);
-  out += R"(,"model":)";
-  append_json_string(out, r.model);
-  out += R"(,"path":)";
-  append_json_string(out, r.path);
+  append_json_member(out, "instance", r.instance);
+  append_json_member(out, "key", r.key);
+  append_json_member(out, "tenant", r.tenant);
+  append_json_member(out, "model", r.model);
+  append_json_member(out, "path", r.path);
   out += r.stream ? R"(,"stream":true)" : R"(,"stream":false)";
   out += R"(,"start_ms":)" + std::to_string(r.start_ms) + "}";
 }

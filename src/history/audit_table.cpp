@@ -39,6 +39,18 @@ struct AuditTable::Impl : OwnConnection {
   }
 };
 
+void append_json(std::string& out, const AuditRow& r) {
+  out += R"({"unix_ms":)" + std::to_string(r.unix_ms);
+  append_json_member(out, "instance", r.instance);
+  append_json_member(out, "request_id", r.request_id);
+  append_json_member(out, "actor", r.actor);
+  append_json_member(out, "action", r.action);
+  append_json_member(out, "target", r.target);
+  out += R"(,"status":)" + std::to_string(r.status) + R"(,"detail":)";
+  out += r.detail.empty() ? std::string_view("{}") : std::string_view(r.detail);  // (made by admin.cpp: a JSON object)
+  out += "}";
+}
+
 AuditTable::AuditTable(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 AuditTable::~AuditTable() = default;
 
@@ -88,33 +100,19 @@ Result AuditTable::list(const AuditQuery& q) {
   std::string& body = res.body;
   body = R"({"audit":[)";
   bool first = true;
-  auto e = c->query(sql, params, [&](std::vector<Value>& row) {
-    auto text = [&row](std::size_t i) -> std::string_view {
-      auto* s = std::get_if<std::string>(&row[i]);
-      return s ? std::string_view(*s) : std::string_view();
+  auto e = c->query(sql, params, [&](std::vector<Value>& v) {
+    auto text = [&v](std::size_t i) {
+      auto* s = std::get_if<std::string>(&v[i]);
+      return s ? std::move(*s) : std::string();
     };
-    auto number = [&row](std::size_t i) {
-      auto* n = std::get_if<std::int64_t>(&row[i]);
+    auto number = [&v](std::size_t i) {
+      auto* n = std::get_if<std::int64_t>(&v[i]);
       return n ? *n : 0;
     };
-    body += first ? "{" : ",{";
+    const AuditRow row{number(0), text(1), text(2), text(3), text(4), text(5), static_cast<int>(number(6)), text(7)};
+    if (!first) body += ',';
     first = false;
-    body += R"("unix_ms":)" + std::to_string(number(0));
-    body += R"(,"instance":)";
-    append_json_string(body, text(1));
-    body += R"(,"request_id":)";
-    append_json_string(body, text(2));
-    body += R"(,"actor":)";
-    append_json_string(body, text(3));
-    body += R"(,"action":)";
-    append_json_string(body, text(4));
-    body += R"(,"target":)";
-    append_json_string(body, text(5));
-    body += R"(,"status":)" + std::to_string(number(6));
-    body += R"(,"detail":)";
-    const auto detail = text(7);
-    body += detail.empty() ? std::string_view("{}") : detail;  // (written by us: a JSON object)
-    body += "}";
+    append_json(body, row);
   });
   if (!e.empty()) {
     impl_->fail(e);

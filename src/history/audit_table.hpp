@@ -29,6 +29,10 @@ struct AuditRow {
   std::string detail;      // a JSON object: what was asked (never a secret)
 };
 
+// The row as JSON: {"unix_ms":..,"instance":..,..,"detail":{...}} (the listing's and the
+// admin.audit event's data).
+void append_json(std::string& out, const AuditRow& r);
+
 struct AuditQuery {
   std::int64_t since_ms = 0;  // rows at or after it
   std::int64_t until_ms = 0;  // rows before it (0: no bound): older pages
