@@ -201,6 +201,71 @@ describe('requests in flight on one instance, and the audit trail', () => {
   });
 });
 
+describe('clients that leave: nothing stays listed, no slot stays held', () => {
+  let sim, gw;
+  before(async () => {
+    sim = await startSim({ 'inter-token': '100ms' });
+    // One request at a time for the key: the second waits in the gate's queue.
+    const cfg = config(sim);
+    cfg.keys[1].max_in_flight = 1;
+    gw = await startGateway(cfg);
+  });
+  after(async () => {
+    await gw?.stop();
+    await sim?.stop();
+  });
+
+  test('one leaves while queued, one mid-stream: the listing, the gate and the stream gauge go back to 0', async () => {
+    const first = new AbortController();
+    let started;
+    const streaming = new Promise((resolve) => (started = resolve));
+    const leaver = (async () => {
+      const res = await fetch(`${gw.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', 'x-request-id': 'leaves-mid' },
+        body: JSON.stringify(long(true)),
+        signal: first.signal,
+      });
+      for await (const chunk of res.body) if (new TextDecoder().decode(chunk).includes('"content"')) started();
+    })().catch(() => {});
+    await streaming;
+    const second = new AbortController();
+    const waiting = fetch(`${gw.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', 'x-request-id': 'leaves-queued' },
+      body: JSON.stringify(long(false)),
+      signal: second.signal,
+    }).catch(() => {});
+    const both = await waitFor(
+      async () => {
+        const r = (await live(gw)).json.requests;
+        return r.length === 2 && r;
+      },
+      { what: 'both listed, one streaming and one queued' },
+    );
+    assert.deepEqual(both.map((r) => r.id).sort(), ['leaves-mid', 'leaves-queued']);
+    assert.equal((await gw.infra()).concurrency_gate.queued.standard, 1);
+
+    second.abort();
+    await waiting;
+    await waitFor(async () => (await live(gw)).json.requests.map((r) => r.id).join() === 'leaves-mid', {
+      what: 'the queued one gone from the listing',
+    });
+    first.abort();
+    await leaver;
+    await waitFor(async () => (await live(gw)).json.requests.length === 0, { what: 'nothing listed' });
+    await waitFor(
+      async () => {
+        const g = (await gw.infra()).concurrency_gate;
+        return g.in_flight === 0 && g.queued.standard === 0 && (await gw.metric('sluice_streams_open')) === 0;
+      },
+      { what: 'the gate and the stream gauge back to 0' },
+    );
+    assert.equal((await gw.logFor('leaves-queued')).reason, 'client_closed');
+    assert.equal((await gw.logFor('leaves-mid')).reason, 'client_closed');
+  });
+});
+
 describe('the fleet: requests registered in Redis, a cancel reaches the instance running one', () => {
   let sim, redis, a, b;
   before(async () => {
