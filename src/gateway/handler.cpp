@@ -3,6 +3,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/json/parse.hpp>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -114,6 +115,7 @@ constexpr Ms kEndGrace{1000};
 // drain's cut and an operator's cancel need to end it.
 struct LiveRequest {
   const Context* ctx;
+  std::uint64_t id = 0;  // the gateway's own (/admin/requests/<id>/cancel): random, unique in the fleet
   http::AbortHandle* abort = nullptr;  // its upstream exchange, while one runs
   Reason stop = Reason::ok;  // ended from outside: shutting_down (the drain's cut) or cancelled
   bool stream = false;       // streaming to its client now
@@ -253,6 +255,7 @@ class WorkerHandler final : public LiveSource {
         if (m) m->request_finished();
       }
     } in_flight{live_, live, metrics_};
+    live.id = next_live_id();
     live_->add(live);
     ctx.live = &live;
     if (metrics_) metrics_->request_started();
@@ -1034,6 +1037,21 @@ class WorkerHandler final : public LiveSource {
     h *= 0xff51afd7ed558ccdull;
     h ^= h >> 33;
     return static_cast<double>(h >> 11) * 0x1.0p-53;
+  }
+
+  // A live request's id: xorshift64* on a 64-bit random seed per worker (a few ns; ids of
+  // requests in flight at once across a fleet do not meet).
+  std::uint64_t next_live_id() noexcept {
+    live_rng_ ^= live_rng_ >> 12;
+    live_rng_ ^= live_rng_ << 25;
+    live_rng_ ^= live_rng_ >> 27;
+    return live_rng_ * 0x2545F4914F6CDD1Dull;
+  }
+
+  static std::string live_id_text(std::uint64_t id) {
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(id));
+    return buf;
   }
 
   // A uniform number in [0, 1) (canary split), per worker.
@@ -1828,15 +1846,18 @@ class WorkerHandler final : public LiveSource {
   void live(std::vector<LiveInfo>& out) const override {
     for (const LiveRequest* r : live_->all) {
       const Context& c = *r->ctx;
-      out.push_back({c.request_id, {}, std::string(c.rec.key_name), std::string(c.rec.tenant), c.rec.alias,
-                     c.rec.path, r->stream, c.rec.unix_ms});
+      out.push_back({live_id_text(r->id), c.request_id, {}, std::string(c.rec.key_name), std::string(c.rec.tenant),
+                     c.rec.alias, c.rec.path, r->stream, c.rec.unix_ms});
     }
   }
 
-  Cancelled cancel(std::string_view id) override {
+  Cancelled cancel(std::string_view id_text) override {
+    std::uint64_t id = 0;
+    const auto [end, ec] = std::from_chars(id_text.data(), id_text.data() + id_text.size(), id, 16);
+    if (ec != std::errc{} || end != id_text.data() + id_text.size() || id_text.size() != 16) return Cancelled::none;
     Cancelled done = Cancelled::none;
     for (LiveRequest* r : live_->all) {
-      if (r->ctx->request_id != id) continue;
+      if (r->id != id) continue;
       if (done == Cancelled::none) done = Cancelled::marked;
       if (r->stop != Reason::ok) continue;
       r->stop = Reason::cancelled;
@@ -1906,6 +1927,10 @@ class WorkerHandler final : public LiveSource {
   std::shared_ptr<const RoutingTable> table_;
   keys::Registry::Reader keys_;  // the keys in force, as this worker last saw them
   std::uint64_t rng_ = std::random_device{}() | 1;  // canary split
+  std::uint64_t live_rng_ = [] {
+    std::random_device rd;
+    return (std::uint64_t{rd()} << 32 | rd()) | 1;
+  }();
   std::unique_ptr<http::Client> client_;
   std::unique_ptr<limits::WorkerLimiter> limiter_;  // null when no limit is configured
   std::shared_ptr<conversations::WorkerStore> conversations_;  // stored responses (null on the admin listener)

@@ -88,6 +88,7 @@ awaitable<std::vector<T>> ask_workers(std::vector<std::pair<net::any_io_executor
 void LiveRequests::append_json(std::string& out, const LiveInfo& r) {
   out += R"({"id":)";
   append_json_string(out, r.id);
+  append_json_member(out, "request_id", r.request_id);
   append_json_member(out, "instance", r.instance);
   append_json_member(out, "key", r.key);
   append_json_member(out, "tenant", r.tenant);
@@ -206,7 +207,8 @@ struct LiveRequests::Registry {
       for (const auto& e : rs->get_array()) {
         if (!e.is_object()) continue;
         const auto& r = e.get_object();
-        LiveInfo info{str(r, "id"), str(r, "instance"), str(r, "key"), str(r, "tenant"), str(r, "model"), str(r, "path")};
+        LiveInfo info{str(r, "id"),    str(r, "request_id"), str(r, "instance"), str(r, "key"),
+                      str(r, "tenant"), str(r, "model"),     str(r, "path")};
         const auto* st = r.if_contains("stream");
         info.stream = st && st->is_bool() && st->get_bool();
         const auto* at = r.if_contains("start_ms");

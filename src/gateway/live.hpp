@@ -24,13 +24,14 @@
 namespace sluice::gateway {
 
 struct LiveInfo {
-  std::string id;  // the request id (X-Request-Id)
+  std::string id;          // the gateway's, unique in the fleet: what a cancel names (16 hex digits)
+  std::string request_id;  // X-Request-Id (the client may set it: not unique)
   std::string instance, key, tenant, model, path;
   bool stream = false;
   std::int64_t start_ms = 0;  // Unix ms
 };
 
-// What a cancel did: nothing (no request with that id), marked it (it ends when it would
+// What a cancel did: nothing (no request with that id, LiveInfo::id), marked it (it ends when it would
 // next reach a backend or read from one), or ended its upstream exchange at once.
 enum class Cancelled : std::uint8_t { none, marked, ended };
 

@@ -63,6 +63,7 @@ const cancel = (gw, id, key = ADMIN) => request(`${gw.url}/admin/requests/${id}/
 
 describe('requests in flight on one instance, and the audit trail', () => {
   let sim, kafka, gw;
+  const ids = {}; // the cancelled requests' ids, for the audit test
   before(async () => {
     [sim, kafka] = await Promise.all([startSim({ 'inter-token': '100ms' }), startKafka({ topic: 'sluice.admin' })]);
     gw = await startGateway(
@@ -98,9 +99,14 @@ describe('requests in flight on one instance, and the audit trail', () => {
     );
     assert.equal(listing.fleet, false);
     assert.deepEqual(listing.instances, ['it-gw']);
-    const byId = Object.fromEntries(listing.requests.map((r) => [r.id, r]));
+    // Each has the gateway's own id (what a cancel names) beside its X-Request-Id.
+    const byId = Object.fromEntries(listing.requests.map((r) => [r.request_id, r]));
     assert.equal(byId['live-stream-1'].stream, true);
     assert.equal(byId['live-plain-1'].stream, false);
+    const streamId = byId['live-stream-1'].id;
+    const plainId = byId['live-plain-1'].id;
+    assert.match(streamId, /^[0-9a-f]{16}$/);
+    assert.notEqual(streamId, plainId);
     for (const r of listing.requests) {
       assert.equal(r.key, 'app');
       assert.equal(r.tenant, 'acme');
@@ -114,23 +120,24 @@ describe('requests in flight on one instance, and the audit trail', () => {
     assert.equal((await live(gw, ADMIN, '?key=nobody')).json.requests.length, 0);
     assert.equal((await live(gw, ADMIN, '?stream=maybe')).status, 400);
     assert.equal((await live(gw, VIEWER)).status, 200, 'a viewer reads');
-    assert.equal((await cancel(gw, 'live-stream-1', VIEWER)).status, 403, 'a viewer cancels nothing');
+    assert.equal((await cancel(gw, streamId, VIEWER)).status, 403, 'a viewer cancels nothing');
     assert.equal((await live(gw, KEY)).status, 403);
-    assert.equal((await cancel(gw, 'live-stream-1', KEY)).status, 403);
+    assert.equal((await cancel(gw, streamId, KEY)).status, 403);
     assert.equal((await cancel(gw, 'nobody')).status, 404);
-    assert.equal((await request(`${gw.url}/admin/requests/live-stream-1/cancel`, { key: ADMIN })).status, 405);
-    assert.equal((await request(`${gw.url}/admin/requests/live-stream-1`, { method: 'POST', key: ADMIN })).status, 404);
+    assert.equal((await cancel(gw, 'live-stream-1')).status, 404, 'the client\'s id is not what a cancel names');
+    assert.equal((await request(`${gw.url}/admin/requests/${streamId}/cancel`, { key: ADMIN })).status, 405);
+    assert.equal((await request(`${gw.url}/admin/requests/${streamId}`, { method: 'POST', key: ADMIN })).status, 404);
 
     await streamed.first;
-    const c1 = await cancel(gw, 'live-stream-1');
+    const c1 = await cancel(gw, streamId);
     assert.equal(c1.status, 200, c1.text);
-    assert.deepEqual(c1.json, { id: 'live-stream-1', instance: 'it-gw', cancelled: true });
+    assert.deepEqual(c1.json, { id: streamId, instance: 'it-gw', cancelled: true });
     const s = await streamed.done;
     assert.equal(s.status, 200);
     assert.equal(s.error?.code, 'cancelled', s.raw.slice(-400));
     assert.ok(s.frames.length < 150, 'ended long before its 200 tokens');
 
-    assert.equal((await cancel(gw, 'live-plain-1')).status, 200);
+    assert.equal((await cancel(gw, plainId)).status, 200);
     const p = await plain;
     assert.equal(p.status, 410, p.text);
     assert.equal(p.json.error.code, 'cancelled');
@@ -142,6 +149,7 @@ describe('requests in flight on one instance, and the audit trail', () => {
       assert.equal(line.status, status);
     }
     await waitFor(async () => (await live(gw)).json.requests.length === 0, { what: 'nothing in flight' });
+    Object.assign(ids, { stream: streamId, plain: plainId });
   });
 
   test('every change is an audit row and an admin.audit event naming who made it; reads are not', async () => {
@@ -158,8 +166,8 @@ describe('requests in flight on one instance, and the audit trail', () => {
     assert.deepEqual(actions, [
       'backend.undrain a admin-listener',
       'backend.drain a admin',
-      'request.cancel live-plain-1 admin',
-      'request.cancel live-stream-1 admin',
+      `request.cancel ${ids.plain} admin`,
+      `request.cancel ${ids.stream} admin`,
       'key.create watch admin',
     ], 'a refused change and reads are not audited');
     for (const r of rows) {
@@ -243,12 +251,12 @@ describe('clients that leave: nothing stays listed, no slot stays held', () => {
       },
       { what: 'both listed, one streaming and one queued' },
     );
-    assert.deepEqual(both.map((r) => r.id).sort(), ['leaves-mid', 'leaves-queued']);
+    assert.deepEqual(both.map((r) => r.request_id).sort(), ['leaves-mid', 'leaves-queued']);
     assert.equal((await gw.infra()).concurrency_gate.queued.standard, 1);
 
     second.abort();
     await waiting;
-    await waitFor(async () => (await live(gw)).json.requests.map((r) => r.id).join() === 'leaves-mid', {
+    await waitFor(async () => (await live(gw)).json.requests.map((r) => r.request_id).join() === 'leaves-mid', {
       what: 'the queued one gone from the listing',
     });
     first.abort();
@@ -288,30 +296,30 @@ describe('the fleet: requests registered in Redis, a cancel reaches the instance
     const seen = await waitFor(
       async () => {
         const r = (await live(a)).json;
-        return r.requests.some((x) => x.id === 'fleet-1') && r;
+        return r.requests.some((x) => x.request_id === 'fleet-1') && r;
       },
       { what: "gw-b's stream listed on gw-a" },
     );
     assert.equal(seen.fleet, true);
     assert.deepEqual(seen.instances.sort(), ['gw-a', 'gw-b']);
-    const r = seen.requests.find((x) => x.id === 'fleet-1');
+    const r = seen.requests.find((x) => x.request_id === 'fleet-1');
     assert.equal(r.instance, 'gw-b');
     assert.equal(r.key, 'app');
     assert.equal(r.stream, true);
 
     await streamed.first;
-    const c = await cancel(a, 'fleet-1');
+    const c = await cancel(a, r.id);
     assert.equal(c.status, 202, c.text);
-    assert.deepEqual(c.json, { id: 'fleet-1', instance: 'gw-b', cancelled: 'requested' });
+    assert.deepEqual(c.json, { id: r.id, instance: 'gw-b', cancelled: 'requested' });
     const s = await streamed.done;
     assert.equal(s.error?.code, 'cancelled', s.raw.slice(-300));
     assert.equal((await b.logFor('fleet-1')).reason, 'cancelled');
-    await waitFor(async () => !(await live(a)).json.requests.some((x) => x.id === 'fleet-1'), {
+    await waitFor(async () => !(await live(a)).json.requests.some((x) => x.id === r.id), {
       what: 'the cancelled stream gone from the fleet listing',
     });
     // Audited where the change was made.
     const audit = (await request(`${a.url}/admin/audit?action=request.cancel`, { key: ADMIN })).json.audit;
-    assert.deepEqual(audit.map((x) => [x.target, x.status, x.instance]), [['fleet-1', 202, 'gw-a']]);
+    assert.deepEqual(audit.map((x) => [x.target, x.status, x.instance]), [[r.id, 202, 'gw-a']]);
 
     // Redis down: this instance's requests, and why the others are missing.
     await redis.stop();
@@ -325,11 +333,11 @@ describe('the fleet: requests registered in Redis, a cancel reaches the instance
     assert.deepEqual(down.instances, ['gw-a']);
     await redis.start();
     const again = openStream(b, 'fleet-2');
-    await waitFor(async () => (await live(a)).json.requests.some((x) => x.id === 'fleet-2'), {
+    const r2 = await waitFor(async () => (await live(a)).json.requests.find((x) => x.request_id === 'fleet-2'), {
       timeout: 10000,
       what: 'the registry back after Redis returned',
     });
-    assert.equal((await cancel(a, 'fleet-2')).status, 202);
+    assert.equal((await cancel(a, r2.id)).status, 202);
     const s2 = await again.done;
     assert.ok(s2.status === 410 || s2.error?.code === 'cancelled', s2.raw.slice(-300));
   });
