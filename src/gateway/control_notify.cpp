@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "store/redis.hpp"
+
 namespace sluice::gateway {
 
 namespace {
@@ -20,8 +22,8 @@ using Ms = std::chrono::milliseconds;
 constexpr Ms kIo{500};  // connect, and each command's answer
 
 std::string command(const std::vector<std::string>& args) {
-  std::string out = "*" + std::to_string(args.size()) + "\r\n";
-  for (const auto& a : args) out += "$" + std::to_string(a.size()) + "\r\n" + a + "\r\n";
+  std::string out;
+  store::append_resp_command(out, args);
   return out;
 }
 

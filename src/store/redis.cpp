@@ -46,6 +46,8 @@ void append_decimal(std::string& out, std::size_t v) {
   out.append(buf, static_cast<std::size_t>(end - buf));
 }
 
+}  // namespace
+
 // *<n>\r\n then $<len>\r\n<bytes>\r\n per argument (RESP2, binary-safe).
 void append_resp_command(std::string& out, const std::vector<std::string>& argv) {
   std::size_t need = 16;
@@ -62,8 +64,6 @@ void append_resp_command(std::string& out, const std::vector<std::string>& argv)
     out += "\r\n";
   }
 }
-
-}  // namespace
 
 RedisScript::RedisScript(std::string src) : source(std::move(src)) {
   unsigned char md[EVP_MAX_MD_SIZE];

@@ -76,6 +76,10 @@ struct RedisOptions {
   std::size_t max_pending = 10000;                    // commands waiting for a reply; beyond: "pipeline full"
 };
 
+// Appends one command in RESP2 framing (*<n>, then $<len> and the bytes per argument):
+// for a client of its own (pub/sub, gateway/control_notify.cpp) too.
+void append_resp_command(std::string& out, const std::vector<std::string>& argv);
+
 class RedisConnection {
  public:
   RedisConnection(boost::asio::any_io_executor ex, RedisEndpoint ep, RedisOptions opt = {});
