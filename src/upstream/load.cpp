@@ -1,5 +1,6 @@
 #include "upstream/load.hpp"
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <charconv>
 #include <cmath>
@@ -56,8 +57,11 @@ std::optional<LoadReading> read_vllm_metrics(std::string_view text) {
   if (kv < 0) kv = gpu;
   if (!any_running && !any_waiting && kv < 0) return std::nullopt;
   r.kv = kv < 0 ? -1 : std::min(kv, 1.0);
-  r.running = any_running ? static_cast<std::int64_t>(running) : -1;
-  r.waiting = any_waiting ? static_cast<std::int64_t>(waiting) : -1;
+  // A count is clamped before it becomes an integer: a server that publishes 1e52 (or a
+  // sum that overflowed to infinity) must not make the conversion undefined.
+  const auto count = [](double c) { return static_cast<std::int64_t>(std::clamp(c, 0.0, 1e12)); };
+  r.running = any_running ? count(running) : -1;
+  r.waiting = any_waiting ? count(waiting) : -1;
   return r;
 }
 

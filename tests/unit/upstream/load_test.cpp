@@ -27,6 +27,12 @@ TEST(LoadSignals, VllmMetrics) {
   EXPECT_FALSE(read_vllm_metrics(""));
   EXPECT_FALSE(read_vllm_metrics("vllm:kv_cache_usage_perc{x=\"1\"} NaN\n"));
   EXPECT_FALSE(read_vllm_metrics("<html>not metrics</html>"));
+  // Counts beyond any real queue (or a sum that overflows) are clamped, never undefined.
+  auto huge = read_vllm_metrics("vllm:num_requests_waiting 8.8e51\nvllm:num_requests_running -4\n"
+                                "vllm:num_requests_waiting 1.7e308\nvllm:num_requests_waiting 1.7e308\n");
+  ASSERT_TRUE(huge);
+  EXPECT_EQ(huge->waiting, 1'000'000'000'000);
+  EXPECT_EQ(huge->running, 0);
 }
 
 TEST(LoadSignals, OllamaPs) {
