@@ -14,6 +14,7 @@ BUILD_PKGS=(build-essential cmake ccache pkg-config
   libsqlite3-dev libpq-dev librdkafka-dev libhnswlib-dev)
 TEST_PKGS=(libgtest-dev libgmock-dev nginx-light wrk openssl curl redis-server redis-tools
   postgresql postgresql-client sqlite3 kafkacat prometheus
+  chromium  # the web console's browser tests (driven by playwright-core from npm)
   clang libclang-rt-14-dev)  # the fuzz targets: clang 14, libFuzzer and the sanitizer runtimes
 
 want=("${BUILD_PKGS[@]}")

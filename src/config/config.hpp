@@ -49,6 +49,7 @@ struct Config {
   // listener they need an admin key, unless public_status; an admin listener (a port of
   // its own, for Prometheus and operators) serves them and the probes without a key.
   bool public_status = false;
+  bool console = true;  // the web console under /console/ (docs/console.md)
   std::string admin_listen_host;  // empty: no admin listener
   std::uint16_t admin_listen_port = 0;
   LiveRegistry live_registry = LiveRegistry::auto_;

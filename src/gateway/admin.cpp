@@ -369,6 +369,23 @@ void write_audit(Shared& g, const AdminCall& c, const AdminAnswer& a) {
   if (g.audit) g.audit->write(std::move(row));
 }
 
+// GET /admin/whoami: who acts, and what this instance has (for the console: which pages
+// it can fill, which buttons the role may use).
+std::string render_whoami(const Shared& g, const AdminCall& c) {
+  std::string b = "{\"name\":";
+  append_json_string(b, c.by->name);
+  append_json_member(b, "role", c.by->admin ? "admin" : "viewer");
+  append_json_member(b, "instance", g.instance);
+  b += ",\"key_store\":";
+  b += g.control ? "true" : "false";
+  b += ",\"history\":";
+  b += g.history ? "true" : "false";
+  b += ",\"audit\":";
+  b += g.audit ? "true" : "false";
+  b += '}';
+  return b;
+}
+
 awaitable<AdminAnswer> dispatch(Shared& g, const AdminCall& c) {
   const std::string_view path = c.path;
   auto under = [&](std::string_view base) { return path == base || path.starts_with(std::string(base) + "/"); };
@@ -387,6 +404,10 @@ awaitable<AdminAnswer> dispatch(Shared& g, const AdminCall& c) {
     AdminAnswer r = co_await cache_admin(*c.cache, c.method, c.query);
     co_return r;
   }
+  }
+  if (path == "/admin/whoami") {
+    if (!reads(c.method)) co_return fail(Reason::method_not_allowed, "use GET for /admin/whoami");
+    co_return AdminAnswer{Reason::ok, render_whoami(g, c), {}, 200};
   }
   if (path == "/admin/reload") {
     AdminAnswer r = co_await reload(g, c);
@@ -433,7 +454,7 @@ awaitable<AdminAnswer> dispatch(Shared& g, const AdminCall& c) {
   }
   co_return fail(Reason::not_found,
                  "no admin endpoint " + shown(path) +
-                     " (/admin/keys, /admin/backends, /admin/routes, /admin/requests, /admin/audit, /admin/reload, "
+                     " (/admin/whoami, /admin/keys, /admin/backends, /admin/routes, /admin/requests, /admin/audit, /admin/reload, "
                      "/admin/cache, /admin/usage/reconcile)");
 }
 

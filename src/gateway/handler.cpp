@@ -19,6 +19,7 @@
 #include "gateway/live.hpp"
 #include "gateway/embed_batch.hpp"
 #include "gateway/state.hpp"
+#include "console/console.hpp"
 #include "history/history.hpp"
 #include "http/beast.hpp"
 #include "cache/cache.hpp"
@@ -215,6 +216,16 @@ class WorkerHandler final : public LiveSource {
       co_await ex.reply(json_reply(ready ? 200 : 503, std::move(body), ctx));
       co_return;
     }
+    if (cfg_.console && (path == "/console" || path.starts_with("/console/"))) {
+      console::Reply page = console::serve(method, path, req.header("if-none-match"), admin_listener_);
+      http::Response r;
+      r.status = page.status;
+      r.content_type = std::move(page.content_type);
+      r.body = std::move(page.body);
+      r.headers = std::move(page.headers);
+      co_await ex.reply(std::move(r));
+      co_return;  // the console's files are not logged (what it reads is)
+    }
     if (path == "/metrics" || path == "/infra") {
       // They hold counts and states, never a key or a prompt, but also backend addresses,
       // every route and where the database is: on the main listener only an admin key
@@ -239,7 +250,19 @@ class WorkerHandler final : public LiveSource {
       co_return;
     }
     if (admin_listener_) {
-      co_await ex.reply(json_reply(404, error_body(Reason::not_found, "the admin listener serves /health, /ready, /metrics, /infra and /admin/"), ctx));
+      if (path == "/history" || path == "/history/stats") {  // every key's, as an admin key reads them
+        ctx.rec.to_sinks = false;  // a read (the access log keeps the line)
+        ctx.key = &admin_listener_key();
+        ctx.rec.key_name = ctx.key->name;
+        if (method != "GET" && method != "HEAD") {
+          co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for " + std::string(path));
+        } else {
+          co_await history_query(ex, ctx, path == "/history/stats");
+        }
+        record(ctx);
+        co_return;
+      }
+      co_await ex.reply(json_reply(404, error_body(Reason::not_found, "the admin listener serves /health, /ready, /metrics, /infra, /history, /admin/ and /console/"), ctx));
       co_return;
     }
     // In flight from here until the coroutine ends, however it ends.

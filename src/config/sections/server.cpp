@@ -149,6 +149,10 @@ const Table<Config>& admin_table() {
                          }),
           boolean("public_status", &Config::public_status,
                   "Serve `/metrics` and `/infra` on the main listener without an admin key."),
+          boolean("console", &Config::console,
+                  "Serve the web console under `/console/` on every listener (`docs/console.md`). Its files hold "
+                  "no data: what it shows it reads with the admin or viewer key signed in (none on the admin "
+                  "listener)."),
           choice("live_registry", &Config::live_registry, live_registry_enum(),
                  "Where this instance registers its requests in flight, so that `GET /admin/requests` on any "
                  "instance lists the fleet's and a cancel reaches the instance running the request "
