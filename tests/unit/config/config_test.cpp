@@ -82,6 +82,9 @@ TEST_F(ConfigTest, ExampleConfigLoadsWithEmptyEnv) {
   const Config& c = *r.config;
   EXPECT_EQ(c.listen_host, "127.0.0.1");
   EXPECT_EQ(c.listen_port, 8080);
+  EXPECT_EQ(c.admin_listen_host, "127.0.0.1");
+  EXPECT_EQ(c.admin_listen_port, 8081);
+  EXPECT_TRUE(c.console);
   const Route* demo = c.find_route("demo");
   ASSERT_NE(demo, nullptr);
   EXPECT_EQ(demo->backends[0].provider, Provider::simulated);
