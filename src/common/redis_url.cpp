@@ -16,6 +16,40 @@ std::optional<int> to_int(std::string_view s, long long max) {
   return static_cast<int>(v);
 }
 
+// host[:port], [IPv6][:port]: an error, or "" with `out` set.
+std::string parse_host(std::string_view authority, std::uint16_t default_port, RedisHost& out) {
+  std::string_view port;
+  if (!authority.empty() && authority.front() == '[') {  // [IPv6]:port
+    const auto close = authority.find(']');
+    if (close == std::string_view::npos) return "unclosed '[' in the host";
+    out.host = std::string(authority.substr(1, close - 1));
+    std::string_view after = authority.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') return "unexpected text after ']'";
+      port = after.substr(1);
+      if (port.empty()) return "bad port ''";
+    }
+  } else {
+    const auto colon = authority.find(':');
+    if (colon != std::string_view::npos && authority.find(':', colon + 1) != std::string_view::npos) {
+      return "IPv6 addresses must be written in brackets: redis://[::1]:6379";
+    }
+    out.host = std::string(authority.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      port = authority.substr(colon + 1);
+      if (port.empty()) return "bad port ''";
+    }
+  }
+  if (out.host.empty()) return "missing host";
+  out.port = default_port;
+  if (!port.empty()) {
+    auto p = to_int(port, 65535);
+    if (!p || *p == 0) return "bad port '" + std::string(port) + "'";
+    out.port = static_cast<std::uint16_t>(*p);
+  }
+  return "";
+}
+
 }  // namespace
 
 std::optional<RedisEndpoint> parse_redis_url(std::string_view url, std::string* error) {
@@ -28,7 +62,9 @@ std::optional<RedisEndpoint> parse_redis_url(std::string_view url, std::string* 
   std::string scheme(url.substr(0, sep));
   for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (scheme == "rediss") return fail("rediss:// (TLS) is not supported yet; use redis://");
-  if (scheme != "redis") return fail("unsupported scheme '" + scheme + "://': expected redis://");
+  if (scheme != "redis" && scheme != "redis-sentinel") {
+    return fail("unsupported scheme '" + scheme + "://': expected redis:// or redis-sentinel://");
+  }
   std::string_view rest = url.substr(sep + 3);
   if (rest.find_first_of("?#") != std::string_view::npos) return fail("query parameters are not supported");
 
@@ -51,33 +87,27 @@ std::optional<RedisEndpoint> parse_redis_url(std::string_view url, std::string* 
     }
   }
 
-  std::string_view port;
-  if (!authority.empty() && authority.front() == '[') {  // [IPv6]:port
-    const auto close = authority.find(']');
-    if (close == std::string_view::npos) return fail("unclosed '[' in the host");
-    ep.host = std::string(authority.substr(1, close - 1));
-    std::string_view after = authority.substr(close + 1);
-    if (!after.empty()) {
-      if (after.front() != ':') return fail("unexpected text after ']'");
-      port = after.substr(1);
-      if (port.empty()) return fail("bad port ''");
+  const bool sentinel = scheme == "redis-sentinel";
+  if (sentinel) {
+    if (authority.empty()) return fail("missing sentinel host");
+    while (!authority.empty()) {
+      const auto comma = authority.find(',');
+      RedisHost h;
+      if (auto e = parse_host(authority.substr(0, comma), 26379, h); !e.empty()) return fail(std::move(e));
+      ep.sentinels.push_back(std::move(h));
+      if (comma == std::string_view::npos) break;
+      authority.remove_prefix(comma + 1);
+      if (authority.empty()) return fail("missing host after ','");
     }
+    const auto next = path.find('/');
+    ep.master = std::string(path.substr(0, next));
+    if (ep.master.empty()) return fail("missing master name: redis-sentinel://host:26379/<master>[/db]");
+    path = next == std::string_view::npos ? std::string_view{} : path.substr(next + 1);
   } else {
-    const auto colon = authority.find(':');
-    if (colon != std::string_view::npos && authority.find(':', colon + 1) != std::string_view::npos) {
-      return fail("IPv6 addresses must be written in brackets: redis://[::1]:6379");
-    }
-    ep.host = std::string(authority.substr(0, colon));
-    if (colon != std::string_view::npos) {
-      port = authority.substr(colon + 1);
-      if (port.empty()) return fail("bad port ''");
-    }
-  }
-  if (ep.host.empty()) return fail("missing host");
-  if (!port.empty()) {
-    auto p = to_int(port, 65535);
-    if (!p || *p == 0) return fail("bad port '" + std::string(port) + "'");
-    ep.port = static_cast<std::uint16_t>(*p);
+    RedisHost h;
+    if (auto e = parse_host(authority, 6379, h); !e.empty()) return fail(std::move(e));
+    ep.host = std::move(h.host);
+    ep.port = h.port;
   }
   if (!path.empty()) {
     auto db = to_int(path, 1'000'000);
@@ -88,17 +118,29 @@ std::optional<RedisEndpoint> parse_redis_url(std::string_view url, std::string* 
 }
 
 std::string describe(const RedisEndpoint& ep) {
-  std::string s = ep.tls ? "rediss://" : "redis://";
+  std::string s = ep.tls ? "rediss://" : !ep.sentinels.empty() ? "redis-sentinel://" : "redis://";
   if (!ep.username.empty() || !ep.password.empty()) {
     s += ep.username;
     if (!ep.password.empty()) s += ":***";
     s += '@';
   }
-  const bool v6 = ep.host.find(':') != std::string::npos;
-  if (v6) s += '[';
-  s += ep.host;
-  if (v6) s += ']';
-  s += ':' + std::to_string(ep.port) + '/' + std::to_string(ep.db);
+  auto host = [&](const std::string& h, std::uint16_t port) {
+    const bool v6 = h.find(':') != std::string::npos;
+    if (v6) s += '[';
+    s += h;
+    if (v6) s += ']';
+    s += ':' + std::to_string(port);
+  };
+  if (ep.sentinels.empty()) {
+    host(ep.host, ep.port);
+  } else {
+    for (std::size_t i = 0; i < ep.sentinels.size(); ++i) {
+      if (i) s += ',';
+      host(ep.sentinels[i].host, ep.sentinels[i].port);
+    }
+    s += '/' + ep.master;
+  }
+  s += '/' + std::to_string(ep.db);
   return s;
 }
 

@@ -5,8 +5,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace sluice {
+
+struct RedisHost {
+  std::string host;
+  std::uint16_t port = 0;
+};
 
 struct RedisEndpoint {
   std::string host = "127.0.0.1";
@@ -14,11 +20,18 @@ struct RedisEndpoint {
   int db = 0;
   std::string username, password;  // AUTH [username] password when a password is set
   bool tls = false;                // not supported yet: parse_redis_url rejects rediss://
+  // Sentinel: the master named `master` is asked of these (in order, the first that
+  // answers) before each connection; host and port above are then unused.
+  std::vector<RedisHost> sentinels;
+  std::string master;
 };
 
 // "redis://[[user]:password@]host[:port][/db]"; IPv6 hosts in brackets; user and password
-// are percent-decoded. "rediss://" is rejected (TLS is not supported yet). On failure
-// returns nullopt and, if `error` is given, a one-line reason.
+// are percent-decoded. "redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/
+// master[/db]": the sentinels (port 26379 by default) and the master's name; the user and
+// password are the master's (the sentinels are asked without). "rediss://" is rejected
+// (TLS is not supported yet). On failure returns nullopt and, if `error` is given, a
+// one-line reason.
 std::optional<RedisEndpoint> parse_redis_url(std::string_view url, std::string* error = nullptr);
 // "redis://user:***@host:port/db" for banners and logs: the password is masked.
 std::string describe(const RedisEndpoint& ep);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdint>
 #include <cstring>
 #include <thread>
@@ -68,13 +69,13 @@ bool read_replies(int fd, int lines) {
   return true;
 }
 
-int connect_to(const RedisEndpoint& ep) {
+int connect_plain(const std::string& host, std::uint16_t port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;
   addrinfo* res = nullptr;
-  if (::getaddrinfo(ep.host.c_str(), std::to_string(ep.port).c_str(), &hints, &res) != 0) return -1;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) return -1;
   int fd = -1;
   for (auto* a = res; a && fd < 0; a = a->ai_next) {
     fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
@@ -92,6 +93,47 @@ int connect_to(const RedisEndpoint& ep) {
     }
   }
   ::freeaddrinfo(res);
+  return fd;
+}
+
+// SENTINEL get-master-addr-by-name's answer: *2 $n host $m port (five lines), or *-1.
+bool read_master(int fd, std::string& host, std::uint16_t& port) {
+  std::string buf;
+  char chunk[512];
+  std::vector<std::string> lines;
+  while (lines.size() < 5) {
+    if (!ready(fd, POLLIN, kIo)) return false;
+    const auto n = ::recv(fd, chunk, sizeof chunk, 0);
+    if (n <= 0 || buf.size() > 4096) return false;
+    buf.append(chunk, static_cast<std::size_t>(n));
+    std::size_t pos;
+    while (lines.size() < 5 && (pos = buf.find("\r\n")) != std::string::npos) {
+      lines.push_back(buf.substr(0, pos));
+      buf.erase(0, pos + 2);
+      if (lines.size() == 1 && lines[0] != "*2") return false;  // *-1 (unknown), -ERR...
+    }
+  }
+  host = lines[2];
+  const auto [end, ec] = std::from_chars(lines[4].data(), lines[4].data() + lines[4].size(), port);
+  return !host.empty() && ec == std::errc() && end == lines[4].data() + lines[4].size() && port != 0;
+}
+
+// The server to talk to: the endpoint's, or the master a sentinel names.
+int connect_to(const RedisEndpoint& ep) {
+  std::string host = ep.host;
+  std::uint16_t port = ep.port;
+  if (!ep.sentinels.empty()) {
+    bool named = false;
+    for (const auto& sentinel : ep.sentinels) {
+      const int sfd = connect_plain(sentinel.host, sentinel.port);
+      if (sfd < 0) continue;
+      named = send_all(sfd, command({"SENTINEL", "get-master-addr-by-name", ep.master})) && read_master(sfd, host, port);
+      ::close(sfd);
+      if (named) break;
+    }
+    if (!named) return -1;
+  }
+  int fd = connect_plain(host, port);
   if (fd >= 0 && !ep.password.empty()) {
     std::vector<std::string> auth{"AUTH"};
     if (!ep.username.empty()) auth.push_back(ep.username);

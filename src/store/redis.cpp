@@ -118,6 +118,7 @@ struct RedisConnection::State : std::enable_shared_from_this<State> {
   bool was_up = false;
   bool writing = false, flush_posted = false, watchdog_armed = false;
   std::string down_reason;       // executor-side copy of last_error
+  std::string master_at;         // Sentinel: the master's host:port as last named
 
   std::atomic<bool> is_up{false};
   std::atomic<std::uint64_t> n_reconnects{0}, n_commands{0}, n_failures{0}, n_writes{0};
@@ -272,7 +273,72 @@ awaitable<RedisResult> submit(StatePtr s, const std::vector<std::string>& argv, 
   co_return co_await net::async_initiate<decltype(net::use_awaitable), void(RedisResult)>(init, net::use_awaitable);
 }
 
-// Resolves (names only) and connects within connect_timeout. Returns the error, if any.
+// Resolves (names only) and connects the socket to host:port. The error, if any ("stopped"
+// or anything when the connect timer fired: the caller says which).
+awaitable<std::string> connect_host(const StatePtr& s, const std::string& host, std::uint16_t port) {
+  const std::string where = host + ":" + std::to_string(port);
+  std::vector<tcp::endpoint> endpoints;
+  error_code aec;
+  const auto addr = net::ip::make_address(host, aec);
+  if (!aec) {
+    endpoints.emplace_back(addr, port);  // IP literal: no lookup
+  } else {
+    auto [rec, results] = co_await s->resolver.async_resolve(host, std::to_string(port), nothrow);
+    if (s->stopped) co_return "stopped";
+    if (s->timed_out) co_return "timeout";
+    if (rec) co_return "resolving " + host + ": " + rec.message();
+    for (const auto& r : results) endpoints.push_back(r.endpoint());
+  }
+  std::string err = "no address for " + host;
+  for (const auto& e : endpoints) {
+    s->close_socket();
+    auto [cec] = co_await s->sock.async_connect(e, nothrow);  // opens the socket
+    if (s->stopped) co_return "stopped";
+    if (s->timed_out) co_return "timeout";
+    if (!cec) {
+      error_code ig;
+      s->sock.set_option(tcp::no_delay(true), ig);
+      s->sock.set_option(net::socket_base::keep_alive(true), ig);
+      co_return std::string{};
+    }
+    err = "connecting to " + where + ": " + cec.message();
+  }
+  s->close_socket();
+  co_return err;
+}
+
+// On a socket connected to a sentinel: SENTINEL get-master-addr-by-name, into `master`.
+awaitable<std::string> ask_master(const StatePtr& s, RedisHost& master) {
+  std::string cmd;
+  append_resp_command(cmd, {"SENTINEL", "get-master-addr-by-name", s->ep.master});
+  auto [wec, wn] = co_await net::async_write(s->sock, net::buffer(cmd), nothrow);
+  if (s->stopped || s->timed_out) co_return "stopped";
+  if (wec) co_return "writing: " + wec.message();
+  detail::RespReader reader;
+  std::unique_ptr<RedisReply> reply;
+  while (!reply) {
+    auto [ec, got] = co_await s->sock.async_read_some(net::buffer(s->rbuf), nothrow);
+    if (s->stopped || s->timed_out) co_return "stopped";
+    if (ec) co_return "reading: " + (ec == net::error::eof ? std::string("closed by the server") : ec.message());
+    if (!reader.feed(s->rbuf.data(), got) || !reader.next(reply)) co_return "protocol error: " + reader.error();
+  }
+  if (reply->is_error()) co_return "answered " + reply->str;
+  if (reply->type == RedisReply::Type::nil) co_return "does not know a master named '" + s->ep.master + "'";
+  if (reply->type != RedisReply::Type::array || reply->elements.size() != 2 ||
+      reply->elements[0].type != RedisReply::Type::string || reply->elements[1].type != RedisReply::Type::string) {
+    co_return "unexpected answer to SENTINEL get-master-addr-by-name";
+  }
+  std::uint16_t port = 0;
+  const std::string& p = reply->elements[1].str;
+  auto [end, pec] = std::from_chars(p.data(), p.data() + p.size(), port);
+  if (pec != std::errc() || end != p.data() + p.size() || port == 0 || reply->elements[0].str.empty()) {
+    co_return "bad master address '" + reply->elements[0].str + ":" + p + "'";
+  }
+  master = RedisHost{reply->elements[0].str, port};
+  co_return std::string{};
+}
+
+// Connects within connect_timeout — through the sentinels when configured. The error, if any.
 awaitable<std::string> open_socket(StatePtr s) {
   const auto id = ++s->attempt;
   s->connecting = true;
@@ -293,36 +359,32 @@ awaitable<std::string> open_socket(StatePtr s) {
   } done{*s};
 
   const auto& ep = s->ep;
-  const std::string where = ep.host + ":" + std::to_string(ep.port);
+  const std::string where = ep.sentinels.empty() ? ep.host + ":" + std::to_string(ep.port) : describe(ep);
   const std::string timeout_text = "connect timeout after " + ms_text(s->opt.connect_timeout) + " (" + where + ")";
-  std::vector<tcp::endpoint> endpoints;
-  error_code aec;
-  const auto addr = net::ip::make_address(ep.host, aec);
-  if (!aec) {
-    endpoints.emplace_back(addr, ep.port);  // IP literal: no lookup
-  } else {
-    auto [rec, results] = co_await s->resolver.async_resolve(ep.host, std::to_string(ep.port), nothrow);
-    if (s->stopped) co_return "stopped";
-    if (s->timed_out) co_return timeout_text;
-    if (rec) co_return "resolving " + ep.host + ": " + rec.message();
-    for (const auto& r : results) endpoints.push_back(r.endpoint());
+  if (ep.sentinels.empty()) {
+    std::string err = co_await connect_host(s, ep.host, ep.port);
+    co_return s->timed_out && !s->stopped ? timeout_text : err;
   }
-  std::string err = "no address for " + ep.host;
-  for (const auto& e : endpoints) {
+  // Sentinel: the master's address first, from the first sentinel that names it (starting
+  // with a different one on each attempt, so that one that hangs does not always eat the
+  // connect timeout).
+  RedisHost master;
+  std::string why;
+  const std::size_t n = ep.sentinels.size();
+  for (std::size_t i = 0; i < n && master.host.empty(); ++i) {
+    const RedisHost& sentinel = ep.sentinels[(id + i) % n];
+    std::string err = co_await connect_host(s, sentinel.host, sentinel.port);
+    if (err.empty()) err = co_await ask_master(s, master);
     s->close_socket();
-    auto [cec] = co_await s->sock.async_connect(e, nothrow);  // opens the socket
     if (s->stopped) co_return "stopped";
-    if (s->timed_out) co_return timeout_text;
-    if (!cec) {
-      error_code ig;
-      s->sock.set_option(tcp::no_delay(true), ig);
-      s->sock.set_option(net::socket_base::keep_alive(true), ig);
-      co_return std::string{};
-    }
-    err = "connecting to " + where + ": " + cec.message();
+    if (s->timed_out) co_return timeout_text + (why.empty() ? "" : "; " + why);
+    if (!err.empty()) why += (why.empty() ? "" : "; ") + sentinel.host + ":" + std::to_string(sentinel.port) + ": " + err;
   }
-  s->close_socket();
-  co_return err;
+  if (master.host.empty()) co_return "no sentinel named the master '" + ep.master + "': " + why;
+  s->master_at = master.host + ":" + std::to_string(master.port);
+  std::string err = co_await connect_host(s, master.host, master.port);
+  if (s->timed_out && !s->stopped) co_return timeout_text;
+  co_return err.empty() ? err : "master " + ep.master + " at " + s->master_at + ": " + err;
 }
 
 // AUTH, SELECT, PING through the pipeline (the read loop is already running); on success
@@ -338,6 +400,8 @@ awaitable<void> handshake(StatePtr s, std::uint64_t g) {
     }
     if (s->ep.db != 0) steps.push_back({"SELECT", std::to_string(s->ep.db)});
     steps.push_back({"PING"});
+    // Sentinel: what it named must be the master still (a failover may be under way).
+    if (!s->ep.sentinels.empty()) steps.push_back({"ROLE"});
     for (const auto& argv : steps) {
       RedisResult r = co_await submit(s, argv, true);
       if (g != s->gen) co_return;  // torn down meanwhile; the reason is recorded
@@ -348,6 +412,15 @@ awaitable<void> handshake(StatePtr s, std::uint64_t g) {
       if (r.reply->is_error()) {
         s->break_connection(g, argv[0] + " failed: " + r.reply->str);
         co_return;
+      }
+      if (argv[0] == "ROLE") {
+        const auto& e = r.reply->elements;
+        const std::string role = r.reply->type == RedisReply::Type::array && !e.empty() ? e[0].str : "?";
+        if (role != "master") {
+          s->break_connection(g, s->master_at + ", named master '" + s->ep.master + "' by a sentinel, is a " +
+                                     (role == "slave" ? std::string("replica") : role) + " (a failover under way?)");
+          co_return;
+        }
       }
     }
     s->ready = true;
@@ -386,7 +459,14 @@ awaitable<void> read_loop(StatePtr s, std::uint64_t g) {
       }
       Pending p = std::move(s->pending.front());
       s->pending.pop_front();
+      // A master turned replica (a failover, or an operator's REPLICAOF) refuses writes:
+      // this connection is to the wrong server now. Reconnecting asks the sentinels again.
+      const bool demoted = reply->is_error() && reply->str.starts_with("READONLY");
       s->complete(p, RedisResult{std::move(*reply), {}});
+      if (demoted) {
+        s->break_connection(g, "the server is a read-only replica now (READONLY)");
+        co_return;
+      }
     }
   }
 }

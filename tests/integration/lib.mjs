@@ -698,18 +698,29 @@ export function assembled(events) {
 // stopped by its pid. `stop()` ends it; `start()` brings it back on the same port (for
 // outage drills); `cmd(...args)` runs one command through redis-cli and returns its
 // output. redis-server must be installed (scripts/setup.sh --test).
-export async function startRedis() {
+// `args`: more of redis-server's options ('--replicaof', '127.0.0.1 6379'...). `sentinel`:
+// lines of a sentinel's configuration file ('sentinel monitor m 127.0.0.1 6379 2'...):
+// the server then runs as a sentinel (redis-server --sentinel, which is what redis-sentinel
+// is), writing that file as sentinels do.
+export async function startRedis({ args = [], sentinel = null } = {}) {
   const port = await closedPort();
+  // A directory of its own: a replica's full sync writes dump.rdb there, which a server
+  // started later in the same directory would load (another test's counters).
+  const dir = tempDir(sentinel ? 'sluice-sentinel-' : 'sluice-redis-');
+  let conf = null;
+  if (sentinel) {
+    conf = path.join(dir, 'sentinel.conf');
+    fs.writeFileSync(conf, `${sentinel.join('\n')}\n`);
+  }
   const redis = {
     port,
     url: `redis://127.0.0.1:${port}`,
     proc: null,
     async start() {
-      const child = spawn(
-        'redis-server',
-        ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--loglevel', 'warning'],
-        { stdio: ['ignore', 'pipe', 'pipe'] },
-      );
+      const base = conf
+        ? [conf, '--sentinel', '--port', String(port), '--bind', '127.0.0.1', '--loglevel', 'warning']
+        : ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--loglevel', 'warning', '--dir', dir];
+      const child = spawn('redis-server', [...base, ...args.map(String)], { stdio: ['ignore', 'pipe', 'pipe'] });
       live.add(child);
       const exited = new Promise((resolve) =>
         child.on('exit', (code, signal) => {

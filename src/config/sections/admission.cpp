@@ -14,7 +14,11 @@ const Table<RedisSettings>& redis_table() {
   static const Table<RedisSettings> t{
       "redis",
       {
-          text("url", &RedisSettings::url, "`redis://[user:password@]host[:port][/db]`.")
+          text("url", &RedisSettings::url,
+               "`redis://[user:password@]host[:port][/db]`, or through Sentinel "
+               "`redis-sentinel://[user:password@]host[:port][,host[:port]...]/<master>[/db]` (the sentinels, "
+               "port 26379 by default; the master is asked of them at each connection and followed through a "
+               "failover: `docs/redis.md`).")
               .then([](Loader& l, const YAML::Node& n, const std::string& p, RedisSettings& r) {
                 std::string err;
                 if (!parse_redis_url(r.url, &err)) l.fail(p, n, err);

@@ -83,6 +83,31 @@ TEST(RedisUrl, RejectsBadUrls) {
   EXPECT_FALSE(parse_redis_url("rediss://h", nullptr).has_value());  // error text is optional
 }
 
+TEST(RedisUrl, Sentinel) {
+  auto a = parse_ok("redis-sentinel://:pw@10.0.0.1,10.0.0.2:26380,[::1]:26381/mymaster/3");
+  ASSERT_EQ(a.sentinels.size(), 3u);
+  EXPECT_EQ(a.sentinels[0].host, "10.0.0.1");
+  EXPECT_EQ(a.sentinels[0].port, 26379) << "the sentinels' default port";
+  EXPECT_EQ(a.sentinels[1].port, 26380);
+  EXPECT_EQ(a.sentinels[2].host, "::1");
+  EXPECT_EQ(a.sentinels[2].port, 26381);
+  EXPECT_EQ(a.master, "mymaster");
+  EXPECT_EQ(a.db, 3);
+  EXPECT_EQ(a.password, "pw");
+  EXPECT_EQ(describe(a), "redis-sentinel://:***@10.0.0.1:26379,10.0.0.2:26380,[::1]:26381/mymaster/3");
+  auto b = parse_ok("Redis-Sentinel://s1/m");
+  EXPECT_EQ(b.master, "m");
+  EXPECT_EQ(b.db, 0);
+  EXPECT_TRUE(parse_ok("redis://h").sentinels.empty());
+  EXPECT_NE(parse_error("redis-sentinel://s1").find("master name"), std::string::npos);
+  EXPECT_NE(parse_error("redis-sentinel://s1/").find("master name"), std::string::npos);
+  EXPECT_NE(parse_error("redis-sentinel:///m").find("sentinel host"), std::string::npos);
+  EXPECT_NE(parse_error("redis-sentinel://s1,/m").find("host"), std::string::npos);
+  EXPECT_NE(parse_error("redis-sentinel://s1,,s2/m").find("host"), std::string::npos);
+  EXPECT_NE(parse_error("redis-sentinel://s1:0/m").find("port"), std::string::npos);
+  EXPECT_NE(parse_error("redis-sentinel://s1/m/x").find("database"), std::string::npos);
+}
+
 TEST(RedisUrl, DescribeMasksThePassword) {
   EXPECT_EQ(describe(parse_ok("redis://:s3cret@cache:6380/3")), "redis://:***@cache:6380/3");
   EXPECT_EQ(describe(parse_ok("redis://alice:s3cret@cache")), "redis://alice:***@cache:6379/0");
