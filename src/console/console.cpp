@@ -85,4 +85,23 @@ Reply serve(std::string_view method, std::string_view path, std::string_view if_
   return text(404, "no such console file\n");
 }
 
+bool foreign_browser(std::string_view origin, std::string_view host, std::string_view fetch_site,
+                     std::string_view fetch_mode) {
+  if (fetch_site == "cross-site" || fetch_site == "same-site") return true;
+  if (origin.empty() && fetch_mode.empty() && fetch_site.empty()) return false;  // not a browser
+  if (!origin.empty()) {
+    const auto scheme = origin.find("://");
+    if (scheme == std::string_view::npos || origin.substr(scheme + 3) != host) return true;
+  }
+  // The host without its port: an IPv6 literal, an IPv4 literal or localhost.
+  if (host.starts_with('[')) return host.find(']') == std::string_view::npos;
+  const std::string_view name = host.substr(0, host.rfind(':'));
+  if (name == "localhost") return false;
+  if (name.empty()) return true;
+  for (char c : name) {
+    if (!(c == '.' || (c >= '0' && c <= '9'))) return true;
+  }
+  return false;
+}
+
 }  // namespace sluice::console

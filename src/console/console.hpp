@@ -22,4 +22,13 @@ struct Reply {
 // tells the page which listener serves it (`admin_listener`: the one that asks no key).
 Reply serve(std::string_view method, std::string_view path, std::string_view if_none_match, bool admin_listener);
 
+// Whether a request on the admin listener (which asks no key) comes from a browser it must
+// refuse: one sent by another site's page (Sec-Fetch-Site cross-site or same-site, or an
+// Origin that is not this listener's), or one addressed by a host name rather than an IP
+// address or localhost (a page of another site whose name was pointed here, DNS
+// rebinding). Clients that are not browsers (curl, Prometheus, probes) send none of these
+// headers and are never refused.
+bool foreign_browser(std::string_view origin, std::string_view host, std::string_view fetch_site,
+                     std::string_view fetch_mode);
+
 }  // namespace sluice::console

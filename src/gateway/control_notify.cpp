@@ -113,6 +113,9 @@ bool read_master(int fd, std::string& host, std::uint16_t& port) {
       if (lines.size() == 1 && lines[0] != "*2") return false;  // *-1 (unknown), -ERR...
     }
   }
+  // Two bulk strings: $<len> then the bytes, each length as announced.
+  auto bulk = [&](std::size_t i) { return lines[i].size() > 1 && lines[i][0] == '$' && lines[i].substr(1) == std::to_string(lines[i + 1].size()); };
+  if (!bulk(1) || !bulk(3)) return false;
   host = lines[2];
   const auto [end, ec] = std::from_chars(lines[4].data(), lines[4].data() + lines[4].size(), port);
   return !host.empty() && ec == std::errc() && end == lines[4].data() + lines[4].size() && port != 0;

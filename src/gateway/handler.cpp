@@ -207,6 +207,11 @@ class WorkerHandler final : public LiveSource {
         }
       }
     }
+    if (admin_listener_ && console::foreign_browser(req.header("origin"), req.header("host"),
+                                                     req.header("sec-fetch-site"), req.header("sec-fetch-mode"))) {
+      co_await ex.reply(json_reply(403, error_body(Reason::forbidden, "the admin listener serves browsers only at an IP address or localhost, from its own pages"), ctx));
+      co_return;
+    }
     if (path == "/health") {
       co_await ex.reply(json_reply(200, R"({"status":"ok"})", ctx));
       co_return;  // probes are not logged

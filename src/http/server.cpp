@@ -400,7 +400,9 @@ std::string ExchangeImpl::format_head(int status, std::string_view content_type,
     }
     h += v;  // an empty name: v is lines already formatted (see HeaderList)
   }
-  if (content_length >= 0) {
+  if (status == 304 || status == 204 || status < 200) {
+    // No body, and no Content-Length (a 304's would have to be the 200's length).
+  } else if (content_length >= 0) {
     h += "\r\nContent-Length: ";
     h += std::to_string(content_length);
   } else if (http10_) {

@@ -365,9 +365,9 @@ awaitable<std::string> open_socket(StatePtr s) {
     std::string err = co_await connect_host(s, ep.host, ep.port);
     co_return s->timed_out && !s->stopped ? timeout_text : err;
   }
-  // Sentinel: the master's address first, from the first sentinel that names it (starting
-  // with a different one on each attempt, so that one that hangs does not always eat the
-  // connect timeout).
+  // Sentinel: the master's address first, from the first sentinel that names it (each
+  // attempt starts from the next sentinel in the list, so that one that hangs does not eat
+  // every attempt's connect timeout).
   RedisHost master;
   std::string why;
   const std::size_t n = ep.sentinels.size();
@@ -377,7 +377,10 @@ awaitable<std::string> open_socket(StatePtr s) {
     if (err.empty()) err = co_await ask_master(s, master);
     s->close_socket();
     if (s->stopped) co_return "stopped";
-    if (s->timed_out) co_return timeout_text + (why.empty() ? "" : "; " + why);
+    if (s->timed_out) {
+      co_return timeout_text + " asking sentinel " + sentinel.host + ":" + std::to_string(sentinel.port) +
+          (why.empty() ? "" : "; " + why);
+    }
     if (!err.empty()) why += (why.empty() ? "" : "; ") + sentinel.host + ":" + std::to_string(sentinel.port) + ": " + err;
   }
   if (master.host.empty()) co_return "no sentinel named the master '" + ep.master + "': " + why;
@@ -409,11 +412,15 @@ awaitable<void> handshake(StatePtr s, std::uint64_t g) {
         s->break_connection(g, r.error);
         co_return;
       }
-      if (r.reply->is_error()) {
+      // ROLE is an @admin command: a user without it (NOPERM) is taken at the sentinel's
+      // word, READONLY on its first write being the fallback check.
+      const bool role_refused = argv[0] == "ROLE" && r.reply->is_error() &&
+                                (r.reply->str.starts_with("NOPERM") || r.reply->str.starts_with("ERR unknown command"));
+      if (r.reply->is_error() && !role_refused) {
         s->break_connection(g, argv[0] + " failed: " + r.reply->str);
         co_return;
       }
-      if (argv[0] == "ROLE") {
+      if (argv[0] == "ROLE" && !role_refused) {
         const auto& e = r.reply->elements;
         const std::string role = r.reply->type == RedisReply::Type::array && !e.empty() ? e[0].str : "?";
         if (role != "master") {
@@ -461,7 +468,8 @@ awaitable<void> read_loop(StatePtr s, std::uint64_t g) {
       s->pending.pop_front();
       // A master turned replica (a failover, or an operator's REPLICAOF) refuses writes:
       // this connection is to the wrong server now. Reconnecting asks the sentinels again.
-      const bool demoted = reply->is_error() && reply->str.starts_with("READONLY");
+      // (Redis 6 wraps a script's error: "ERR Error running script ...: -READONLY ...".)
+      const bool demoted = reply->is_error() && (reply->str.starts_with("READONLY") || reply->str.find("-READONLY") != std::string::npos);
       s->complete(p, RedisResult{std::move(*reply), {}});
       if (demoted) {
         s->break_connection(g, "the server is a read-only replica now (READONLY)");

@@ -102,6 +102,7 @@ describe('web console', { skip }, () => {
     const again = await rawRequest({ port: gw.port, path: '/console/', headers: { 'if-none-match': r.headers.etag } });
     assert.equal(again.status, 304);
     assert.equal(again.body, '');
+    assert.equal(again.headers['content-length'], undefined, "a 304 does not say the 200's length as 0");
     const js = await rawRequest({ port: gw.port, path: '/console/app.js' });
     assert.match(js.headers['content-type'], /^text\/javascript/);
     assert.notEqual(js.headers.etag, r.headers.etag);
@@ -114,6 +115,22 @@ describe('web console', { skip }, () => {
     assert.equal(post.status, 405);
     assert.equal(JSON.parse((await rawRequest({ port: gw.port, path: '/console/env.json' })).body).listener, 'main');
     assert.equal(JSON.parse((await rawRequest({ port: gw.adminPort, path: '/console/env.json' })).body).listener, 'admin');
+    // The admin listener asks no key: a browser reaches it only from its own pages, at an
+    // address. Another site's page (CSRF), or a name pointed here (DNS rebinding), is refused;
+    // clients that are not browsers send none of these headers.
+    const onAdmin = (headers, method = 'POST') =>
+      rawRequest({ port: gw.adminPort, method, path: '/admin/backends/a/drain', headers, body: method === 'POST' ? '' : undefined });
+    const self = `127.0.0.1:${gw.adminPort}`;
+    assert.equal((await onAdmin({ origin: 'https://evil.example' })).status, 403);
+    assert.equal((await onAdmin({ 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'no-cors' })).status, 403);
+    assert.equal((await onAdmin({ host: `evil.example:${gw.adminPort}`, origin: `http://evil.example:${gw.adminPort}`, 'sec-fetch-site': 'same-origin' })).status, 403);
+    assert.equal((await onAdmin({ host: `evil.example:${gw.adminPort}`, 'sec-fetch-mode': 'cors' }, 'GET')).status, 403);
+    assert.equal((await rawRequest({ port: gw.adminPort, path: '/admin/keys', headers: { host: 'evil.example', 'sec-fetch-mode': 'cors' } })).status, 403);
+    assert.equal((await rawRequest({ port: gw.adminPort, path: '/admin/backends', headers: { host: self, origin: `http://${self}`, 'sec-fetch-site': 'same-origin' } })).status, 200);
+    assert.equal((await rawRequest({ port: gw.adminPort, path: '/admin/backends', headers: { host: `localhost:${gw.adminPort}`, 'sec-fetch-mode': 'cors' } })).status, 200);
+    assert.equal((await rawRequest({ port: gw.adminPort, path: '/metrics', headers: { host: 'sluice-admin.monitoring.svc:9090' } })).status, 200, 'Prometheus by a service name');
+    const backends = JSON.parse((await rawRequest({ port: gw.adminPort, path: '/admin/backends' })).body).backends;
+    assert.equal(backends.find((b) => b.name === 'a').drained, false, 'no refused drain was made');
     // whoami: the console's first question.
     const who = JSON.parse((await rawRequest({ port: gw.port, path: '/admin/whoami', headers: admin })).body);
     assert.deepEqual(who, { name: 'admin', role: 'admin', instance: 'it-gw', key_store: true, history: true, audit: true });
@@ -265,10 +282,12 @@ describe('web console', { skip }, () => {
 
     // The audit trail names every change made here. What was asked is shown as text, never
     // markup: a drain asked with a body holding a script runs nothing.
-    const markup = '<img src=x onerror="window.__xss=1">';
+    const markup = '<img src=x onerror=window.__xss=1>'; // (no quotes: the page shows it inside JSON)
     const drained = await request(`${gw.url}/admin/backends/c/drain`, { method: 'POST', headers: admin, body: { note: markup } });
     assert.equal(drained.status, 200);
     await request(`${gw.url}/admin/backends/c/undrain`, { method: 'POST', headers: admin });
+    const drains = (await request(`${gw.url}/admin/audit?action=backend.drain&target=c`, { headers: admin })).json.audit;
+    assert.equal(drains[0].detail.body.note, markup, 'the audit row keeps what was asked');
     await page.locator('#nav-audit').click();
     await page.locator('#audit').filter({ hasText: markup }).waitFor();
     assert.equal(await page.evaluate(() => window.__xss), undefined);

@@ -89,6 +89,22 @@ describe('Redis Sentinel', () => {
 
   const chat = (key = KEY) =>
     request(`${gw.url}/v1/chat/completions`, { method: 'POST', key, body: { model: 'm', messages: USER, max_tokens: 2 } });
+  // Four clients sending one request after another into `statuses` until stop().
+  function underLoad(statuses) {
+    let stopped = false;
+    const clients = Array.from({ length: 4 }, async () => {
+      while (!stopped) {
+        statuses.push((await chat()).status);
+        await delay(5);
+      }
+    });
+    return {
+      async stop() {
+        stopped = true;
+        await Promise.all(clients);
+      },
+    };
+  }
 
   test('the gateway asks the sentinels for the master and counts there', async () => {
     for (let i = 0; i < 5; i++) assert.equal((await chat()).status, 200);
@@ -99,14 +115,8 @@ describe('Redis Sentinel', () => {
 
   test('the master killed under load: every request served, then counted exactly on the promoted replica', async () => {
     const before = await counted(master, 'app');
-    let stop = false;
     const statuses = [];
-    const load = Array.from({ length: 4 }, async () => {
-      while (!stop) {
-        statuses.push((await chat()).status);
-        await delay(5);
-      }
-    });
+    const load = underLoad(statuses);
     try {
       await delay(300);
       master.proc.child.kill('SIGKILL');
@@ -117,8 +127,7 @@ describe('Redis Sentinel', () => {
       const atPromotion = await counted(replica, 'app');
       await waitFor(async () => (await counted(replica, 'app')) > atPromotion + 10, { timeout: 10000, interval: 100, what: 'counting on the new master' });
     } finally {
-      stop = true;
-      await Promise.all(load);
+      await load.stop();
     }
     assert.ok(statuses.length > 50, `${statuses.length} requests under load`);
     assert.deepEqual([...new Set(statuses)], [200], 'served throughout (on_redis_down: open)');
@@ -141,14 +150,8 @@ describe('Redis Sentinel', () => {
   test('a switch by the operator (SENTINEL FAILOVER): the old master, alive and demoted, is left for the new one', async () => {
     third = await startRedis({ args: ['--replicaof', '127.0.0.1', replica.port] });
     await replicationUp(third);
-    let stop = false;
     const statuses = [];
-    const load = Array.from({ length: 4 }, async () => {
-      while (!stop) {
-        statuses.push((await chat()).status);
-        await delay(5);
-      }
-    });
+    const load = underLoad(statuses);
     try {
       // Refused (NOGOODSLAVE) until the sentinels have read the new replica's state.
       await waitFor(async () => /OK/.test(await sentinels[0].raw('SENTINEL', 'failover', MASTER)), {
@@ -161,8 +164,7 @@ describe('Redis Sentinel', () => {
       const atSwitch = await counted(third, 'app');
       await waitFor(async () => (await counted(third, 'app')) > atSwitch + 10, { timeout: 10000, interval: 100, what: 'counting on the new master' });
     } finally {
-      stop = true;
-      await Promise.all(load);
+      await load.stop();
     }
     assert.deepEqual([...new Set(statuses)], [200]);
     const infra = await gw.infra();

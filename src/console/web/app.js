@@ -142,7 +142,10 @@ async function start() {
     try {
       state.who = (await api('/admin/whoami')).data;
     } catch (e) {
-      return forget(e.message);
+      // Refused: ask for a key. Anything else (a restart, the network) keeps it.
+      if (e.status === 401 || e.status === 403 || state.listener === 'admin') return forget(e.message);
+      $('#main').replaceChildren(h('p', { class: 'msg error' }, `${e.message} — reload to try again.`));
+      return;
     }
     return enter();
   }
@@ -213,7 +216,7 @@ function enter() {
 function route() {
   if (!state.who) return;
   const id = location.hash.slice(1) || 'overview';
-  const page = PAGES[id] ? id : 'overview';
+  const page = Object.hasOwn(PAGES, id) ? id : 'overview';
   for (const a of document.querySelectorAll('#nav a')) a.classList.toggle('active', a.id === `nav-${page}`);
   openPage(page);
 }
@@ -236,6 +239,13 @@ function openPage(id) {
   const refresh = p.build(root);
   const tick = async () => {
     if (gen !== state.generation) return;
+    // Not while the operator types in this page (a refresh would redraw the field).
+    const el = document.activeElement;
+    const busy = el && root.contains(el) && el.tagName === 'INPUT' && ['text', 'number', 'password'].includes(el.type);
+    if (busy && p.every) {
+      state.timer = setTimeout(tick, p.every);
+      return;
+    }
     try {
       await refresh(() => gen === state.generation);
       footer(`Updated ${new Date().toLocaleTimeString()}`);
@@ -840,7 +850,9 @@ function buildLive(root) {
                 : '',
           },
         ],
-        data.requests,
+        // Oldest first, by the gateway's id on a tie: rows stay where they are between
+        // refreshes, under the Cancel buttons.
+        data.requests.slice().sort((a, b) => a.start_ms - b.start_ms || a.id.localeCompare(b.id)),
         'nothing in flight',
       ),
     );

@@ -64,3 +64,28 @@ TEST(Console, RedirectsRefusesAndTellsTheListener) {
   EXPECT_EQ(serve("GET", "/console/env.json", "", true).body, R"({"listener":"admin"})");
   EXPECT_EQ(serve("GET", "/console/env.json", "", false).body, R"({"listener":"main"})");
 }
+
+TEST(Console, ForeignBrowsersOnTheAdminListener) {
+  using sluice::console::foreign_browser;
+  // Not a browser: curl, Prometheus, probes (whatever the Host).
+  EXPECT_FALSE(foreign_browser("", "sluice-admin.svc:9090", "", ""));
+  EXPECT_FALSE(foreign_browser("", "", "", ""));
+  // The console's own pages and fetches, at an address.
+  EXPECT_FALSE(foreign_browser("", "127.0.0.1:8081", "none", "navigate"));
+  EXPECT_FALSE(foreign_browser("http://127.0.0.1:8081", "127.0.0.1:8081", "same-origin", "cors"));
+  EXPECT_FALSE(foreign_browser("", "localhost:8081", "same-origin", "cors"));
+  EXPECT_FALSE(foreign_browser("http://[::1]:8081", "[::1]:8081", "same-origin", "cors"));
+  EXPECT_FALSE(foreign_browser("", "10.0.0.7", "same-origin", "cors"));
+  // Another site's page.
+  EXPECT_TRUE(foreign_browser("https://evil.example", "127.0.0.1:8081", "", ""));
+  EXPECT_TRUE(foreign_browser("", "127.0.0.1:8081", "cross-site", "no-cors"));
+  EXPECT_TRUE(foreign_browser("", "127.0.0.1:8081", "same-site", "cors"));
+  EXPECT_TRUE(foreign_browser("http://127.0.0.1:8081", "127.0.0.1:9999", "", "cors"));
+  EXPECT_TRUE(foreign_browser("null", "127.0.0.1:8081", "", "cors"));
+  // A name pointed here (DNS rebinding): same origin as far as the browser knows.
+  EXPECT_TRUE(foreign_browser("http://evil.example:8081", "evil.example:8081", "same-origin", "cors"));
+  EXPECT_TRUE(foreign_browser("", "evil.example", "", "navigate"));
+  EXPECT_TRUE(foreign_browser("", "127.0.0.1.evil.example:8081", "same-origin", "cors"));
+  EXPECT_TRUE(foreign_browser("", "[::1", "same-origin", "cors"));
+  EXPECT_TRUE(foreign_browser("", ":8081", "same-origin", "cors"));
+}
