@@ -94,7 +94,7 @@ struct State {
 
 class Concurrency final : public FilterWith<State> {
  public:
-  Concurrency(const Deps& d) : cfg_(d.cfg), gate_(*d.gate) {}
+  Concurrency(const Deps& d) : gate_(*d.gate) {}
   std::string_view name() const override { return "concurrency"; }
   unsigned phases() const override { return bit(Phase::admit) | bit(Phase::end); }
 
@@ -103,7 +103,7 @@ class Concurrency final : public FilterWith<State> {
     if (r.kind != Kind::generate) return Next::go;  // counting tokens holds no slot
     s.need = gate_.need(r.key, r.chat.model);
     if (s.need.empty()) return Next::go;
-    s.prio = gate_.priority(r.key, r.ex.request().header("x-priority"), urgent(r.chat, cfg_.concurrency.urgent_keywords));
+    s.prio = gate_.priority(r.key, r.ex.request().header("x-priority"), urgent(r.chat, gate_.settings().urgent_keywords));
     if (!gate_.try_enter(s.need)) return Next::wait;
     r.rec.priority = config::to_string(s.prio);
     s.pass.emplace(&gate_, s.need);
@@ -134,7 +134,7 @@ class Concurrency final : public FilterWith<State> {
       s.pass.emplace(&gate_, s.need);
       co_return Next::go;
     }
-    const auto& cc = cfg_.concurrency;
+    const auto& cc = gate_.settings();
     if (res.outcome == limits::Gate::Outcome::queued) {
       // The client would wait longer than it accepts: when to come back, instead.
       const auto eta = static_cast<std::int64_t>(res.eta_ms + 0.5);
@@ -196,7 +196,6 @@ class Concurrency final : public FilterWith<State> {
   void end(Request&, State& s) override { s.pass.reset(); }
 
  private:
-  const config::Config& cfg_;
   limits::Gate& gate_;
 };
 

@@ -361,12 +361,13 @@ class GatewayImpl final : public Gateway {
       return {false, message};
     }
     keys_cfg_ = res.config;
+    gate_->reconfigure(res.config);  // before the keys: their slots take its per_key
     install_keys(next_keys);
     keys_lock.unlock();
     const auto t = router_->table();
     std::string done = std::to_string(next_keys->size()) + " keys, " + std::to_string(t->routes.size()) +
                        " routes, routing table version " + std::to_string(t->version) +
-                       " (keys, models and routing are reloaded; other sections need a restart)";
+                       " (keys, models, routing and the concurrency gate are reloaded; other sections need a restart)";
     std::cerr << "sluice: reloaded " << path << ": " << done << std::endl;
     return {true, std::move(done)};
   }

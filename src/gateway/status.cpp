@@ -374,7 +374,7 @@ std::string render_infra(const Shared& g) {
   }
   if (g.gate) {
     const auto s = g.gate->snapshot();
-    const auto& cc = g.cfg->concurrency;
+    const auto& cc = g.gate->settings();  // (a reload's)
     o += ",\"concurrency_gate\":{\"active\":";
     o += g.gate->active() ? "true" : "false";
     o += ",\"in_flight\":" + std::to_string(s.in_flight);

@@ -1,5 +1,7 @@
 #include "limits/gate.hpp"
 
+#include <unordered_set>
+
 #include <algorithm>
 #include <limits>
 
@@ -40,13 +42,35 @@ const config::Backend* sole_backend(const config::Route& r) {
   return r.backends.size() == 1 ? &r.backends.front() : nullptr;
 }
 
+// The slot `name` of `slots` at `limit` (made if new; 0 = unlimited for an existing one,
+// none for a new one).
+void set_limit(std::unordered_map<std::string, std::unique_ptr<Gate::Slot>>& slots, const std::string& name,
+               std::string_view kind, int limit) {
+  auto it = slots.find(name);
+  if (it != slots.end()) {
+    it->second->limit = limit > 0 ? limit : std::numeric_limits<int>::max();
+  } else if (limit > 0) {
+    slots.emplace(name, std::make_unique<Gate::Slot>(Gate::Slot{std::string(kind) + name, limit, 0}));
+  }
+}
+
 }  // namespace
 
-Gate::Gate(const config::Config& cfg) : cfg_(cfg) {
+Gate::Gate(const config::Config& cfg) : cfg_(&cfg) {
   for (const auto& k : cfg.keys) {
     const int limit = k.max_in_flight >= 0 ? k.max_in_flight : cfg.concurrency.per_key;
     if (limit > 0) key_slots_[k.name] = std::make_unique<Slot>(Slot{"key:" + k.name, limit, 0});
   }
+  install_routes(cfg);
+  // With the key store, any key may get a limit at runtime.
+  active_ = !key_slots_.empty() || !model_slots_.empty() || !backend_slots_.empty() || cfg.key_store.enabled;
+  keyed_.store(!key_slots_.empty(), std::memory_order_relaxed);
+}
+
+void Gate::install_routes(const config::Config& cfg) {
+  std::unordered_map<std::string, Summed> summed;
+  std::unordered_map<std::string, std::string> backend_of_alias;
+  std::unordered_set<std::string> limited_models, limited_backends;
   for (const auto& r : cfg.routes) {
     int model_limit = r.max_in_flight;
     // A set whose every backend is limited holds at most the sum: beyond it, requests
@@ -60,7 +84,7 @@ Gate::Gate(const config::Config& cfg) : cfg_(cfg) {
     if (all_limited) {
       if (model_limit == 0 || sum < model_limit) model_limit = static_cast<int>(sum);
       // Its backends' limits may change (adaptive concurrency): the sum follows.
-      auto& s = summed_[r.alias];
+      auto& s = summed[r.alias];
       s.cap = r.max_in_flight;
       for (const auto& b : r.backends) s.backends.emplace_back(b.name, b.max_in_flight);
     }
@@ -68,31 +92,52 @@ Gate::Gate(const config::Config& cfg) : cfg_(cfg) {
     const bool loaded = std::any_of(r.backends.begin(), r.backends.end(),
                                     [](const config::Backend& b) { return b.load.source != config::LoadSource::none; });
     if (loaded && model_limit == 0) model_limit = std::numeric_limits<int>::max();
-    if (model_limit > 0) model_slots_[r.alias] = std::make_unique<Slot>(Slot{"model:" + r.alias, model_limit, 0});
+    set_limit(model_slots_, r.alias, "model:", model_limit);
+    if (model_limit > 0) limited_models.insert(r.alias);
     const config::Backend* b = sole_backend(r);
     if (b && b->max_in_flight > 0) {
-      if (!backend_slots_.count(b->name)) {
-        backend_slots_[b->name] = std::make_unique<Slot>(Slot{"backend:" + b->name, b->max_in_flight, 0});
-      }
-      backend_of_alias_[r.alias] = b->name;
+      set_limit(backend_slots_, b->name, "backend:", b->max_in_flight);
+      limited_backends.insert(b->name);
+      backend_of_alias[r.alias] = b->name;
     }
   }
-  // With the key store, any key may get a limit at runtime.
-  active_ = !key_slots_.empty() || !model_slots_.empty() || !backend_slots_.empty() || cfg.key_store.enabled;
-  keyed_.store(!key_slots_.empty(), std::memory_order_relaxed);
+  // A route that went (or lost its limit), a backend no longer alone in its set: the slot
+  // stays, unlimited, for the requests that hold it.
+  for (auto& [alias, slot] : model_slots_) {
+    if (!limited_models.count(alias)) slot->limit = std::numeric_limits<int>::max();
+  }
+  for (auto& [name, slot] : backend_slots_) {
+    if (!limited_backends.count(name)) slot->limit = std::numeric_limits<int>::max();
+  }
+  summed_ = std::move(summed);
+  backend_of_alias_ = std::move(backend_of_alias);
+}
+
+const config::Concurrency& Gate::settings() const { return cfg_.load(std::memory_order_acquire)->concurrency; }
+
+void Gate::reconfigure(std::shared_ptr<const config::Config> cfg) {
+  std::lock_guard lock(mu_);
+  kept_.push_back(cfg);
+  install_routes(*cfg);
+  cfg_.store(cfg.get(), std::memory_order_release);
+  if (!model_slots_.empty() || !backend_slots_.empty() || cfg->concurrency.per_key > 0 ||
+      std::any_of(cfg->keys.begin(), cfg->keys.end(), [](const config::ApiKey& k) { return k.max_in_flight > 0; })) {
+    active_.store(true, std::memory_order_relaxed);  // (once active it stays: requests hold slots)
+  }
+  dispatch();  // a raised limit, a longer queue: the waiting requests it lets in
 }
 
 Gate::~Gate() = default;
 
 Gate::Need Gate::need(const config::ApiKey& key, const std::string& alias) {
   Need n;
-  if (!active_) return n;
+  if (!active_.load(std::memory_order_relaxed)) return n;
   n.key = key.name;
   // Keys change at runtime (reload, the key store): a key's slot is made when it is
   // first seen with a limit.
-  const int limit = key.max_in_flight >= 0 ? key.max_in_flight : cfg_.concurrency.per_key;
+  const int limit = key.max_in_flight >= 0 ? key.max_in_flight : settings().per_key;
+  std::lock_guard lock(mu_);  // (the maps change at a reload)
   if (limit > 0 || keyed_.load(std::memory_order_relaxed)) {
-    std::lock_guard lock(mu_);
     auto it = key_slots_.find(key.name);
     if (it == key_slots_.end() && limit > 0) {
       it = key_slots_.emplace(key.name, std::make_unique<Slot>(Slot{"key:" + key.name, limit, 0})).first;
@@ -111,13 +156,13 @@ Priority Gate::priority(const config::ApiKey& key, std::string_view header, bool
   Priority own = Priority::standard;
   if (key.priority) {
     own = *key.priority;
-  } else if (auto it = cfg_.concurrency.tier_priority.find(key.tier); it != cfg_.concurrency.tier_priority.end()) {
+  } else if (auto it = settings().tier_priority.find(key.tier); it != settings().tier_priority.end()) {
     own = it->second;
   }
   const Priority allowed = key.max_priority ? std::max(*key.max_priority, own) : own;
   Priority p = own;
   if (auto asked = config::priority_from_name(header)) p = std::min(*asked, allowed);
-  if (urgent) p = std::max(p, std::min(cfg_.concurrency.urgent_class, allowed));
+  if (urgent) p = std::max(p, std::min(settings().urgent_class, allowed));
   return p;
 }
 
@@ -137,13 +182,13 @@ void Gate::hold(const std::string& alias, bool held) {
 }
 
 void Gate::update_keys(const std::vector<const config::ApiKey*>& keys) {
-  if (!active_) return;
+  if (!active_.load(std::memory_order_relaxed)) return;
   std::lock_guard lock(mu_);
   bool grew = false;
   for (const auto* k : keys) {
     auto it = key_slots_.find(k->name);
     if (it == key_slots_.end()) continue;  // made when the key is first used
-    const int limit = k->max_in_flight >= 0 ? k->max_in_flight : cfg_.concurrency.per_key;
+    const int limit = k->max_in_flight >= 0 ? k->max_in_flight : settings().per_key;
     // Unlimited now: the slot stays (requests hold it) but no longer bounds.
     const int now = limit > 0 ? limit : std::numeric_limits<int>::max();
     grew = grew || now > it->second->limit;
@@ -307,7 +352,7 @@ net::awaitable<Gate::Result> Gate::enter(Need need, Priority p, Cancel& cancel, 
         co_return res;
       }
     }
-    if (queued_ >= cfg_.concurrency.queue_size && !make_room(need.key)) {
+    if (queued_ >= settings().queue_size && !make_room(need.key)) {
       if (!wait.degradable) ++stats_.queue_full;
       res.outcome = Outcome::queue_full;
       co_return res;
@@ -338,7 +383,7 @@ net::awaitable<Gate::Result> Gate::enter(Need need, Priority p, Cancel& cancel, 
   };
   // The wait's own end (Wait::max_wait), if any.
   const auto own_end = wait.max_wait.count() > 0 ? w->arrived + wait.max_wait : Clock::time_point::max();
-  auto class_end = [&] { return w->arrived + cfg_.concurrency.max_wait[static_cast<int>(w->cls)]; };
+  auto class_end = [&] { return w->arrived + settings().max_wait[static_cast<int>(w->cls)]; };
   for (;;) {
     bool decided = false;
     {

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "config/admission.hpp"  // Concurrency
 #include "config/keys.hpp"
 #include "config/priority.hpp"
 
@@ -91,6 +92,15 @@ class Gate {
   explicit Gate(const config::Config& cfg);
   ~Gate();
 
+  // The configuration file read again (SIGHUP, POST /admin/reload): `concurrency` (per_key,
+  // queue_size, max_wait, tier_priority, urgent_keywords, urgent_class) in force for every
+  // request from now on, those waiting included; routes' and sole backends' limits follow
+  // (a new alias gets its slot; a slot in use is never removed: a route that went keeps an
+  // unlimited one). Call update_keys() after it: per_key applies to the keys' slots there.
+  void reconfigure(std::shared_ptr<const config::Config> cfg);
+  // The concurrency settings in force (those of the last reconfigure(); kept alive).
+  const config::Concurrency& settings() const;
+
   Need need(const config::ApiKey& key, const std::string& alias);
   // The class a request waits in: X-Priority if given and not above the key's allowance
   // (max_priority, else its own class: from `priority:` or its tier), else the key's
@@ -130,7 +140,7 @@ class Gate {
     std::array<double, kPriorities> wait_sum{};
   };
   Snapshot snapshot() const;
-  bool active() const { return active_; }
+  bool active() const { return active_.load(std::memory_order_relaxed); }
 
  private:
   struct Waiter;
@@ -145,9 +155,15 @@ class Gate {
   // the longest. < 0 when a full slot has no measured hold time yet.
   double estimate(const Need& n, Priority p, const Waiter* self, int& position) const;
 
-  const config::Config& cfg_;
-  bool active_ = false;
-  // key_slots_ grows at runtime (need(), under mu_); the others are made at start.
+  // Model, backend and summed slots from `cfg`'s routes (under mu_, or in the constructor).
+  void install_routes(const config::Config& cfg);
+
+  // The configuration in force: the one at start, or one of kept_ (each reload's, kept so
+  // that a reader of an older one never holds a dangling reference; reloads are few).
+  std::atomic<const config::Config*> cfg_;
+  std::vector<std::shared_ptr<const config::Config>> kept_;  // under mu_
+  std::atomic<bool> active_{false};
+  // Every map is read and changed under mu_ (reconfigure() adds slots at runtime).
   std::unordered_map<std::string, std::unique_ptr<Slot>> key_slots_;
   std::unordered_map<std::string, std::unique_ptr<Slot>> model_slots_, backend_slots_;
   std::atomic<bool> keyed_{false};  // key_slots_ holds a slot

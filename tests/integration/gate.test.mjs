@@ -2,9 +2,10 @@
 // (vip, premium, standard), queue full (429), wait expired (503), demotion, and clients
 // that leave while queued.
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 
-import { KEY, chat, metricValue, rawRequest, startGateway, USER, waitFor, withGateway } from './lib.mjs';
+import { KEY, chat, metricValue, rawRequest, startGateway, toYaml, USER, waitFor, withGateway } from './lib.mjs';
 
 const VIP_KEY = 'sk-vip-aaaabbbbccccdddd';
 const KEY_B = 'sk-bbb-aaaabbbbccccdddd';
@@ -236,6 +237,48 @@ describe('queue limits', () => {
       assert.ok(l2.queue_ms > 0);
       const l3 = await gw.logFor(r3.headers.get('x-request-id'));
       assert.equal(l3.queue_ms, undefined);
+    });
+  });
+});
+
+describe('reload', () => {
+  // The running gateway's file with `cfg`'s keys, models and concurrency (its listeners,
+  // names and data directory kept), read again through the admin listener.
+  async function reload(gw, cfg) {
+    const now = fs.readFileSync(gw.configPath, 'utf8');
+    fs.writeFileSync(gw.configPath, now.slice(0, now.indexOf('keys:')) + toYaml(cfg));
+    const r = await rawRequest({ port: gw.adminPort, method: 'POST', path: '/admin/reload', body: '' });
+    assert.equal(r.status, 200, r.body);
+    return JSON.parse(r.body);
+  }
+
+  test('the gate follows the file: a raised limit lets a queued request in at once; queue size and a new alias apply', async () => {
+    await withGateway(config({ ttft: '2s' }), async (gw) => {
+      const t = tracker(gw);
+      const first = (await t.send('first', KEY)).res;
+      const second = (await t.send('second', KEY)).res;
+      assert.equal(await queued(gw), 1, 'demo: max_in_flight 1');
+      assert.equal((await infra(gw)).queue_size, 8);
+
+      const next = config({ ttft: '2s', queueSize: 3 });
+      next.models[0].max_in_flight = 2;
+      next.models.push({ alias: 'extra', provider: 'simulated', max_in_flight: 1, sim: { ttft: '2s', inter_token: '1ms', jitter: 0 } });
+      const answer = await reload(gw, next);
+      assert.equal(answer.reloaded, true);
+      assert.match(answer.message, /concurrency gate/);
+      // Let in at once, while the first still holds its slot.
+      await waitFor(async () => (await queued(gw)) === 0 && (await infra(gw)).in_flight === 2, { what: 'the queued request let in' });
+      assert.equal((await infra(gw)).queue_size, 3);
+      assert.ok(!t.done.includes('first'), 'the first request was still running');
+
+      // The new alias has its slot: a second request to it waits.
+      const body = { model: 'extra', messages: USER, max_tokens: 2 };
+      const e1 = (await t.send('e1', KEY, { body })).res;
+      const e2 = (await t.send('e2', KEY_B, { body })).res;
+      assert.equal(await queued(gw), 1, 'extra: max_in_flight 1');
+      const results = await Promise.all([first, second, e1, e2]);
+      assert.deepEqual(results.map((r) => r.status), [200, 200, 200, 200]);
+      assert.equal(t.done.at(-1), 'e2');
     });
   });
 });

@@ -239,6 +239,65 @@ TEST_F(GateTest, PerModelLimit) {
   release(m2);
 }
 
+// The file read again: new limits for the requests waiting and those to come, a new alias
+// with its slot, a removed one's slot unlimited; the slots held stay valid.
+TEST_F(GateTest, ReconfigureChangesLimitsAndSettingsInPlace) {
+  cfg.concurrency.per_key = 1;
+  cfg.keys = {make_key("a")};
+  cfg.routes = {make_route("m", 1), make_route("gone", 1)};
+  make();
+  Req& a1 = start("a", "m", Priority::standard);
+  Req& a2 = start("a", "m", Priority::standard);
+  ASSERT_TRUE(granted(a1));
+  EXPECT_FALSE(a2.result) << "per_key 1";
+  const auto held = a1.need;  // its slots must outlive the reload
+
+  auto next = std::make_shared<config::Config>(cfg);
+  next->concurrency.per_key = 3;
+  next->concurrency.queue_size = 7;
+  next->concurrency.tier_priority["gold"] = Priority::vip;
+  next->concurrency.urgent_keywords = {"outage"};
+  next->routes = {make_route("m", 2), make_route("new", 1)};
+  gate->reconfigure(next);
+  EXPECT_EQ(gate->settings().queue_size, 7);
+  EXPECT_EQ(gate->settings().urgent_keywords, std::vector<std::string>{"outage"});
+  config::ApiKey gold = make_key("g");
+  gold.tier = "gold";
+  EXPECT_EQ(gate->priority(gold, ""), Priority::vip);
+  // The key's slot takes the new per_key once the keys are installed again.
+  std::vector<const config::ApiKey*> keys{&key("a")};
+  gate->update_keys(keys);
+  poll();
+  ASSERT_TRUE(granted(a2)) << "the waiting request let in by the raised limits";
+  EXPECT_EQ(held.slots[1]->limit, 2) << "the same slot, its new limit";
+  ASSERT_NE(gate->need(key("a"), "new").slots[1], nullptr);
+  EXPECT_EQ(gate->need(key("a"), "new").slots[1]->limit, 1);
+  EXPECT_EQ(gate->need(key("a"), "gone").slots[1]->limit, std::numeric_limits<int>::max());
+  release(a1);
+  release(a2);
+  EXPECT_EQ(gate->snapshot().in_flight, 0);
+  EXPECT_EQ(held.slots[1]->used, 0);
+}
+
+// A gateway started without any limit: a reload that brings one turns the gate on.
+TEST_F(GateTest, ReconfigureTurnsAnInactiveGateOn) {
+  cfg.keys = {make_key("a")};
+  cfg.routes = {make_route("m")};
+  make();
+  ASSERT_FALSE(gate->active());
+  auto next = std::make_shared<config::Config>(cfg);
+  next->routes = {make_route("m", 1)};
+  gate->reconfigure(next);
+  EXPECT_TRUE(gate->active());
+  Req& r1 = start("a", "m", Priority::standard);
+  Req& r2 = start("a", "m", Priority::standard);
+  ASSERT_TRUE(granted(r1));
+  EXPECT_FALSE(r2.result);
+  release(r1);
+  ASSERT_TRUE(granted(r2));
+  release(r2);
+}
+
 TEST_F(GateTest, BackendLimitSharedByRoutesToTheSameEndpoint) {
   cfg.keys = {make_key("a")};
   cfg.routes = {make_route("x", 0, 1, "10.0.0.5", 8000), make_route("y", 0, 1, "10.0.0.5", 8000),
