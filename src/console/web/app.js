@@ -236,7 +236,22 @@ function openPage(id) {
   document.title = `${p.title} · sluice console`;
   const root = h('section', { id: `page-${id}` }, h('h1', {}, p.title));
   $('#main').replaceChildren(root);
-  const refresh = p.build(root);
+  // Every reading of the page is numbered: an answer that is not the latest one asked (a
+  // slow poll overtaken by a click's refresh) is dropped.
+  let latest = 0;
+  let refresh = null;
+  const run = async () => {
+    const mine = ++latest;
+    await refresh(() => gen === state.generation && mine === latest);
+  };
+  const failed = (e) => {
+    if (gen !== state.generation) return;
+    if (e.status === 401) forget('Signed out: the key is no longer valid.');
+    else footer(`${p.title}: ${e.message}`, true);
+  };
+  // Read again now (after a change, a new filter): errors shown as the poll's are.
+  const again = () => run().then(() => footer(`Updated ${new Date().toLocaleTimeString()}`), failed);
+  refresh = p.build(root, again);
   const tick = async () => {
     if (gen !== state.generation) return;
     // Not while the operator types in this page (a refresh would redraw the field).
@@ -247,12 +262,11 @@ function openPage(id) {
       return;
     }
     try {
-      await refresh(() => gen === state.generation);
+      await run();
       footer(`Updated ${new Date().toLocaleTimeString()}`);
     } catch (e) {
-      if (gen !== state.generation) return;
-      if (e.status === 401) return forget('Signed out: the key is no longer valid.');
-      footer(`${p.title}: ${e.message}`, true);
+      failed(e);
+      if (e.status === 401) return;
     }
     if (gen === state.generation && p.every) state.timer = setTimeout(tick, p.every);
   };
@@ -428,7 +442,7 @@ function stateBadge(st) {
   return badge(st, 'bad');
 }
 
-function buildRoutes(root) {
+function buildRoutes(root, again) {
   const msg = h('p', { class: 'msg', id: 'routes-msg' });
   const routesBox = h('div', { id: 'routes' });
   const backendsBox = h('div', { id: 'backends' });
@@ -441,8 +455,8 @@ function buildRoutes(root) {
       'span',
       { class: 'actions' },
       input,
-      h('button', { type: 'button', onclick: async () => (await change(msg, `Canary of ${r.model} set to ${input.value}%`, () => api(`/admin/routes/${encodeURIComponent(r.model)}/canary`, { method: 'POST', body: { weight: Number(input.value) } }))) && refresh(() => true) }, 'Set'),
-      h('button', { type: 'button', onclick: async () => (await change(msg, `Canary of ${r.model} back to its configured weight`, () => api(`/admin/routes/${encodeURIComponent(r.model)}/canary`, { method: 'POST', body: { weight: null } }))) && refresh(() => true) }, 'Reset'),
+      h('button', { type: 'button', onclick: async () => (await change(msg, `Canary of ${r.model} set to ${input.value}%`, () => api(`/admin/routes/${encodeURIComponent(r.model)}/canary`, { method: 'POST', body: { weight: Number(input.value) } }))) && again() }, 'Set'),
+      h('button', { type: 'button', onclick: async () => (await change(msg, `Canary of ${r.model} back to its configured weight`, () => api(`/admin/routes/${encodeURIComponent(r.model)}/canary`, { method: 'POST', body: { weight: null } }))) && again() }, 'Reset'),
     );
   };
   refresh = async (current) => {
@@ -480,7 +494,7 @@ function buildRoutes(root) {
                     class: b.drained ? '' : 'danger',
                     onclick: async () => {
                       const act = b.drained ? 'undrain' : 'drain';
-                      if (await change(msg, `${b.name}: ${act}ed`, () => api(`/admin/backends/${encodeURIComponent(b.name)}/${act}`, { method: 'POST' }))) await refresh(() => true);
+                      if (await change(msg, `${b.name}: ${act}ed`, () => api(`/admin/backends/${encodeURIComponent(b.name)}/${act}`, { method: 'POST' }))) await again();
                     },
                   }, b.drained ? 'Undrain' : 'Drain')
                 : '',
@@ -496,7 +510,7 @@ function buildRoutes(root) {
 
 // ---- keys ------------------------------------------------------------------------------
 
-function buildKeys(root) {
+function buildKeys(root, again) {
   const msg = h('p', { class: 'msg', id: 'keys-msg' });
   const secretBox = h('div', { id: 'secret-box' });
   const list = h('div', { id: 'keys' });
@@ -545,7 +559,7 @@ function buildKeys(root) {
             if (r) {
               showSecret(r.data.name, r.data.secret, 'Created');
               ev.target.reset();
-              await refresh(() => true);
+              await again();
             }
           },
         },
@@ -582,7 +596,7 @@ function buildKeys(root) {
         const method = what === 'Delete' ? 'DELETE' : 'POST';
         const r = await change(msg, `${k.name}: ${what.toLowerCase()} done`, () => api(path, { method, body }));
         if (r && after) after(r);
-        if (r) await refresh(() => true);
+        if (r) await again();
       },
     }, what);
   refresh = async (current) => {
@@ -636,14 +650,14 @@ function buildKeys(root) {
 const WINDOWS = { '1h': 3600e3, '24h': 86400e3, '7d': 7 * 86400e3 };
 const COLORS = ['#2456d6', '#e07b00', '#1a7f37', '#c62828', '#7b3fc4', '#0a8ea0', '#b8860b', '#d63384', '#6b7385'];
 
-function buildUsage(root) {
+function buildUsage(root, again) {
   const win = h('select', { id: 'usage-window' }, Object.keys(WINDOWS).map((w) => h('option', { value: w }, `last ${w}`)));
   const group = h('select', { id: 'usage-group' }, h('option', { value: 'key' }, 'by key'), h('option', { value: 'tenant' }, 'by tenant'));
   const measure = h('select', { id: 'usage-measure' }, h('option', { value: 'tokens' }, 'tokens'), h('option', { value: 'count' }, 'requests'));
   const chart = h('div', { id: 'usage-chart' });
   const totals = h('div', { id: 'usage-table' });
   let refresh;
-  const redo = () => refresh(() => true).catch((e) => footer(e.message, true));
+  const redo = () => again();
   for (const s of [win, group, measure]) s.addEventListener('change', redo);
   root.append(
     h('p', { class: 'muted' }, 'From the request history (every instance sharing its database).'),
@@ -658,15 +672,17 @@ function buildUsage(root) {
       chart.replaceChildren(h('p', { class: 'empty' }, 'The request history is off (history.backend: none).'));
       return;
     }
+    const by = group.value;
+    const what = measure.value;
     const span = WINDOWS[win.value];
     const n = 12;
     const until = Date.now();
     const since = until - span;
-    const q = (a, b) => `/history/stats?since=${Math.round(a)}&until=${Math.round(b)}&group_by=${group.value}`;
+    const q = (a, b) => `/history/stats?since=${Math.round(a)}&until=${Math.round(b)}&group_by=${by}`;
     const parts = await Promise.all([...Array(n).keys()].map((i) => api(q(since + (span * i) / n, since + (span * (i + 1)) / n))));
     const whole = await api(q(since, until));
     if (!current()) return;
-    const value = (g) => (measure.value === 'tokens' ? g.prompt_tokens + g.completion_tokens : g.count);
+    const value = (g) => (what === 'tokens' ? g.prompt_tokens + g.completion_tokens : g.count);
     const name = (g) => (g.key === null ? '(none)' : g.key);
     const top = whole.data.groups.slice().sort((a, b) => value(b) - value(a)).slice(0, COLORS.length - 1).map(name);
     const series = parts.map((p) => {
@@ -697,14 +713,14 @@ function buildUsage(root) {
       names.length
         ? svg('svg', { class: 'chart', viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: 'none' }, bars)
         : h('p', { class: 'empty' }, 'no requests in this window'),
-      h('div', { class: 'legend' }, names.map((k, c) => h('span', {}, h('i', { 'data-color': c }), k)), h('span', { class: 'muted' }, `max ${fmt.n(max)} ${measure.value === 'tokens' ? 'tokens' : 'requests'} per ${fmt.age(span / n)}`)),
+      h('div', { class: 'legend' }, names.map((k, c) => h('span', {}, h('i', { 'data-color': c }), k)), h('span', { class: 'muted' }, `max ${fmt.n(max)} ${what === 'tokens' ? 'tokens' : 'requests'} per ${fmt.age(span / n)}`)),
     );
     // (colours through a class: the page's policy allows no inline style)
     for (const i of chart.querySelectorAll('.legend i')) i.classList.add(`c${i.dataset.color}`);
     totals.replaceChildren(
       table(
         [
-          { label: group.value === 'key' ? 'Key' : 'Tenant', cell: name },
+          { label: by === 'key' ? 'Key' : 'Tenant', cell: name },
           { label: 'Requests', num: true, cell: (g) => fmt.n(g.count) },
           { label: 'Errors', num: true, cell: (g) => fmt.n(g.errors) },
           { label: 'Prompt tokens', num: true, cell: (g) => fmt.n(g.prompt_tokens) },
@@ -722,7 +738,7 @@ function buildUsage(root) {
 
 // ---- recent requests (the history) -----------------------------------------------------
 
-function buildHistory(root) {
+function buildHistory(root, again) {
   const f = {
     model: h('input', { name: 'model', placeholder: 'model' }),
     key: h('input', { name: 'key', placeholder: 'key' }),
@@ -747,7 +763,7 @@ function buildHistory(root) {
         id: 'history-filters',
         onsubmit: (ev) => {
           ev.preventDefault();
-          refresh(() => true).catch((e) => footer(e.message, true));
+          again();
         },
       },
       Object.values(f),
@@ -777,8 +793,9 @@ function buildHistory(root) {
         'no requests match',
       ),
     );
+  let used = null; // the filters of the rows shown: "Older" pages back through those
   more.addEventListener('click', async () => {
-    const p = query();
+    const p = new URLSearchParams(used);
     p.set('before_id', before);
     try {
       const { data } = await api(`/history?${p}`);
@@ -795,8 +812,10 @@ function buildHistory(root) {
       box.replaceChildren(h('p', { class: 'empty' }, 'The request history is off (history.backend: none).'));
       return;
     }
-    const { data } = await api(`/history?${query()}`);
+    const asked = query();
+    const { data } = await api(`/history?${asked}`);
     if (!current()) return;
+    used = asked;
     rows = data.data;
     before = data.next_before_id;
     more.hidden = !data.has_more;
@@ -807,14 +826,14 @@ function buildHistory(root) {
 
 // ---- live requests and streams ---------------------------------------------------------
 
-function buildLive(root) {
+function buildLive(root, again) {
   const onlyStreams = h('input', { type: 'checkbox', id: 'live-streams' });
   const msg = h('p', { class: 'msg', id: 'live-msg' });
   const box = h('div', { id: 'live' });
   const info = h('p', { class: 'muted', id: 'live-info' });
   root.append(h('div', { class: 'row' }, h('label', {}, onlyStreams, ' streams only')), info, msg, box);
   let refresh;
-  onlyStreams.addEventListener('change', () => refresh(() => true).catch((e) => footer(e.message, true)));
+  onlyStreams.addEventListener('change', () => again());
   refresh = async (current) => {
     const { data } = await api(`/admin/requests${onlyStreams.checked ? '?stream=true' : ''}`);
     if (!current()) return;
@@ -844,7 +863,7 @@ function buildLive(root) {
                       ev.target.disabled = true;
                       const res = await change(msg, `Cancelled ${r.id}`, () => api(`/admin/requests/${encodeURIComponent(r.id)}/cancel`, { method: 'POST' }));
                       if (res && res.status === 202) message(msg, `Cancel of ${r.id} sent (${res.data.instance ?? 'here'}: it ends at its next step)`, true);
-                      await refresh(() => true);
+                      await again();
                     },
                   }, 'Cancel')
                 : '',
