@@ -38,6 +38,7 @@ struct LimitMatch {
   std::string tier;
   std::string tenant;
   std::string model;   // alias
+  bool operator==(const LimitMatch&) const = default;
 };
 
 struct RequestLimit {
@@ -52,6 +53,7 @@ struct RequestLimit {
   // Redis backend: requests a worker may take from Redis in advance and admit locally.
   // -1 = auto (limit / 1000, at most 1000; none below 1000 per window); 0 = off.
   std::int64_t lease = -1;
+  bool operator==(const RequestLimit&) const = default;
 };
 
 struct TokenLimit {
@@ -65,6 +67,7 @@ struct TokenLimit {
   // -1 = auto (for limits of a million tokens or more: limit / 1000, at most 1024
   // requests' worth); 0 = off.
   std::int64_t lease = -1;
+  bool operator==(const TokenLimit&) const = default;
 };
 
 struct RateLimits {
@@ -78,6 +81,7 @@ struct RateLimits {
   // 0 = timeouts.total + 1 minute.
   std::chrono::milliseconds reservation_ttl{0};
   bool any() const { return !requests.empty() || !tokens.empty(); }
+  bool operator==(const RateLimits&) const = default;
 };
 
 struct RedisSettings {
@@ -86,6 +90,7 @@ struct RedisSettings {
   std::chrono::milliseconds connect_timeout{500};
   std::chrono::milliseconds retry_interval{1000};  // reconnect attempts while down
   std::string key_prefix = "sluice";
+  bool operator==(const RedisSettings&) const = default;
 };
 
 struct Concurrency {

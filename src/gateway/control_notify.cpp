@@ -97,12 +97,12 @@ int connect_plain(const std::string& host, std::uint16_t port) {
 }
 
 // SENTINEL get-master-addr-by-name's answer: *2 $n host $m port (five lines), or *-1.
-bool read_master(int fd, std::string& host, std::uint16_t& port) {
+bool read_master(int fd, std::string& host, std::uint16_t& port, std::chrono::steady_clock::time_point until) {
   std::string buf;
   char chunk[512];
   std::vector<std::string> lines;
   while (lines.size() < 5) {
-    if (!ready(fd, POLLIN, kIo)) return false;
+    if (std::chrono::steady_clock::now() >= until || !ready(fd, POLLIN, kIo)) return false;
     const auto n = ::recv(fd, chunk, sizeof chunk, 0);
     if (n <= 0 || buf.size() > 4096) return false;
     buf.append(chunk, static_cast<std::size_t>(n));
@@ -126,11 +126,16 @@ int connect_to(const RedisEndpoint& ep) {
   std::string host = ep.host;
   std::uint16_t port = ep.port;
   if (!ep.sentinels.empty()) {
+    // At most 2 s over all sentinels: this runs on the poll thread and on the query
+    // thread (a publish), which others wait behind.
+    const auto until = std::chrono::steady_clock::now() + 4 * kIo;
     bool named = false;
     for (const auto& sentinel : ep.sentinels) {
+      if (std::chrono::steady_clock::now() >= until) break;
       const int sfd = connect_plain(sentinel.host, sentinel.port);
       if (sfd < 0) continue;
-      named = send_all(sfd, command({"SENTINEL", "get-master-addr-by-name", ep.master})) && read_master(sfd, host, port);
+      named = send_all(sfd, command({"SENTINEL", "get-master-addr-by-name", ep.master})) &&
+              read_master(sfd, host, port, until);
       ::close(sfd);
       if (named) break;
     }

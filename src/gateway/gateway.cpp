@@ -368,6 +368,18 @@ class GatewayImpl final : public Gateway {
     std::string done = std::to_string(next_keys->size()) + " keys, " + std::to_string(t->routes.size()) +
                        " routes, routing table version " + std::to_string(t->version) +
                        " (keys, models, routing and the concurrency gate are reloaded; other sections need a restart)";
+    // What the file changed that a reload does not apply: said, not silently ignored.
+    const config::Config& was = *shared_.cfg;
+    std::string later;
+    auto unapplied = [&](bool changed, std::string_view section) {
+      if (changed) later += (later.empty() ? "" : ", ") + std::string(section);
+    };
+    unapplied(!(res.config->rate_limits == was.rate_limits), "rate_limits");
+    unapplied(!(res.config->redis == was.redis), "redis");
+    unapplied(res.config->listen_host != was.listen_host || res.config->listen_port != was.listen_port, "listen");
+    unapplied(res.config->workers != was.workers, "workers");
+    unapplied(res.config->guardrails.size() != was.guardrails.size(), "guardrails");
+    if (!later.empty()) done += "; changed in the file but in force only after a restart: " + later;
     std::cerr << "sluice: reloaded " << path << ": " << done << std::endl;
     return {true, std::move(done)};
   }

@@ -279,6 +279,14 @@ describe('reload', () => {
       const results = await Promise.all([first, second, e1, e2]);
       assert.deepEqual(results.map((r) => r.status), [200, 200, 200, 200]);
       assert.equal(t.done.at(-1), 'e2');
+      assert.doesNotMatch(answer.message, /after a restart:/);
+
+      // What a reload does not apply is said, not ignored.
+      const limited = { ...next, rate_limits: { requests: [{ scope: 'key', limit: 1, window: '1h' }] } };
+      const later = await reload(gw, limited);
+      assert.equal(later.reloaded, true);
+      assert.match(later.message, /changed in the file but in force only after a restart: rate_limits$/);
+      for (let i = 0; i < 2; i++) assert.equal((await chat(gw, { model: 'wide', messages: USER, max_tokens: 2 })).status, 200);
     });
   });
 });
