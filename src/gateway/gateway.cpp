@@ -187,10 +187,9 @@ class GatewayImpl final : public Gateway {
     cache_ = std::make_unique<cache::Cache>(c);
     shared_.cache = cache_.get();
     shared_.embed_batches = &embed_batches_;
-    if (!c.guardrails.empty()) {
-      guards_ = std::make_unique<guard::Guards>(c.guardrails);
-      shared_.guards = guards_.get();
-    }
+    // Even without policies: a reload may bring some.
+    guards_ = std::make_unique<guard::Guards>(c.guardrails);
+    shared_.guards = guards_.get();
     if (!c.rate_limits.tokens.empty()) {
       auto [counter, info] = load_tokenizer(c);
       shared_.tokens = std::move(counter);
@@ -336,12 +335,17 @@ class GatewayImpl final : public Gateway {
     if (!res.ok()) {
       for (const auto& e : res.errors) message += (message.empty() ? "" : "; ") + e.to_string();
     } else {
-      // Guardrails policies stay as started: a route may not name one they lack (it would
-      // go unscreened).
-      for (const auto& r : res.config->routes) {
-        if (!r.guardrails.empty() && (!shared_.guards || !shared_.guards->find(r.guardrails))) {
-          message += (message.empty() ? "" : "; ") + std::string("route '") + r.alias + "' names guardrails policy '" +
-                     r.guardrails + "', which the running gateway does not have (guardrails change at a restart)";
+      // The file's routes and keys name only its own policies (the loader checks); the key
+      // store's keys must find theirs too, or they would go unscreened.
+      std::lock_guard stored_lock(keys_mu_);
+      for (const auto& k : stored_) {
+        const std::string& g = k.key.guardrails;
+        if (g.empty() || g == "none") continue;
+        const bool kept = std::any_of(res.config->guardrails.begin(), res.config->guardrails.end(),
+                                      [&](const config::GuardPolicy& p) { return p.name == g; });
+        if (!kept) {
+          message += (message.empty() ? "" : "; ") + std::string("stored key '") + k.key.name +
+                     "' names guardrails policy '" + g + "', which the file no longer has";
         }
       }
     }
@@ -362,12 +366,13 @@ class GatewayImpl final : public Gateway {
     }
     keys_cfg_ = res.config;
     gate_->reconfigure(res.config);  // before the keys: their slots take its per_key
+    guards_->reconfigure(res.config->guardrails);  // before the keys that name them
     install_keys(next_keys);
     keys_lock.unlock();
     const auto t = router_->table();
     std::string done = std::to_string(next_keys->size()) + " keys, " + std::to_string(t->routes.size()) +
                        " routes, routing table version " + std::to_string(t->version) +
-                       " (keys, models, routing and the concurrency gate are reloaded; other sections need a restart)";
+                       " (keys, models, routing, the concurrency gate and the guardrails policies are reloaded; other sections need a restart)";
     // What the file changed that a reload does not apply: said, not silently ignored.
     const config::Config& was = *shared_.cfg;
     std::string later;
@@ -378,7 +383,6 @@ class GatewayImpl final : public Gateway {
     unapplied(!(res.config->redis == was.redis), "redis");
     unapplied(res.config->listen_host != was.listen_host || res.config->listen_port != was.listen_port, "listen");
     unapplied(res.config->workers != was.workers, "workers");
-    unapplied(res.config->guardrails.size() != was.guardrails.size(), "guardrails");
     if (!later.empty()) done += "; changed in the file but in force only after a restart: " + later;
     std::cerr << "sluice: reloaded " << path << ": " << done << std::endl;
     return {true, std::move(done)};

@@ -41,7 +41,7 @@ std::string render_metrics(const Shared& g) {
   telemetry::render_gpu_metrics(o);
   if (g.router) g.router->render_metrics(o);
   if (g.cache) g.cache->render_metrics(o);
-  if (g.guards) g.guards->render_metrics(o);
+  if (g.guards && g.guards->any()) g.guards->render_metrics(o);
   if (g.embed_batches) g.embed_batches->render(o);
   if (const auto* server = g.server.load(std::memory_order_acquire)) {
     const auto c = server->connection_stats();

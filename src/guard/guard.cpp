@@ -543,6 +543,11 @@ std::optional<bool> VerdictCache::get(const std::string& key) {
   return it->second.first;
 }
 
+void VerdictCache::clear() {
+  std::lock_guard lock(mu_);
+  map_.clear();
+}
+
 void VerdictCache::put(const std::string& key, bool flagged, std::chrono::milliseconds ttl) {
   if (ttl.count() <= 0) return;
   std::lock_guard lock(mu_);
@@ -569,12 +574,18 @@ void Guards::count_model(bool ok) noexcept {
   if (!ok) model_failures_.fetch_add(1, std::memory_order_relaxed);
 }
 
-Guards::Guards(const std::vector<config::GuardPolicy>& policies) {
-  for (const auto& p : policies) screens_.push_back(std::make_unique<Screen>(p));
+Guards::Guards(const std::vector<config::GuardPolicy>& policies) { reconfigure(policies); }
+
+void Guards::reconfigure(const std::vector<config::GuardPolicy>& policies) {
+  auto set = std::make_unique<Set>();
+  for (const auto& p : policies) set->push_back(std::make_unique<Screen>(p));  // compiled before the swap
+  current_.store(set.get(), std::memory_order_release);
+  sets_.push_back(std::move(set));
+  verdicts_.clear();
 }
 
 const Screen* Guards::find(std::string_view name) const noexcept {
-  for (const auto& s : screens_) {
+  for (const auto& s : *current_.load(std::memory_order_acquire)) {
     if (s->policy().name == name) return s.get();
   }
   return nullptr;

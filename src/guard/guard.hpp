@@ -83,6 +83,7 @@ class VerdictCache {
   static constexpr std::size_t kMax = 100'000;
   std::optional<bool> get(const std::string& key);
   void put(const std::string& key, bool flagged, std::chrono::milliseconds ttl);
+  void clear();
   static std::string key(std::string_view policy, std::string_view text);
 
  private:
@@ -94,6 +95,12 @@ class VerdictCache {
 class Guards {
  public:
   explicit Guards(const std::vector<config::GuardPolicy>& policies);
+  // The policies of a reloaded file, in force from the next find(). A Screen found before
+  // stays valid (every set is kept: reloads are few); cached guard-model verdicts are
+  // dropped (a policy of the same name may now say otherwise). Not concurrent with itself.
+  void reconfigure(const std::vector<config::GuardPolicy>& policies);
+  // Whether any policy is in force.
+  bool any() const noexcept { return !current_.load(std::memory_order_acquire)->empty(); }
   const Screen* find(std::string_view name) const noexcept;
   void count(const Verdict& v) noexcept;
   void count_model(bool ok) noexcept;  // a guard model's call: answered, or failed / timed out
@@ -101,7 +108,9 @@ class Guards {
   VerdictCache& verdicts() noexcept { return verdicts_; }
 
  private:
-  std::vector<std::unique_ptr<Screen>> screens_;
+  using Set = std::vector<std::unique_ptr<Screen>>;
+  std::vector<std::unique_ptr<const Set>> sets_;  // every set installed, the last in force
+  std::atomic<const Set*> current_{nullptr};
   std::array<std::array<std::atomic<std::uint64_t>, 4>, kKinds> counts_{};  // [kind][action]
   std::atomic<std::uint64_t> model_calls_{0}, model_failures_{0};
   VerdictCache verdicts_;

@@ -2,10 +2,9 @@
 // (vip, premium, standard), queue full (429), wait expired (503), demotion, and clients
 // that leave while queued.
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 
-import { KEY, chat, metricValue, rawRequest, startGateway, toYaml, USER, waitFor, withGateway } from './lib.mjs';
+import { KEY, chat, metricValue, rawRequest, reloadWith, startGateway, USER, waitFor, withGateway } from './lib.mjs';
 
 const VIP_KEY = 'sk-vip-aaaabbbbccccdddd';
 const KEY_B = 'sk-bbb-aaaabbbbccccdddd';
@@ -242,14 +241,10 @@ describe('queue limits', () => {
 });
 
 describe('reload', () => {
-  // The running gateway's file with `cfg`'s keys, models and concurrency (its listeners,
-  // names and data directory kept), read again through the admin listener.
   async function reload(gw, cfg) {
-    const now = fs.readFileSync(gw.configPath, 'utf8');
-    fs.writeFileSync(gw.configPath, now.slice(0, now.indexOf('keys:')) + toYaml(cfg));
-    const r = await rawRequest({ port: gw.adminPort, method: 'POST', path: '/admin/reload', body: '' });
-    assert.equal(r.status, 200, r.body);
-    return JSON.parse(r.body);
+    const answer = await reloadWith(gw, cfg);
+    assert.equal(answer.status, 200, JSON.stringify(answer));
+    return answer;
   }
 
   test('the gate follows the file: a raised limit lets a queued request in at once; queue size and a new alias apply', async () => {

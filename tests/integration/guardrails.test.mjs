@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { closedPort, KEY, metricValue, request, sse, startGateway, startRecorder, startSim } from './lib.mjs';
+import { closedPort, KEY, metricValue, rawRequest, reloadWith, request, sse, startGateway, startRecorder, startSim, withGateway } from './lib.mjs';
 
 const LOOSE = 'sk-loose-key-000000000000';
 let up, gw;
@@ -207,5 +207,61 @@ describe('guard model', () => {
     assert.ok(closed.headers.get('retry-after'));
     const m = await gw2.metrics();
     assert.ok(metricValue(m, 'sluice_guard_model_failures_total') >= 2);
+  });
+});
+
+describe('guardrails reloaded', () => {
+  test('policies follow the file: added, changed and removed by a reload, each from the next request', async () => {
+    const base = {
+      keys: [{ name: 'app', key: KEY, tenant: 'acme', models: ['*'] }],
+      models: [{ alias: 'open', provider: 'openai', base_url: `${up.url}/v1` }],
+      key_store: { enabled: true, secret: 'guardrails-reload-secret-0123' },
+    };
+    const secret = 'the project falcon plans';
+    await withGateway(base, async (g) => {
+      const ask = () => request(`${g.url}/v1/chat/completions`, { method: 'POST', key: KEY, body: { model: 'open', messages: [{ role: 'user', content: secret }] } });
+      assert.equal((await ask()).status, 200, 'no policy at start');
+      assert.equal(metricValue(await g.metrics(), 'sluice_guardrail_findings_total', { kind: 'pattern', action: 'block' }), undefined);
+
+      const policy = { name: 'p', patterns: ['project\\s+falcon'], pattern_action: 'block' };
+      let answer = await reloadWith(g, { ...base, guardrails: [policy], models: [{ ...base.models[0], guardrails: 'p' }] });
+      assert.equal(answer.status, 200, JSON.stringify(answer));
+      assert.match(answer.message, /guardrails policies are reloaded/);
+      let r = await ask();
+      assert.equal(r.status, 400, r.text);
+      assert.equal(r.json.error.code, 'guardrail_blocked');
+      assert.equal(metricValue(await g.metrics(), 'sluice_guardrail_findings_total', { kind: 'pattern', action: 'block' }), 1);
+
+      // The same policy, now flagging: passed and recorded.
+      answer = await reloadWith(g, { ...base, guardrails: [{ ...policy, pattern_action: 'flag' }], models: [{ ...base.models[0], guardrails: 'p' }] });
+      assert.equal(answer.status, 200);
+      r = await ask();
+      assert.equal(r.status, 200, r.text);
+      assert.equal((await g.logFor(r.headers.get('x-request-id'))).guard, 'flag:pattern');
+
+      // A route naming a policy the file lacks: refused, nothing changes.
+      answer = await reloadWith(g, { ...base, models: [{ ...base.models[0], guardrails: 'gone' }] });
+      assert.equal(answer.status, 422);
+      assert.match(JSON.stringify(answer), /unknown guardrails policy/);
+      assert.equal((await ask()).status, 200);
+      assert.equal((await g.logFor((await ask()).headers.get('x-request-id'))).guard, 'flag:pattern', 'still flagged');
+
+      // A stored key naming the policy keeps it: a file without it is refused while the key
+      // is there (it would go unscreened).
+      const admin = (method, path, body) =>
+        rawRequest({ port: g.adminPort, method, path, headers: { 'content-type': 'application/json' }, body: body === undefined ? '' : JSON.stringify(body) });
+      assert.equal((await admin('POST', '/admin/keys', { name: 'guarded', guardrails: 'p' })).status, 201);
+      answer = await reloadWith(g, base);
+      assert.equal(answer.status, 422);
+      assert.match(JSON.stringify(answer), /stored key 'guarded' names guardrails policy 'p', which the file no longer has/);
+      assert.equal((await admin('DELETE', '/admin/keys/guarded')).status, 200);
+
+      // Removed with the route's use of it: unscreened again.
+      answer = await reloadWith(g, base);
+      assert.equal(answer.status, 200);
+      r = await ask();
+      assert.equal(r.status, 200);
+      assert.equal((await g.logFor(r.headers.get('x-request-id'))).guard, undefined);
+    });
   });
 });

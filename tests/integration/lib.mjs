@@ -345,6 +345,16 @@ export async function startGateway(config, { env, args = [] } = {}) {
   });
 }
 
+// Writes `cfg`'s sections over the running gateway's file (its instance, listeners and
+// data directory kept: everything before `keys:`) and reloads it through the admin
+// listener. Resolves to POST /admin/reload's answer ({reloaded, message}); a refusal too.
+export async function reloadWith(gw, cfg) {
+  const now = fs.readFileSync(gw.configPath, 'utf8');
+  fs.writeFileSync(gw.configPath, now.slice(0, now.indexOf('keys:')) + toYaml(cfg));
+  const r = await rawRequest({ port: gw.adminPort, method: 'POST', path: '/admin/reload', body: '' });
+  return { status: r.status, ...JSON.parse(r.body) };
+}
+
 // A config with `overrides` laid over `base`: objects are merged key by key, anything else
 // (arrays, scalars) replaces; a key set to undefined is removed. Neither input is changed.
 export function mergeConfig(base, overrides = {}) {
