@@ -352,11 +352,21 @@ class GatewayImpl final : public Gateway {
     std::shared_ptr<const keys::KeySet> next_keys;
     std::unique_lock keys_lock(keys_mu_);
     if (message.empty()) {
+      bool swapped = false;
       try {
         next_keys = key_set(*res.config, keys_->hasher());  // before anything changes
+        // The policies and the gate's slots before the routes that name them (a request on
+        // a new route finds its policy and its slot), put back if the routes fail.
+        swapped = true;
+        guards_->reconfigure(res.config->guardrails);
+        gate_->reconfigure(res.config);
         router_->install(res.config);
       } catch (const std::exception& e) {
         message = e.what();
+        if (swapped) {
+          guards_->reconfigure(keys_cfg_->guardrails);
+          gate_->reconfigure(keys_cfg_);
+        }
       }
     }
     router_->note_reload(message.empty(), message);
@@ -365,9 +375,7 @@ class GatewayImpl final : public Gateway {
       return {false, message};
     }
     keys_cfg_ = res.config;
-    gate_->reconfigure(res.config);  // before the keys: their slots take its per_key
-    guards_->reconfigure(res.config->guardrails);  // before the keys that name them
-    install_keys(next_keys);
+    install_keys(next_keys);  // (after the gate: the keys' slots take its per_key)
     keys_lock.unlock();
     const auto t = router_->table();
     std::string done = std::to_string(next_keys->size()) + " keys, " + std::to_string(t->routes.size()) +
