@@ -117,8 +117,14 @@ class Concurrency final : public FilterWith<State> {
     r.ex.watch_client([&cancel] { cancel(); });
     struct Unwatch {
       http::Exchange& ex;
-      ~Unwatch() { ex.unwatch_client(); }
-    } unwatch{r.ex};
+      Interrupt* interrupt;
+      ~Unwatch() {
+        ex.unwatch_client();
+        if (interrupt) interrupt->wake = nullptr;
+      }
+    } unwatch{r.ex, r.interrupt};
+    // So does one an operator cancels (it gets its answer: 410 cancelled).
+    if (r.interrupt) r.interrupt->wake = [&cancel] { cancel(); };
     const config::Overload* ov = r.route.config && r.route.config->overload ? &*r.route.config->overload : nullptr;
     limits::Gate::Wait opts;
     // The route's own wait ends in its canned reply at worst; without one, a request whose
@@ -183,6 +189,11 @@ class Concurrency final : public FilterWith<State> {
         stop.retry_after_ms = cc.max_wait[static_cast<int>(config::Priority::standard)].count();
         break;
       default:
+        if (r.interrupt && r.interrupt->reason != Reason::ok) {
+          stop.reason = r.interrupt->reason;
+          stop.message = "cancelled by an operator while queued";
+          break;
+        }
         r.rec.client_cancelled = true;
         stop.reason = Reason::client_closed;
         stop.message = "client left while queued";

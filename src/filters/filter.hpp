@@ -31,6 +31,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <new>
 #include <optional>
@@ -95,6 +96,14 @@ struct Reroute {
   bool canned = false;
 };
 
+// How a request is ended from outside while a filter waits (an operator's cancel,
+// /admin/requests): the waiting filter sets `wake` for the time it waits; the handler sets
+// `reason` and calls it. (On the request's own worker thread.)
+struct Interrupt {
+  std::function<void()> wake;
+  Reason reason = Reason::ok;
+};
+
 // What a filter sees of one request. `chat` is the request in chat-completions form, as
 // it goes upstream: for /v1/messages, Anthropic's `system` is a system message and each
 // `tool_result` block a tool message (docs/translation.md). `http` is the client's
@@ -124,6 +133,7 @@ struct Request {
   cache::Flight** shares = nullptr;
   // Set by a filter (the gate, on overload) to serve the request elsewhere.
   Reroute* reroute = nullptr;
+  Interrupt* interrupt = nullptr;
 };
 
 // An answer a filter gives itself instead of the upstream (a cache hit): a chat.completion,

@@ -88,6 +88,7 @@ struct Context {
   filters::Reroute reroute;       // where a filter sent the request instead (overload)
   std::string_view rerouted_to;   // the light model serving it (the record's served_by)
   LiveRequest* live = nullptr;    // in the worker's list while it runs
+  filters::Interrupt interrupt;   // a waiting filter's wake-up, for a cancel from outside
 };
 
 // The outcome of relaying one upstream answer.
@@ -115,7 +116,7 @@ constexpr Ms kEndGrace{1000};
 // A request in flight on a worker: what /admin/requests lists (live.hpp), and what the
 // drain's cut and an operator's cancel need to end it.
 struct LiveRequest {
-  const Context* ctx;
+  Context* ctx;
   std::uint64_t id = 0;  // the gateway's own (/admin/requests/<id>/cancel): random, unique in the fleet
   http::AbortHandle* abort = nullptr;  // its upstream exchange, while one runs
   Reason stop = Reason::ok;  // ended from outside: shutting_down (the drain's cut) or cancelled
@@ -762,7 +763,8 @@ class WorkerHandler final : public LiveSource {
                             .completion = &ctx.completion,
                             .keep_completion = &ctx.keep_completion,
                             .shares = &ctx.shares,
-                            .reroute = &ctx.reroute};
+                            .reroute = &ctx.reroute,
+                            .interrupt = &ctx.interrupt};
   }
 
   // Whether every backend that may serve the route (its own, its canary's, its fallbacks')
@@ -1893,6 +1895,11 @@ class WorkerHandler final : public LiveSource {
       if (r->ctx->shares) r->ctx->shares->fail(Reason::upstream_error, "the request it shared was cancelled");
       if (r->abort) {
         r->abort->abort();  // its wait on the upstream ends at once
+        done = Cancelled::ended;
+      } else if (auto& in = r->ctx->interrupt; in.wake) {
+        in.reason = Reason::cancelled;  // out of the gate's queue at once, answered 410
+        auto wake = in.wake;            // (it clears itself as the wait ends)
+        wake();
         done = Cancelled::ended;
       }
     }

@@ -274,6 +274,47 @@ describe('clients that leave: nothing stays listed, no slot stays held', () => {
   });
 });
 
+describe('a cancel reaches a request waiting in the gate', () => {
+  let sim, gw;
+  before(async () => {
+    sim = await startSim({ 'inter-token': '100ms' });
+    const cfg = config(sim);
+    cfg.keys[1].max_in_flight = 1; // the second request of the key waits in the queue
+    gw = await startGateway(cfg);
+  });
+  after(async () => {
+    await gw?.stop();
+    await sim?.stop();
+  });
+
+  test('it leaves the queue at once and gets 410 cancelled; the gate goes back to 0', async () => {
+    const holder = openStream(gw, 'holds-the-slot');
+    await holder.first;
+    const waiting = request(`${gw.url}/v1/chat/completions`, {
+      method: 'POST',
+      key: KEY,
+      headers: { 'x-request-id': 'queued-then-cancelled' },
+      body: long(false),
+    });
+    const queued = await waitFor(async () => (await live(gw)).json.requests.find((r) => r.request_id === 'queued-then-cancelled'), {
+      what: 'the queued request listed',
+    });
+    await waitFor(async () => (await gw.infra()).concurrency_gate.queued.standard === 1, { what: 'it waits in the gate' });
+    const c = await cancel(gw, queued.id);
+    assert.equal(c.status, 200, c.text);
+    assert.equal(c.json.cancelled, true, 'ended here, not only marked');
+    const r = await waiting;
+    assert.equal(r.status, 410, r.text);
+    assert.equal(r.json.error.code, 'cancelled');
+    assert.equal((await gw.infra()).concurrency_gate.queued.standard, 0);
+    assert.equal((await gw.logFor('queued-then-cancelled')).reason, 'cancelled');
+    const h = (await live(gw)).json.requests.find((x) => x.request_id === 'holds-the-slot');
+    assert.equal((await cancel(gw, h.id)).status, 200);
+    assert.equal((await holder.done).error.code, 'cancelled');
+    await waitFor(async () => (await gw.infra()).concurrency_gate.in_flight === 0, { what: 'the slot given back' });
+  });
+});
+
 describe('the fleet: requests registered in Redis, a cancel reaches the instance running one', () => {
   let sim, redis, a, b;
   before(async () => {
