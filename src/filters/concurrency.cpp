@@ -111,6 +111,11 @@ class Concurrency final : public FilterWith<State> {
   }
 
   boost::asio::awaitable<Next> wait(Phase, Request& r, State& s, Stop& stop) override {
+    if (r.interrupt && r.interrupt->reason != Reason::ok) {  // cancelled before it came to wait
+      stop.reason = r.interrupt->reason;
+      stop.message = "cancelled by an operator";
+      co_return Next::stop;
+    }
     limits::Gate::Cancel cancel;
     // A client that leaves while queued is removed from the queue at once; the watch ends
     // with this frame however it ends (it refers to `cancel`).

@@ -41,8 +41,16 @@ class Guardrails final : public FilterWith<State> {
   Next on(Phase, Request& r, State& s, Stop& stop) override {
     if (r.kind != Kind::generate || r.chat.task != llm::Task::chat || !r.route.config) return Next::go;
     const std::string& name = r.key.guardrails.empty() ? r.route.config->guardrails : r.key.guardrails;
-    s.screen = name.empty() || name == "none" ? nullptr : guards_.find(name);
-    if (!s.screen) return Next::go;
+    if (name.empty() || name == "none") return Next::go;
+    s.screen = guards_.find(name);
+    if (!s.screen) {
+      // Named but not in force (a reload removed it while this request held an older
+      // route or key): refused, never passed unscreened.
+      stop.reason = Reason::guard_unavailable;
+      stop.message = "the guardrails policy '" + name + "' is not configured";
+      stop.retry_after_ms = 1000;
+      return Next::stop;
+    }
     s.verdict = s.screen->inspect(r.chat.body);
     if (!r.chat.native.empty()) {
       // The form a backend of the Responses API is sent: redacted alike (what it finds

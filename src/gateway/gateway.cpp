@@ -334,10 +334,12 @@ class GatewayImpl final : public Gateway {
     std::string message;
     if (!res.ok()) {
       for (const auto& e : res.errors) message += (message.empty() ? "" : "; ") + e.to_string();
-    } else {
+    }
+    std::shared_ptr<const keys::KeySet> next_keys;
+    std::unique_lock keys_lock(keys_mu_);  // (held until the swap: the stored keys checked are those in force)
+    if (message.empty()) {
       // The file's routes and keys name only its own policies (the loader checks); the key
-      // store's keys must find theirs too, or they would go unscreened.
-      std::lock_guard stored_lock(keys_mu_);
+      // store's keys must find theirs too, or they would be refused (guard_unavailable).
       for (const auto& k : stored_) {
         const std::string& g = k.key.guardrails;
         if (g.empty() || g == "none") continue;
@@ -349,8 +351,6 @@ class GatewayImpl final : public Gateway {
         }
       }
     }
-    std::shared_ptr<const keys::KeySet> next_keys;
-    std::unique_lock keys_lock(keys_mu_);
     if (message.empty()) {
       bool swapped = false;
       try {

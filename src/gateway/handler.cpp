@@ -1891,14 +1891,14 @@ class WorkerHandler final : public LiveSource {
       if (done == Cancelled::none) done = Cancelled::marked;
       if (r->stop != Reason::ok) continue;
       r->stop = Reason::cancelled;
+      r->ctx->interrupt.reason = Reason::cancelled;  // (a filter that comes to wait later stops at once)
       // Requests sharing its generation (coalescing) generate their own, not fail with it.
       if (r->ctx->shares) r->ctx->shares->fail(Reason::upstream_error, "the request it shared was cancelled");
       if (r->abort) {
         r->abort->abort();  // its wait on the upstream ends at once
         done = Cancelled::ended;
       } else if (auto& in = r->ctx->interrupt; in.wake) {
-        in.reason = Reason::cancelled;  // out of the gate's queue at once, answered 410
-        auto wake = in.wake;            // (it clears itself as the wait ends)
+        auto wake = in.wake;  // out of the gate's queue at once, answered 410 (it clears itself)
         wake();
         done = Cancelled::ended;
       }

@@ -70,7 +70,13 @@ Gate::Gate(const config::Config& cfg) : cfg_(&cfg) {
 void Gate::install_routes(const config::Config& cfg) {
   std::unordered_map<std::string, Summed> summed;
   std::unordered_map<std::string, std::string> backend_of_alias;
-  std::unordered_set<std::string> limited_models, limited_backends;
+  std::unordered_set<std::string> limited_models, limited_backends, loaded_models;
+  // A limited backend's limit: the adaptive one announced, else the file's.
+  auto limit_of = [&](const config::Backend& b) {
+    if (b.max_in_flight <= 0) return b.max_in_flight;
+    const auto it = announced_.find(b.name);
+    return it != announced_.end() ? it->second : b.max_in_flight;
+  };
   for (const auto& r : cfg.routes) {
     int model_limit = r.max_in_flight;
     // A set whose every backend is limited holds at most the sum: beyond it, requests
@@ -79,24 +85,25 @@ void Gate::install_routes(const config::Config& cfg) {
     long sum = 0;
     for (const auto& b : r.backends) {
       all_limited = all_limited && b.max_in_flight > 0;
-      sum += b.max_in_flight;
+      sum += limit_of(b);
     }
     if (all_limited) {
       if (model_limit == 0 || sum < model_limit) model_limit = static_cast<int>(sum);
       // Its backends' limits may change (adaptive concurrency): the sum follows.
       auto& s = summed[r.alias];
       s.cap = r.max_in_flight;
-      for (const auto& b : r.backends) s.backends.emplace_back(b.name, b.max_in_flight);
+      for (const auto& b : r.backends) s.backends.emplace_back(b.name, limit_of(b));
     }
     // A model whose backends report their load gets a slot (unlimited) the router can hold.
     const bool loaded = std::any_of(r.backends.begin(), r.backends.end(),
                                     [](const config::Backend& b) { return b.load.source != config::LoadSource::none; });
     if (loaded && model_limit == 0) model_limit = std::numeric_limits<int>::max();
+    if (loaded) loaded_models.insert(r.alias);
     set_limit(model_slots_, r.alias, "model:", model_limit);
     if (model_limit > 0) limited_models.insert(r.alias);
     const config::Backend* b = sole_backend(r);
     if (b && b->max_in_flight > 0) {
-      set_limit(backend_slots_, b->name, "backend:", b->max_in_flight);
+      set_limit(backend_slots_, b->name, "backend:", limit_of(*b));
       limited_backends.insert(b->name);
       backend_of_alias[r.alias] = b->name;
     }
@@ -105,6 +112,7 @@ void Gate::install_routes(const config::Config& cfg) {
   // stays, unlimited, for the requests that hold it.
   for (auto& [alias, slot] : model_slots_) {
     if (!limited_models.count(alias)) slot->limit = std::numeric_limits<int>::max();
+    if (!loaded_models.count(alias)) slot->held = false;  // nothing reports its load now: nothing would release it
   }
   for (auto& [name, slot] : backend_slots_) {
     if (!limited_backends.count(name)) slot->limit = std::numeric_limits<int>::max();
@@ -135,8 +143,8 @@ Gate::Need Gate::need(const config::ApiKey& key, const std::string& alias) {
   n.key = key.name;
   // Keys change at runtime (reload, the key store): a key's slot is made when it is
   // first seen with a limit.
-  const int limit = key.max_in_flight >= 0 ? key.max_in_flight : settings().per_key;
   std::lock_guard lock(mu_);  // (the maps change at a reload)
+  const int limit = key.max_in_flight >= 0 ? key.max_in_flight : settings().per_key;
   if (limit > 0 || keyed_.load(std::memory_order_relaxed)) {
     auto it = key_slots_.find(key.name);
     if (it == key_slots_.end() && limit > 0) {
@@ -153,16 +161,17 @@ Gate::Need Gate::need(const config::ApiKey& key, const std::string& alias) {
 }
 
 Priority Gate::priority(const config::ApiKey& key, std::string_view header, bool urgent) const {
+  const config::Concurrency& cc = settings();  // once: a reload may swap it meanwhile
   Priority own = Priority::standard;
   if (key.priority) {
     own = *key.priority;
-  } else if (auto it = settings().tier_priority.find(key.tier); it != settings().tier_priority.end()) {
+  } else if (auto it = cc.tier_priority.find(key.tier); it != cc.tier_priority.end()) {
     own = it->second;
   }
   const Priority allowed = key.max_priority ? std::max(*key.max_priority, own) : own;
   Priority p = own;
   if (auto asked = config::priority_from_name(header)) p = std::min(*asked, allowed);
-  if (urgent) p = std::max(p, std::min(settings().urgent_class, allowed));
+  if (urgent) p = std::max(p, std::min(cc.urgent_class, allowed));
   return p;
 }
 
@@ -200,6 +209,7 @@ void Gate::update_keys(const std::vector<const config::ApiKey*>& keys) {
 void Gate::limit_backend(const std::string& name, int limit) {
   if (limit <= 0) return;
   std::lock_guard lock(mu_);
+  announced_[name] = limit;
   bool grew = false;
   if (auto it = backend_slots_.find(name); it != backend_slots_.end()) {
     grew = limit > it->second->limit;

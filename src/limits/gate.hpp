@@ -173,6 +173,9 @@ class Gate {
     std::vector<std::pair<std::string, int>> backends;
   };
   std::unordered_map<std::string, Summed> summed_;
+  // limit_backend()'s last word per backend (adaptive concurrency): a reload keeps it, as
+  // the router keeps the backend's adaptive state.
+  std::unordered_map<std::string, int> announced_;
   mutable std::mutex mu_;
   std::array<std::deque<std::shared_ptr<Waiter>>, kPriorities> queues_;
   int queued_ = 0;

@@ -710,6 +710,11 @@ TEST_F(GateTest, ABackendsChangedLimitMovesItsSlotAndItsRoutesSum) {
   release(*pair[1]);
   EXPECT_TRUE(granted(p6));
   for (Req* r : {&s2, &s3, pair[2], pair[3], &p5, &p6}) release(*r);
+  // A reload keeps the adaptive limits announced (the router keeps its adaptive state), not
+  // the file's 2 per backend.
+  gate->reconfigure(std::make_shared<config::Config>(cfg));
+  EXPECT_EQ(gate->need(key("a"), "solo").slots[2]->limit, 3);
+  EXPECT_EQ(gate->need(key("a"), "pair").slots[1]->limit, 4) << "1 + 3";
 }
 
 TEST_F(GateTest, PremiumDemotedThenTimesOutAtStandardMaxWaitFromArrival) {
