@@ -83,7 +83,7 @@ describe('web console', { skip }, () => {
   before(async () => {
     sim = await startSim({ ttft: '20ms', 'inter-token': '20ms' });
     gw = await startGateway(config(sim));
-    browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox'] });
+    browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-dev-shm-usage'] }); // (root, and a small /dev/shm in containers)
   });
   after(async () => {
     await browser?.close();
