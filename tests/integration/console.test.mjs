@@ -244,8 +244,8 @@ describe('web console', { skip }, () => {
     await page.locator('#nav-history').click();
     await page.locator('#history-filters input[name=key]').fill('ui-key');
     await page.locator('#history-filters').getByRole('button', { name: 'Filter', exact: true }).click();
-    await page.locator('#history tbody tr').first().waitFor();
-    assert.equal(await page.locator('#history tbody tr').count(), 5);
+    // (The page's first, unfiltered reading may be shown until the filtered one arrives.)
+    await waitFor(async () => (await page.locator('#history tbody tr').count()) === 5, { what: "the history filtered to ui-key's 5 rows" });
     assert.equal(await page.locator('#history tbody tr').filter({ hasText: 'ui-team' }).count(), 5);
     await shot(page, '5-history');
 
