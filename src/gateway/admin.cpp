@@ -392,18 +392,14 @@ awaitable<AdminAnswer> dispatch(Shared& g, const AdminCall& c) {
   auto rest_of = [&](std::string_view base) { return path.substr(base.size()); };
   if (path == "/admin/usage/reconcile") {
     if (!reads(c.method)) co_return fail(Reason::method_not_allowed, "use GET for /admin/usage/reconcile");
-    {
     AdminAnswer r = co_await reconcile_usage(g, *c.table, c.query);
     co_return r;
-  }
   }
   if (path == "/admin/cache") {
     if (!c.by->admin) co_return fail(Reason::forbidden, "only an admin key may use /admin/cache");
     if (!c.cache) co_return fail(Reason::not_found, "the response cache is not running");
-    {
     AdminAnswer r = co_await cache_admin(*c.cache, c.method, c.query);
     co_return r;
-  }
   }
   if (path == "/admin/whoami") {
     if (!reads(c.method)) co_return fail(Reason::method_not_allowed, "use GET for /admin/whoami");
@@ -427,10 +423,8 @@ awaitable<AdminAnswer> dispatch(Shared& g, const AdminCall& c) {
       if (!reads(c.method)) co_return fail(Reason::method_not_allowed, "use GET for /admin/routes");
       co_return AdminAnswer{Reason::ok, render_routes(g), {}, 200};
     }
-    {
     AdminAnswer r = co_await routes(g, c, rest);
     co_return r;
-  }
   }
   if (under("/admin/backends")) {
     const auto rest = rest_of("/admin/backends");
@@ -438,19 +432,15 @@ awaitable<AdminAnswer> dispatch(Shared& g, const AdminCall& c) {
       if (!reads(c.method)) co_return fail(Reason::method_not_allowed, "use GET for /admin/backends");
       co_return AdminAnswer{Reason::ok, render_backends(g), {}, 200};
     }
-    {
     AdminAnswer r = co_await backends(g, c, rest);
     co_return r;
-  }
   }
   if (under("/admin/keys")) {
     if (!g.control) co_return fail(Reason::not_found, "the key store is off (key_store.enabled)");
     const auto rest = rest_of("/admin/keys");
     auto run = [&] { return g.control->handle(c.method, rest, c.body, *c.keys, *c.by); };
-    {
     AdminAnswer r = co_await on_query_thread(g, run);
     co_return r;
-  }
   }
   co_return fail(Reason::not_found,
                  "no admin endpoint " + shown(path) +
