@@ -34,7 +34,7 @@ async function load(gw, clients, ms, flag = { stop: false }) {
   await Promise.all(
     Array.from({ length: clients }, async () => {
       while (Date.now() < end && !flag.stop) {
-        const r = await chat(gw, { model: 'adaptive', messages: [{ role: 'user', content: 'hi' }], max_tokens: 20 });
+        const r = await chat(gw, { model: 'adaptive', messages: [{ role: 'user', content: 'hi' }], max_tokens: 10 });
         statuses.push(r.status);
       }
     }),
@@ -55,7 +55,21 @@ describe('adaptive concurrency', () => {
     const start = await backend(gw);
     assert.equal(start.adaptive.limit, 16, 'starts at its max_in_flight');
 
-    const heavy = await load(gw, 16, 3000);
+    // Heavy until the limit is down to 3 or less: above that, the simulator's 2 slots queue
+    // enough of even a load at the limit that it could not grow back (how fast it falls
+    // depends on how many TTFTs each period sees, that is, on the machine).
+    const hard = { stop: false };
+    const heavyRun = load(gw, 16, 25_000, hard);
+    try {
+      await waitFor(async () => (await backend(gw)).adaptive.limit <= 3, {
+        timeout: 25_000,
+        interval: 100,
+        what: 'the limit to fall to 3',
+      });
+    } finally {
+      hard.stop = true;
+    }
+    const heavy = await heavyRun;
     assert.ok(heavy.length > 16);
     assert.deepEqual([...new Set(heavy)], [200], 'nothing refused: the rest waited in the gate');
     const low = await backend(gw);
