@@ -62,8 +62,8 @@ std::optional<RedisEndpoint> parse_redis_url(std::string_view url, std::string* 
   std::string scheme(url.substr(0, sep));
   for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (scheme == "rediss") return fail("rediss:// (TLS) is not supported yet; use redis://");
-  if (scheme != "redis" && scheme != "redis-sentinel") {
-    return fail("unsupported scheme '" + scheme + "://': expected redis:// or redis-sentinel://");
+  if (scheme != "redis" && scheme != "redis-sentinel" && scheme != "redis-cluster") {
+    return fail("unsupported scheme '" + scheme + "://': expected redis://, redis-sentinel:// or redis-cluster://");
   }
   std::string_view rest = url.substr(sep + 3);
   if (rest.find_first_of("?#") != std::string_view::npos) return fail("query parameters are not supported");
@@ -87,18 +87,29 @@ std::optional<RedisEndpoint> parse_redis_url(std::string_view url, std::string* 
     }
   }
 
-  const bool sentinel = scheme == "redis-sentinel";
-  if (sentinel) {
-    if (authority.empty()) return fail("missing sentinel host");
+  // host[:port][,host[:port]...] into `out`.
+  auto host_list = [&](std::uint16_t default_port, std::vector<RedisHost>& out) -> std::string {
     while (!authority.empty()) {
       const auto comma = authority.find(',');
       RedisHost h;
-      if (auto e = parse_host(authority.substr(0, comma), 26379, h); !e.empty()) return fail(std::move(e));
-      ep.sentinels.push_back(std::move(h));
+      if (auto e = parse_host(authority.substr(0, comma), default_port, h); !e.empty()) return e;
+      out.push_back(std::move(h));
       if (comma == std::string_view::npos) break;
       authority.remove_prefix(comma + 1);
-      if (authority.empty()) return fail("missing host after ','");
+      if (authority.empty()) return "missing host after ','";
     }
+    return "";
+  };
+  if (scheme == "redis-cluster") {
+    if (authority.empty()) return fail("missing cluster node host");
+    if (auto e = host_list(6379, ep.cluster); !e.empty()) return fail(std::move(e));
+    if (!path.empty() && path != "0") return fail("a Redis Cluster has only database 0: drop '/" + std::string(path) + "'");
+    return ep;
+  }
+  const bool sentinel = scheme == "redis-sentinel";
+  if (sentinel) {
+    if (authority.empty()) return fail("missing sentinel host");
+    if (auto e = host_list(26379, ep.sentinels); !e.empty()) return fail(std::move(e));
     const auto next = path.find('/');
     ep.master = std::string(path.substr(0, next));
     if (ep.master.empty()) return fail("missing master name: redis-sentinel://host:26379/<master>[/db]");
@@ -118,7 +129,10 @@ std::optional<RedisEndpoint> parse_redis_url(std::string_view url, std::string* 
 }
 
 std::string describe(const RedisEndpoint& ep) {
-  std::string s = ep.tls ? "rediss://" : !ep.sentinels.empty() ? "redis-sentinel://" : "redis://";
+  std::string s = ep.tls                    ? "rediss://"
+                  : !ep.cluster.empty()     ? "redis-cluster://"
+                  : !ep.sentinels.empty()   ? "redis-sentinel://"
+                                            : "redis://";
   if (!ep.username.empty() || !ep.password.empty()) {
     s += ep.username;
     if (!ep.password.empty()) s += ":***";
@@ -131,6 +145,13 @@ std::string describe(const RedisEndpoint& ep) {
     if (v6) s += ']';
     s += ':' + std::to_string(port);
   };
+  if (!ep.cluster.empty()) {
+    for (std::size_t i = 0; i < ep.cluster.size(); ++i) {
+      if (i) s += ',';
+      host(ep.cluster[i].host, ep.cluster[i].port);
+    }
+    return s;
+  }
   if (ep.sentinels.empty()) {
     host(ep.host, ep.port);
   } else {

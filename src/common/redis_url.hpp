@@ -24,12 +24,17 @@ struct RedisEndpoint {
   // answers) before each connection; host and port above are then unused.
   std::vector<RedisHost> sentinels;
   std::string master;
+  // Redis Cluster: the nodes asked for the slot map (any of them; the rest of the cluster
+  // is learned from it); host and port above are then unused, db is 0.
+  std::vector<RedisHost> cluster;
 };
 
 // "redis://[[user]:password@]host[:port][/db]"; IPv6 hosts in brackets; user and password
 // are percent-decoded. "redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/
 // master[/db]": the sentinels (port 26379 by default) and the master's name; the user and
-// password are the master's (the sentinels are asked without). "rediss://" is rejected
+// password are the master's (the sentinels are asked without). "redis-cluster://[[user]:
+// password@]host[:port][,host[:port]...]": a Redis Cluster, from these seed nodes (port 6379
+// by default; no database number, a cluster has only 0). "rediss://" is rejected
 // (TLS is not supported yet). On failure returns nullopt and, if `error` is given, a
 // one-line reason.
 std::optional<RedisEndpoint> parse_redis_url(std::string_view url, std::string* error = nullptr);

@@ -121,7 +121,8 @@ bool read_master(int fd, std::string& host, std::uint16_t& port, std::chrono::st
   return !host.empty() && ec == std::errc() && end == lines[4].data() + lines[4].size() && port != 0;
 }
 
-// The server to talk to: the endpoint's, or the master a sentinel names.
+// The server to talk to: the endpoint's, the master a sentinel names, or the first
+// cluster node that answers.
 int connect_to(const RedisEndpoint& ep) {
   std::string host = ep.host;
   std::uint16_t port = ep.port;
@@ -141,7 +142,15 @@ int connect_to(const RedisEndpoint& ep) {
     }
     if (!named) return -1;
   }
-  int fd = connect_plain(host, port);
+  int fd = -1;
+  if (!ep.cluster.empty()) {
+    // A cluster carries a publication to every node: any one that answers will do.
+    for (const auto& node : ep.cluster) {
+      if ((fd = connect_plain(node.host, node.port)) >= 0) break;
+    }
+  } else {
+    fd = connect_plain(host, port);
+  }
   if (fd >= 0 && !ep.password.empty()) {
     std::vector<std::string> auth{"AUTH"};
     if (!ep.username.empty()) auth.push_back(ep.username);

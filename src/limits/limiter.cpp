@@ -6,6 +6,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <thread>
@@ -115,6 +116,119 @@ bool retry_later(const store::RedisReply& r) {
     if (r.str.starts_with(p)) return true;
   }
   return false;
+}
+
+// Redis Cluster: a script runs on one node, over keys of one slot. The indices of `n`
+// keys grouped by their slot, in key order; without a cluster, one group of all.
+template <class KeyOf>
+std::vector<std::vector<std::size_t>> by_slot(const store::RedisConnection& redis, std::size_t n, KeyOf key_of) {
+  std::vector<std::vector<std::size_t>> groups;
+  if (!redis.cluster()) {
+    groups.emplace_back(n);
+    for (std::size_t i = 0; i < n; ++i) groups[0][i] = i;
+    return groups;
+  }
+  std::vector<std::uint16_t> slots;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint16_t s = store::key_slot(key_of(i));
+    const auto at = std::find(slots.begin(), slots.end(), s);
+    if (at == slots.end()) {
+      slots.push_back(s);
+      groups.emplace_back(1, i);
+    } else {
+      groups[static_cast<std::size_t>(at - slots.begin())].push_back(i);
+    }
+  }
+  return groups;
+}
+
+// `script` once per group of keys and arguments, all at once (a cluster's nodes each
+// answer theirs); the answers in group order.
+net::awaitable<std::vector<store::RedisResult>> eval_all(std::shared_ptr<store::RedisConnection> redis,
+                                                         const store::RedisScript* script,
+                                                         std::vector<std::vector<std::string>> keys,
+                                                         std::vector<std::vector<std::string>> args) {
+  std::vector<store::RedisResult> out(keys.size());
+  if (keys.size() == 1) {
+    out[0] = co_await redis->eval(*script, std::move(keys[0]), std::move(args[0]));
+    co_return out;
+  }
+  const auto ex = co_await net::this_coro::executor;
+  struct Fan {
+    std::vector<store::RedisResult> results;
+    std::size_t left;
+    net::steady_timer done;
+  };
+  auto fan = std::make_shared<Fan>(Fan{std::move(out), keys.size(), net::steady_timer(ex)});
+  fan->done.expires_at(net::steady_timer::time_point::max());
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    auto one = [fan, redis, script, i, k = std::move(keys[i]), a = std::move(args[i])]() mutable -> net::awaitable<void> {
+      auto r = co_await redis->eval(*script, std::move(k), std::move(a));
+      fan->results[i] = std::move(r);
+      if (--fan->left == 0) fan->done.cancel();
+    };
+    net::co_spawn(ex, std::move(one), net::detached);
+  }
+  // (A call refused at once may have finished already: the timer's cancel then came first.)
+  if (fan->left > 0) co_await fan->done.async_wait(net::as_tuple(net::use_awaitable));
+  co_return std::move(fan->results);
+}
+
+}  // namespace
+
+// One admission script call per slot group of `checks` (one without a cluster): its
+// checks, Redis's outcome, and the verdict read from it.
+struct WorkerLimiter::AdmitCall {
+  std::vector<std::size_t> checks;
+  store::RedisResult r;
+  Verdict v;
+  bool answered = false;
+};
+
+net::awaitable<std::vector<WorkerLimiter::AdmitCall>> WorkerLimiter::admit_calls(
+    std::shared_ptr<store::RedisConnection> redis, const store::RedisScript* script, std::span<const Check> checks,
+    std::string id, bool lease, std::string record_ms) {
+  std::vector<AdmitCall> calls;
+  for (auto& g : by_slot(*redis, checks.size(), [&](std::size_t i) { return checks[i].key; })) {
+    calls.push_back(AdmitCall{std::move(g), {}, {}, false});
+  }
+  std::vector<std::vector<std::string>> keys(calls.size()), args(calls.size());
+  for (std::size_t c = 0; c < calls.size(); ++c) {
+    std::vector<Check> part;
+    for (auto i : calls[c].checks) part.push_back(checks[i]);
+    script_args(part, id, lease, record_ms, keys[c], args[c]);
+  }
+  auto results = co_await eval_all(std::move(redis), script, std::move(keys), std::move(args));
+  for (std::size_t c = 0; c < calls.size(); ++c) {
+    calls[c].r = std::move(results[c]);
+    const auto& r = calls[c].r;
+    calls[c].answered = r.ok() && read_verdict(*r.reply, calls[c].checks.size(), calls[c].v);
+  }
+  co_return calls;
+}
+
+namespace {
+
+// The calls' verdicts as one over every check: admitted when every call admitted, then
+// refused by the first refusing check, retry after the longest wait. (Every call answered.)
+Verdict merge(const std::vector<WorkerLimiter::AdmitCall>& calls, std::size_t n) {
+  if (calls.size() == 1) return calls[0].v;
+  Verdict v;
+  v.allowed = true;
+  v.results.resize(n);
+  v.now_ms = calls[0].v.now_ms;
+  for (const auto& c : calls) {
+    for (std::size_t j = 0; j < c.checks.size(); ++j) v.results[c.checks[j]] = c.v.results[j];
+    if (c.v.allowed) continue;
+    const int denied = static_cast<int>(c.checks[static_cast<std::size_t>(c.v.denied)]);
+    if (v.allowed || denied < v.denied) v.denied = denied;
+    v.allowed = false;
+    v.retry_after_ms = std::max(v.retry_after_ms, c.v.retry_after_ms);
+  }
+  if (!v.allowed) {
+    for (auto& r : v.results) r.leased = 0;  // what was taken is voided
+  }
+  return v;
 }
 
 std::string describe_window(std::int64_t ms) {
@@ -526,11 +640,22 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
       }
     } unclaim{claimed ? leases_.get() : nullptr, checks};
     const std::string res_id = new_request_id();
-    std::vector<std::string> keys, args;
-    script_args(checks, res_id, claimed, settles_->record_ms, keys, args);
-    auto r = co_await redis_->eval(*owner_.admit_script_, std::move(keys), std::move(args));
-    Verdict v;
-    if (r.ok() && read_verdict(*r.reply, checks.size(), v)) {
+    auto calls = co_await admit_calls(redis_, owner_.admit_script_.get(), checks, res_id, claimed, settles_->record_ms);
+    const bool answered = std::all_of(calls.begin(), calls.end(), [](const AdmitCall& c) { return c.answered; });
+    // All or nothing across a cluster's slots: when the whole did not pass, a call that
+    // took (or may have: unanswered) is voided.
+    const bool passed = answered && std::all_of(calls.begin(), calls.end(), [](const AdmitCall& c) { return c.v.allowed; });
+    if (calls.size() > 1 && !passed) {
+      bool voided = false;
+      for (const auto& c : calls) {
+        if (!(c.answered ? c.v.allowed : may_have_run(c.r))) continue;
+        if (const auto dropped = settles_->void_admission(checks[c.checks[0]].key, res_id)) Stats::bump(stats_->settle_errors, dropped);
+        voided = true;
+      }
+      if (voided && !settles_->flushing) flush_settlements();
+    }
+    if (answered) {
+      const Verdict v = merge(calls, checks.size());
       const auto received = std::chrono::steady_clock::now();
       Stats::bump(stats_->by_redis);
       auto a = finish(checks, v, Counted::redis, bound);
@@ -550,9 +675,10 @@ net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::s
     }
     // Redis failed this request (timeout, lost, or an error reply): counted as down for it.
     // A call that may still run (Redis paused, then resumed) is voided: whatever the
-    // request is told now, Redis does not keep a count or a reservation of it.
+    // request is told now, Redis does not keep a count or a reservation of it. (Split
+    // calls were voided above.)
     Stats::bump(stats_->redis_errors);
-    if (may_have_run(r)) {
+    if (calls.size() == 1 && may_have_run(calls[0].r)) {
       if (const auto dropped = settles_->void_admission(checks[0].key, res_id)) Stats::bump(stats_->settle_errors, dropped);
       if (!settles_->flushing) flush_settlements();
     }
@@ -715,33 +841,52 @@ net::awaitable<void> WorkerLimiter::flush_loop(std::shared_ptr<SettleQueue> q,
     // gets the next.
     const std::size_t n = q->resend ? q->resend : std::min(q->entries.size(), kMaxBatch);
     if (!q->resend) ++q->seq;
-    std::vector<std::string> keys, args;
-    keys.reserve(n);
-    args.reserve(4 + 3 * n);
-    args.push_back(keep);
-    args.push_back(q->worker);
-    args.push_back(std::to_string(q->seq));
-    args.push_back(q->record_ms);
-    for (std::size_t i = 0; i < n; ++i) {
-      const auto& e = q->entries[i];
-      keys.push_back(e.key);
-      args.push_back(e.tag);
-      args.push_back(std::to_string(e.amount));
-      args.push_back(std::to_string(e.actual));
+    // (On a Redis Cluster, one call per slot the keys fall in: each part's record is under
+    // its first key's tag, so a part that ran does not run again when the batch goes again.)
+    const auto groups = by_slot(*redis, n, [&](std::size_t i) -> std::string_view { return q->entries[i].key; });
+    std::vector<std::vector<std::string>> keys(groups.size()), args(groups.size());
+    const std::string seq = std::to_string(q->seq);
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      keys[g].reserve(groups[g].size());
+      args[g].reserve(4 + 3 * groups[g].size());
+      args[g].push_back(keep);
+      args[g].push_back(q->worker);
+      args[g].push_back(seq);
+      args[g].push_back(q->record_ms);
+      for (const std::size_t i : groups[g]) {
+        const auto& e = q->entries[i];
+        keys[g].push_back(e.key);
+        args[g].push_back(e.tag);
+        args[g].push_back(std::to_string(e.amount));
+        args[g].push_back(std::to_string(e.actual));
+      }
     }
     q->sending = n;
     Stats::bump(stats->settle_batches);
-    auto r = co_await redis->eval(*script, std::move(keys), std::move(args));
+    auto results = co_await eval_all(redis, script, std::move(keys), std::move(args));
     q->sending = 0;
     if (q->stopped) co_return;
     // Never sent: kept, and tried again a moment later (once Redis is up). Sent but
     // unanswered (a timeout, a lost connection): it may have run, so it is sent again
     // under the same id until Redis answers; a second run finds the first one's record.
-    if (!r.ok() || (r.reply->is_error() && retry_later(*r.reply))) {
-      if (!r.ok() && !may_have_run(r)) continue;
+    bool done = true, ran = false, not_now = false;
+    std::size_t refused = 0;
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      const auto& r = results[g];
+      if (!r.ok() || (r.reply->is_error() && retry_later(*r.reply))) {
+        done = false;
+        ran = ran || may_have_run(r);
+        not_now = not_now || r.ok();
+        continue;
+      }
+      ran = true;
+      if (r.reply->is_error()) refused += groups[g].size();
+    }
+    if (!done) {
+      if (!ran && !not_now) continue;
       q->resend = n;
       Stats::bump(stats->redis_errors);
-      if (r.ok()) {  // Redis answered "not now": wait before the next try
+      if (not_now) {  // Redis answered "not now": wait before the next try
         wait.expires_after(retry);
         co_await wait.async_wait(net::as_tuple(net::use_awaitable));
         if (q->stopped) co_return;
@@ -750,7 +895,7 @@ net::awaitable<void> WorkerLimiter::flush_loop(std::shared_ptr<SettleQueue> q,
     }
     // Settlements queued meanwhile were appended: only these n leave the queue.
     q->pop(n);
-    if (r.reply->is_error()) Stats::bump(stats->settle_errors, n);
+    if (refused) Stats::bump(stats->settle_errors, refused);
   }
   q->flushing = false;
 }
@@ -780,26 +925,27 @@ net::awaitable<void> WorkerLimiter::refill_one(std::shared_ptr<SettleQueue> q,
                                                std::vector<Check> checks) {
   for (std::size_t i = 0; i < checks.size(); ++i) checks[i].key = keys[i];  // (the strings live here now)
   const std::string id = new_request_id();
-  std::vector<std::string> skeys, args;
-  script_args(checks, id, true, q->record_ms, skeys, args);
   Stats::bump(stats->lease_refills);
-  auto r = co_await redis->eval(*script, std::move(skeys), std::move(args));
+  auto calls = co_await admit_calls(redis, script, checks, id, true, q->record_ms);
   --q->refilling;
   if (q->stopped) co_return;  // the worker is gone (and maybe the lease table)
-  Verdict v;
-  if (r.ok() && read_verdict(*r.reply, checks.size(), v)) {
-    const auto received = std::chrono::steady_clock::now();
-    for (std::size_t i = 0; i < checks.size(); ++i) {
-      if (v.results[i].leased <= 0) continue;
-      if (checks[i].kind == Kind::quota) leases->add_quota(checks[i], v.results[i], id, nullptr, received);
-      else leases->add(checks[i], v.results[i], received);
+  // (Each call stands alone: a lease is taken where one was granted.)
+  for (const auto& c : calls) {
+    if (c.answered) {
+      const auto received = std::chrono::steady_clock::now();
+      for (std::size_t j = 0; j < c.checks.size(); ++j) {
+        const std::size_t i = c.checks[j];
+        if (c.v.results[j].leased <= 0) continue;
+        if (checks[i].kind == Kind::quota) leases->add_quota(checks[i], c.v.results[j], id, nullptr, received);
+        else leases->add(checks[i], c.v.results[j], received);
+      }
+      continue;
     }
-  } else {
     Stats::bump(stats->redis_errors);
     // A refill that may still run is voided (the next flush sends it): a lease this worker
     // never learned of would hold its units until it expired.
-    if (may_have_run(r)) {
-      if (const auto dropped = q->void_admission(checks[0].key, id)) Stats::bump(stats->settle_errors, dropped);
+    if (may_have_run(c.r)) {
+      if (const auto dropped = q->void_admission(checks[c.checks[0]].key, id)) Stats::bump(stats->settle_errors, dropped);
     }
   }
   leases->release(checks);
@@ -883,29 +1029,33 @@ net::awaitable<Limiter::LedgerRead> Limiter::read_ledgers(std::vector<std::strin
       co_return r;
     }
     constexpr std::size_t kPerCall = 256;
-    r.ledgers.reserve(keys.size());
-    for (std::size_t at = 0; at < keys.size(); at += kPerCall) {
-      const std::size_t n = std::min(kPerCall, keys.size() - at);
-      std::vector<std::string> some(std::make_move_iterator(keys.begin() + static_cast<std::ptrdiff_t>(at)),
-                                    std::make_move_iterator(keys.begin() + static_cast<std::ptrdiff_t>(at + n)));
-      auto res = co_await conn->eval(*script, std::move(some), {});
-      if (!res.ok() || res.reply->is_error() || res.reply->type != store::RedisReply::Type::array ||
-          res.reply->elements.size() != 2 * n) {
-        r.ledgers.clear();
-        r.error = !res.ok()                ? "Redis: " + res.error
-                  : res.reply->is_error() ? "Redis: " + res.reply->str
-                                          : std::string("Redis: an unexpected answer to the ledger read");
-        co_return r;
-      }
-      const auto& e = res.reply->elements;
-      for (std::size_t i = 0; i < n; ++i) {
-        const auto& used = e[2 * i];
-        const auto& reserved = e[2 * i + 1];
-        Ledger l;
-        l.present = !used.str.empty() || !reserved.str.empty() || used.type == store::RedisReply::Type::integer;
-        if (!used.str.empty()) l.used = ledger_number(used);
-        if (!reserved.str.empty()) l.reserved = ledger_number(reserved);
-        r.ledgers.push_back(l);
+    r.ledgers.resize(keys.size());
+    // (On a Redis Cluster, the keys of one slot per call.)
+    const auto groups = by_slot(*conn, keys.size(), [&](std::size_t i) -> std::string_view { return keys[i]; });
+    for (const auto& group : groups) {
+      for (std::size_t at = 0; at < group.size(); at += kPerCall) {
+        const std::size_t n = std::min(kPerCall, group.size() - at);
+        std::vector<std::string> some;
+        some.reserve(n);
+        for (std::size_t i = 0; i < n; ++i) some.push_back(keys[group[at + i]]);
+        auto res = co_await conn->eval(*script, std::move(some), {});
+        if (!res.ok() || res.reply->is_error() || res.reply->type != store::RedisReply::Type::array ||
+            res.reply->elements.size() != 2 * n) {
+          r.ledgers.clear();
+          r.error = !res.ok()                ? "Redis: " + res.error
+                    : res.reply->is_error() ? "Redis: " + res.reply->str
+                                            : std::string("Redis: an unexpected answer to the ledger read");
+          co_return r;
+        }
+        const auto& e = res.reply->elements;
+        for (std::size_t i = 0; i < n; ++i) {
+          const auto& used = e[2 * i];
+          const auto& reserved = e[2 * i + 1];
+          Ledger& l = r.ledgers[group[at + i]];
+          l.present = !used.str.empty() || !reserved.str.empty() || used.type == store::RedisReply::Type::integer;
+          if (!used.str.empty()) l.used = ledger_number(used);
+          if (!reserved.str.empty()) l.reserved = ledger_number(reserved);
+        }
       }
     }
     co_return r;

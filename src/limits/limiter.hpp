@@ -186,6 +186,8 @@ class WorkerLimiter {
   // is queued is lost then, and the reservations expire by themselves (reservation_ttl).
   boost::asio::awaitable<void> drain(std::chrono::milliseconds timeout);
 
+  struct AdmitCall;  // one admission script call (limiter.cpp)
+
  private:
   Admission finish(std::span<const Check> checks, const Verdict& v, Counted where, bool bound);
   bool from_leases(std::span<const Check> checks, Admission& out);  // admitted from leases
@@ -206,6 +208,12 @@ class WorkerLimiter {
                                                  std::shared_ptr<store::RedisConnection> redis,
                                                  std::shared_ptr<Stats> stats, const store::RedisScript* script,
                                                  LeaseTable* leases, std::chrono::milliseconds retry, std::string keep);
+  // The admission script over `checks`: one call, or on a Redis Cluster one per slot their
+  // counters fall in, made at once (each call's records are under its first key's tag).
+  static boost::asio::awaitable<std::vector<AdmitCall>> admit_calls(std::shared_ptr<store::RedisConnection> redis,
+                                                                    const store::RedisScript* script,
+                                                                    std::span<const Check> checks, std::string id,
+                                                                    bool lease, std::string record_ms);
   void refill(std::span<const Check> checks, std::uint32_t mask);
   static boost::asio::awaitable<void> refill_one(std::shared_ptr<SettleQueue> q,
                                                  std::shared_ptr<store::RedisConnection> redis,

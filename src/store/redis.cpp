@@ -2,6 +2,7 @@
 
 #include "common/text.hpp"
 
+#include "store/redis_cluster.hpp"
 #include "store/resp.hpp"
 
 #include <openssl/evp.h>
@@ -259,7 +260,9 @@ namespace {
 using StatePtr = std::shared_ptr<RedisConnection::State>;
 
 // The coroutine frames hold `s`, so the state outlives the RedisConnection if need be.
-awaitable<RedisResult> submit(StatePtr s, const std::vector<std::string>& argv, bool internal) {
+// `asking`: ASKING first (its reply dropped), in the same write: the command that follows
+// it on the connection is this one.
+awaitable<RedisResult> submit(StatePtr s, const std::vector<std::string>& argv, bool internal, bool asking = false) {
   if (!internal) s->n_commands.fetch_add(1, std::memory_order_relaxed);
   std::string refused = s->refusal(argv, internal);
   if (!refused.empty()) {
@@ -267,7 +270,11 @@ awaitable<RedisResult> submit(StatePtr s, const std::vector<std::string>& argv, 
     co_return RedisResult{std::nullopt, std::move(refused)};
   }
   const ms timeout = internal ? s->opt.connect_timeout : s->opt.command_timeout;
-  auto init = [st = s.get(), &argv, timeout, internal](auto handler) {
+  auto init = [st = s.get(), &argv, timeout, internal, asking](auto handler) {
+    if (asking) {
+      static const std::vector<std::string> kAsking{"ASKING"};
+      st->enqueue(kAsking, timeout, false, [](RedisResult) {});
+    }
     st->enqueue(argv, timeout, !internal, std::move(handler));
   };
   co_return co_await net::async_initiate<decltype(net::use_awaitable), void(RedisResult)>(init, net::use_awaitable);
@@ -505,31 +512,49 @@ awaitable<void> run(StatePtr s) {
   }
 }
 
+awaitable<RedisResult> eval_on(StatePtr s, const RedisScript& script, std::vector<std::string> keys,
+                               std::vector<std::string> args, bool asking);
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
 
-RedisConnection::RedisConnection(net::any_io_executor ex, RedisEndpoint ep, RedisOptions opt)
-    : state_(std::make_shared<State>(std::move(ex), std::move(ep), opt)) {}
+RedisConnection::RedisConnection(net::any_io_executor ex, RedisEndpoint ep, RedisOptions opt) {
+  if (!ep.cluster.empty()) cluster_ = make_cluster(std::move(ex), std::move(ep), opt);
+  else state_ = std::make_shared<State>(std::move(ex), std::move(ep), opt);
+}
 
 RedisConnection::~RedisConnection() { stop(); }
 
 void RedisConnection::start() {
+  if (cluster_) return cluster_start(cluster_);
   if (state_->started || state_->stopped) return;
   state_->started = true;
   net::co_spawn(state_->ex, run(state_), net::detached);
 }
 
-void RedisConnection::stop() { state_->stop(); }
+void RedisConnection::stop() {
+  if (cluster_) return cluster_stop(*cluster_);
+  state_->stop();
+}
 
-awaitable<RedisResult> RedisConnection::command(std::vector<std::string> argv) {
-  StatePtr s = state_;  // `this` is not used after the first suspension
-  co_return co_await submit(std::move(s), argv, false);
+awaitable<RedisResult> RedisConnection::command(std::vector<std::string> argv, bool asking) {
+  // (`this` is not used after the first suspension; the frame holds what it needs.)
+  if (cluster_) co_return co_await cluster_command(cluster_, std::move(argv));
+  StatePtr s = state_;
+  co_return co_await submit(std::move(s), argv, false, asking);
 }
 
 awaitable<RedisResult> RedisConnection::eval(const RedisScript& script, std::vector<std::string> keys,
-                                             std::vector<std::string> args) {
-  StatePtr s = state_;
+                                             std::vector<std::string> args, bool asking) {
+  if (cluster_) return cluster_eval(cluster_, script, std::move(keys), std::move(args));
+  return eval_on(state_, script, std::move(keys), std::move(args), asking);
+}
+
+namespace {
+
+awaitable<RedisResult> eval_on(StatePtr s, const RedisScript& script, std::vector<std::string> keys,
+                               std::vector<std::string> args, bool asking) {
   std::vector<std::string> argv;
   argv.reserve(3 + keys.size() + args.size());
   argv.emplace_back("EVALSHA");
@@ -537,23 +562,34 @@ awaitable<RedisResult> RedisConnection::eval(const RedisScript& script, std::vec
   argv.push_back(std::to_string(keys.size()));
   for (auto& k : keys) argv.push_back(std::move(k));
   for (auto& a : args) argv.push_back(std::move(a));
-  RedisResult r = co_await submit(s, argv, false);
+  RedisResult r = co_await submit(s, argv, false, asking);
   if (r.ok() && r.reply->is_error() && r.reply->str.starts_with("NOSCRIPT")) {
     argv[0] = "EVAL";
     argv[1] = script.source;
-    r = co_await submit(s, argv, false);
+    r = co_await submit(s, argv, false, asking);
   }
   co_return r;
 }
 
-bool RedisConnection::up() const { return state_->is_up.load(); }
+}  // namespace
+
+bool RedisConnection::up() const { return cluster_ ? cluster_up(*cluster_) : state_->is_up.load(); }
 std::string RedisConnection::last_error() const {
+  if (cluster_) return cluster_last_error(*cluster_);
   std::lock_guard lk(state_->error_mu);
   return state_->error_shared;
 }
-std::uint64_t RedisConnection::reconnects() const { return state_->n_reconnects.load(std::memory_order_relaxed); }
-std::uint64_t RedisConnection::commands() const { return state_->n_commands.load(std::memory_order_relaxed); }
-std::uint64_t RedisConnection::failures() const { return state_->n_failures.load(std::memory_order_relaxed); }
-std::uint64_t RedisConnection::writes() const { return state_->n_writes.load(std::memory_order_relaxed); }
+std::uint64_t RedisConnection::reconnects() const {
+  return cluster_ ? cluster_stat(*cluster_, &RedisConnection::reconnects) : state_->n_reconnects.load(std::memory_order_relaxed);
+}
+std::uint64_t RedisConnection::commands() const {
+  return cluster_ ? cluster_commands(*cluster_) : state_->n_commands.load(std::memory_order_relaxed);
+}
+std::uint64_t RedisConnection::failures() const {
+  return cluster_ ? cluster_failures(*cluster_) : state_->n_failures.load(std::memory_order_relaxed);
+}
+std::uint64_t RedisConnection::writes() const {
+  return cluster_ ? cluster_stat(*cluster_, &RedisConnection::writes) : state_->n_writes.load(std::memory_order_relaxed);
+}
 
 }  // namespace sluice::store

@@ -1,5 +1,6 @@
 #pragma once
-// Redis client (RESP2) on Asio coroutines: one pipelined connection per worker thread.
+// Redis client (RESP2) on Asio coroutines: one pipelined connection per worker thread (or
+// one per cluster node, for a Redis Cluster).
 //
 //   RedisConnection conn(io.get_executor(), endpoint, options);
 //   conn.start();                                   // connects in the background, forever
@@ -95,8 +96,9 @@ class RedisConnection {
 
   // One command; completes (on the caller's executor, which must be this connection's)
   // with the reply or a transport error. Fails at once while down or when the pipeline
-  // holds max_pending commands.
-  boost::asio::awaitable<RedisResult> command(std::vector<std::string> argv);
+  // holds max_pending commands. (`asking`: ASKING goes first, in the same write; the
+  // cluster client's, for a slot being migrated.)
+  boost::asio::awaitable<RedisResult> command(std::vector<std::string> argv, bool asking = false);
   // command("SET", key, value): the same, from string-like arguments (copied at the call).
   template <class... Args>
     requires(sizeof...(Args) > 0 && (std::is_convertible_v<const Args&, std::string_view> && ...))
@@ -110,7 +112,13 @@ class RedisConnection {
   // (which also loads it for the next EVALSHA). Other error replies are returned as is.
   // `script` is read again after the first reply: it must outlive the call.
   boost::asio::awaitable<RedisResult> eval(const RedisScript& script, std::vector<std::string> keys,
-                                           std::vector<std::string> args);
+                                           std::vector<std::string> args, bool asking = false);
+
+  // A Redis Cluster (a redis-cluster:// endpoint): each command goes to the node serving
+  // its key's slot (see key_slot), following MOVED and ASK; a script's keys must share one
+  // slot (hash tags), as must a multi-key command's, but for MGET, DEL, UNLINK and EXISTS,
+  // which are split by slot and put back together; SCAN walks every master in turn.
+  bool cluster() const { return cluster_ != nullptr; }
 
   // Status, safe to read from any thread.
   bool up() const;                    // connected and AUTH/SELECT/PING succeeded
@@ -120,10 +128,16 @@ class RedisConnection {
   std::uint64_t failures() const;     // of those, completed with a transport error
   std::uint64_t writes() const;       // socket writes issued (commands / writes = batching)
 
-  struct State;  // internal; shared with the coroutines and handlers in flight
+  struct State;    // internal; shared with the coroutines and handlers in flight
+  struct Cluster;  // internal (redis_cluster.cpp): the slot map and a connection per node
 
  private:
-  std::shared_ptr<State> state_;
+  std::shared_ptr<State> state_;      // one server (redis:// or through sentinels)
+  std::shared_ptr<Cluster> cluster_;  // or a cluster
 };
+
+// The Redis Cluster hash slot of `key` (CRC16 of its hash tag, the part between the first
+// '{' and the next '}' when not empty, else of the whole key; mod 16384).
+std::uint16_t key_slot(std::string_view key) noexcept;
 
 }  // namespace sluice::store

@@ -773,6 +773,193 @@ export async function startRedis({ args = [], sentinel = null } = {}) {
   return redis.start();
 }
 
+// ---- redis cluster -------------------------------------------------------------------
+
+const CLUSTER_SLOTS = 16384;
+
+// One redis-cli command against 127.0.0.1:`port`. `json`: parse the reply (RESP3 as JSON;
+// null for a nil); else --raw, trimmed. `follow`: cluster mode (-c), following MOVED/ASK.
+// redis-cli exits 0 on an error reply: it is turned into a rejection here.
+function redisCli(port, args, { json = false, follow = false, timeout = 5000 } = {}) {
+  const argv = ['-h', '127.0.0.1', '-p', String(port), ...(follow ? ['-c'] : []), json ? '--json' : '--raw', ...args.map(String)];
+  return new Promise((resolve, reject) => {
+    const child = execFile('redis-cli', argv, { timeout }, (err, out, errOut) => {
+      if (err) return reject(new Error(`redis-cli ${argv.join(' ')}: ${err.message}${errOut}`));
+      const text = out.trim();
+      if (json) {
+        if (text.startsWith('error:')) return reject(new Error(`redis-cli ${argv.join(' ')}: ${text}`));
+        try {
+          return resolve(JSON.parse(text));
+        } catch {
+          return reject(new Error(`redis-cli ${argv.join(' ')}: not JSON: ${text}`));
+        }
+      }
+      if (/^(ERR|WRONGTYPE|MOVED|ASK|CLUSTERDOWN|TRYAGAIN|CROSSSLOT|LOADING|MASTERDOWN|NOAUTH|READONLY) /.test(text)) {
+        return reject(new Error(`redis-cli ${argv.join(' ')}: ${text}`));
+      }
+      resolve(text);
+    });
+    child.stdin.end();
+  });
+}
+
+// Starts a real Redis Cluster on 127.0.0.1: masters * (1 + replicas) servers from
+// startRedis (own port, own directory with its nodes.conf, own cluster bus port: the
+// default bus port, port + 10000, is past 65535 for much of the ephemeral range), joined by
+// `redis-cli --cluster create` (which makes the first `masters` servers the masters), and
+// resolves once every node says cluster_state:ok, sees all 16384 slots served and every
+// replica's link to its master is up (ROLE: connected; one that never synced cannot fail
+// over).
+// redis-cli needs at least 3 masters. Which replica follows which master is redis-cli's
+// choice (it shuffles them): ask ROLE or masterOf(), never assume nodes[masters + i].
+// Returns {
+//   nodes       the servers, as startRedis gives them (port, cmd(), raw(), stop(), start():
+//               cmd/raw talk to that one node and do not follow redirects); stopping a
+//               master (node.stop(), SIGTERM by pid) makes its replica take over after
+//               nodeTimeout ms; start() brings the node back with its nodes.conf (it rejoins,
+//               as a replica if it lost its slots)
+//   url         'redis-cluster://127.0.0.1:<port>,127.0.0.1:<port>' (the first two nodes,
+//               masters at creation, as seeds)
+//   masters()   the running nodes whose ROLE is master now
+//   masterOf(k) the node serving key k's slot now, as a running node's CLUSTER SLOTS says
+//               (after a failover: call waitOk() first)
+//   waitOk({ timeout = 20000 })  until every running node says cluster_state:ok, sees all
+//               slots served by running masters (the same ones everywhere) and every running
+//               replica is connected to its master: a failover, or a node's return, settled
+//   cmd(...a)   a command through `redis-cli -c --raw` (follows redirects) on a running node
+//   get(k)      GET k through `redis-cli -c` on a running node: the value, or null
+//   stop()      stops every node
+// }
+export async function startRedisCluster({ masters = 3, replicas = 1, nodeTimeout = 1000 } = {}) {
+  const count = masters * (1 + replicas);
+  const nodes = [];
+  const running = () => nodes.filter((n) => n.proc && n.proc.child.exitCode === null && n.proc.child.signalCode === null);
+  const anyRunning = () => {
+    const r = running();
+    if (!r.length) throw new Error('no node of the Redis Cluster is running');
+    return r[0];
+  };
+  // Slot ranges as one node sees them: [[from, to, masterPort], ...].
+  const slotsSeenBy = async (node) =>
+    (await redisCli(node.port, ['CLUSTER', 'SLOTS'], { json: true })).map(([from, to, master]) => [from, to, Number(master[1])]);
+
+  // Why the cluster is not settled, or '' when it is.
+  const unsettled = async ({ fresh = false } = {}) => {
+    const up = running();
+    const ports = new Set(up.map((n) => n.port));
+    let seen = null;
+    for (const n of up) {
+      const info = await redisCli(n.port, ['CLUSTER', 'INFO']);
+      if (!/^cluster_state:ok\s*$/m.test(info)) return `${n.port}: ${info.match(/^cluster_state:\S+/m)?.[0]}`;
+      if (fresh && !new RegExp(`^cluster_known_nodes:${count}\\s*$`, 'm').test(info)) {
+        return `${n.port}: ${info.match(/^cluster_known_nodes:\S+/m)?.[0]} of ${count}`;
+      }
+      const ranges = (await slotsSeenBy(n)).sort((a, b) => a[0] - b[0]);
+      let covered = 0;
+      for (const [from, to, port] of ranges) {
+        if (!ports.has(port)) return `${n.port}: slots ${from}-${to} on ${port}, which is not running`;
+        covered += to - from + 1;
+      }
+      if (covered !== CLUSTER_SLOTS) return `${n.port}: ${covered} of ${CLUSTER_SLOTS} slots served`;
+      const view = JSON.stringify(ranges);
+      if (seen !== null && view !== seen) return `${n.port} sees other slot owners than ${up[0].port}`;
+      seen = view;
+      const role = (await n.raw('ROLE')).split('\n');
+      if (role[0] === 'slave' && role[3] !== 'connected') return `${n.port}: replica of ${role[2]} is ${role[3]}`;
+    }
+    return '';
+  };
+  // For waitFor: true, or an error saying why not (waitFor's message shows the last one).
+  const settled = async (opts) => {
+    const why = await unsettled(opts);
+    if (why) throw new Error(why);
+    return true;
+  };
+
+  const cluster = {
+    nodes,
+    url: '',
+    async masters() {
+      const out = [];
+      for (const n of running()) {
+        const role = await n.raw('ROLE').catch(() => '');
+        if (role.split('\n')[0] === 'master') out.push(n);
+      }
+      return out;
+    },
+    async masterOf(key) {
+      const asked = anyRunning();
+      const slot = Number(await redisCli(asked.port, ['CLUSTER', 'KEYSLOT', key]));
+      const range = (await slotsSeenBy(asked)).find(([from, to]) => from <= slot && slot <= to);
+      if (!range) throw new Error(`no node serves slot ${slot} (key ${key}), as ${asked.port} sees it`);
+      const node = nodes.find((n) => n.port === range[2]);
+      if (!node) throw new Error(`slot ${slot} (key ${key}) is on port ${range[2]}, not a node of this cluster`);
+      return node;
+    },
+    async waitOk({ timeout = 20000 } = {}) {
+      await waitFor(settled, { timeout, interval: 200, what: 'the Redis Cluster to settle' });
+      return this;
+    },
+    cmd(...args) {
+      return redisCli(anyRunning().port, args, { follow: true });
+    },
+    get(key) {
+      return redisCli(anyRunning().port, ['GET', key], { json: true, follow: true });
+    },
+    async stop() {
+      await Promise.all(nodes.map((n) => n.stop()));
+    },
+  };
+
+  try {
+    for (let i = 0; i < count; i++) {
+      // A retry: the bus port is closed when startRedis picks its own port, which can
+      // (rarely) be the same one; that server then fails to bind and never answers PING.
+      for (let attempt = 1; ; attempt++) {
+        const dir = tempDir('sluice-rcluster-');
+        const busPort = await closedPort();
+        try {
+          nodes.push(
+            await startRedis({
+              args: [
+                '--cluster-enabled', 'yes',
+                '--cluster-config-file', path.join(dir, 'nodes.conf'),
+                '--cluster-node-timeout', nodeTimeout,
+                '--cluster-port', busPort,
+                // A replica's (diskless) full sync starts at once, not after 5 s: the
+                // cluster is ready ~4 s sooner, and so is a node brought back.
+                '--repl-diskless-sync-delay', 0,
+                // After startRedis's own --dir: the last one wins.
+                '--dir', dir,
+              ],
+            }),
+          );
+          break;
+        } catch (e) {
+          if (attempt >= 3) throw e;
+        }
+      }
+    }
+    const createArgs = ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', String(replicas), '--cluster-yes'];
+    await new Promise((resolve, reject) => {
+      const child = execFile('redis-cli', createArgs, { timeout: 60000 }, (err, out, errOut) => {
+        live.delete(child);
+        if (err) reject(new Error(`redis-cli ${createArgs.join(' ')} failed: ${err.message}\n${out}${errOut}`));
+        else resolve(out);
+      });
+      live.add(child);
+      // --cluster-yes answers the question; stdin must still be closed.
+      child.stdin.end();
+    });
+    cluster.url = `redis-cluster://127.0.0.1:${nodes[0].port},127.0.0.1:${nodes[1].port}`;
+    await waitFor(() => settled({ fresh: true }), { timeout: 20000, interval: 200, what: 'the new Redis Cluster to be ready' });
+  } catch (e) {
+    await cluster.stop();
+    throw e;
+  }
+  return cluster;
+}
+
 // What Redis holds for the counters of key `name` of `tenant`: the request windows'
 // counts (every window summed) and the token quotas' used, reserved and reservations held
 // (every period summed). The admission and batch records are not counters and are skipped.

@@ -122,3 +122,39 @@ TEST(RedisScript, Sha1IsHexOfTheSource) {
   EXPECT_EQ(RedisScript("").sha1, "da39a3ee5e6b4b0d3255bfef95601890afd80709");
   EXPECT_EQ(RedisScript("return 1").source, "return 1");
 }
+
+TEST(RedisUrl, Cluster) {
+  auto a = parse_ok("redis-cluster://u:pw@10.0.0.1:7000,10.0.0.2,[::1]:7002");
+  ASSERT_EQ(a.cluster.size(), 3u);
+  EXPECT_EQ(a.cluster[0].host, "10.0.0.1");
+  EXPECT_EQ(a.cluster[0].port, 7000);
+  EXPECT_EQ(a.cluster[1].port, 6379) << "a node's default port";
+  EXPECT_EQ(a.cluster[2].host, "::1");
+  EXPECT_EQ(a.username, "u");
+  EXPECT_EQ(a.password, "pw");
+  EXPECT_TRUE(a.sentinels.empty());
+  EXPECT_EQ(describe(a), "redis-cluster://u:***@10.0.0.1:7000,10.0.0.2:6379,[::1]:7002");
+  EXPECT_EQ(parse_ok("redis-cluster://n1:7000/").cluster.size(), 1u);
+  EXPECT_EQ(parse_ok("redis-cluster://n1:7000/0").db, 0);
+  EXPECT_TRUE(parse_ok("redis://h").cluster.empty());
+  EXPECT_NE(parse_error("redis-cluster://n1/3").find("database 0"), std::string::npos);
+  EXPECT_NE(parse_error("redis-cluster://").find("host"), std::string::npos);
+  EXPECT_NE(parse_error("redis-cluster://n1,").find("host"), std::string::npos);
+  EXPECT_NE(parse_error("redis-cluster://n1:0").find("port"), std::string::npos);
+  EXPECT_NE(parse_error("redis-clusters://n1").find("redis-cluster://"), std::string::npos);
+}
+
+TEST(RedisCluster, KeySlotIsCrc16OfTheHashTag) {
+  // The Redis Cluster specification's examples, and what CLUSTER KEYSLOT answers.
+  EXPECT_EQ(sluice::store::key_slot("123456789"), 0x31C3 & 16383);
+  EXPECT_EQ(sluice::store::key_slot("foo"), 12182);
+  EXPECT_EQ(sluice::store::key_slot("bar"), 5061);
+  EXPECT_EQ(sluice::store::key_slot(""), 0);
+  // The tag: between the first '{' and the next '}', when not empty.
+  EXPECT_EQ(sluice::store::key_slot("{user1000}.following"), sluice::store::key_slot("{user1000}.followers"));
+  EXPECT_EQ(sluice::store::key_slot("{user1000}.following"), sluice::store::key_slot("user1000"));
+  EXPECT_EQ(sluice::store::key_slot("foo{bar}{zap}"), sluice::store::key_slot("bar"));
+  EXPECT_EQ(sluice::store::key_slot("foo{{bar}}zap"), sluice::store::key_slot("{bar"));
+  EXPECT_NE(sluice::store::key_slot("foo{}{bar}"), sluice::store::key_slot("bar")) << "an empty tag: the whole key";
+  EXPECT_EQ(sluice::store::key_slot("sluice:{t:acme}:k:app:r0.fw.60000"), sluice::store::key_slot("t:acme"));
+}
