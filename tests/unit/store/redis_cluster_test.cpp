@@ -1,0 +1,286 @@
+// RedisConnection on a real Redis Cluster: three redis-servers (cluster-enabled, one master
+// each, no replicas), their slots assigned and met through the client itself. The client
+// is given one seed; it must find every node, follow a slot that moves (ASK while it
+// migrates, MOVED once it has), split multi-key commands, walk SCAN over the masters, and
+// keep serving the other slots while a node is down.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "redis_fixture.hpp"
+
+using namespace sluice::test;
+
+namespace {
+
+constexpr int kNodes = 3;
+
+class RedisClusterTest : public RedisTest {
+ protected:
+  // Starts the servers (not yet a cluster).
+  void SetUp() override {
+    RedisTest::SetUp();
+    for (int i = 0; i < kNodes; ++i) {
+      // The bus on a port of its own (port + 10000 may not exist).
+      bus_.push_back(std::to_string(RedisServer::free_port()));
+      nodes_.push_back(start_server({"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                                     "--cluster-node-timeout", "5000", "--cluster-port", bus_.back()}));
+    }
+  }
+
+  RedisEndpoint seed(int i = 0) {
+    RedisEndpoint ep;
+    ep.cluster.push_back(sluice::RedisHost{"127.0.0.1", nodes_[static_cast<std::size_t>(i)]->port()});
+    return ep;
+  }
+
+  // Node i serves slots [i * 16384 / 3, (i + 1) * 16384 / 3): assigned, met, and waited
+  // for until every node says the cluster is ok. `admin` gets a plain connection per node.
+  awaitable<bool> form(std::vector<std::unique_ptr<RedisConnection>>& admin) {
+    auto ex = co_await net::this_coro::executor;
+    for (int i = 0; i < kNodes; ++i) {
+      admin.push_back(std::make_unique<RedisConnection>(ex, endpoint(*nodes_[static_cast<std::size_t>(i)]), test_options()));
+      admin.back()->start();
+      if (!co_await wait_up(*admin.back())) co_return false;
+    }
+    for (int i = 0; i < kNodes; ++i) {
+      const auto from = std::to_string(i * 16384 / kNodes), to = std::to_string((i + 1) * 16384 / kNodes - 1);
+      auto r = co_await admin[static_cast<std::size_t>(i)]->command("CLUSTER", "ADDSLOTSRANGE", from, to);
+      if (!is_status(r, "OK")) {
+        ADD_FAILURE() << "ADDSLOTSRANGE: " << show(r);
+        co_return false;
+      }
+      auto id = co_await admin[static_cast<std::size_t>(i)]->command("CLUSTER", "MYID");
+      ids_.push_back(id.ok() ? id.reply->str : "");
+    }
+    for (int i = 1; i < kNodes; ++i) {
+      const auto at = static_cast<std::size_t>(i);
+      auto r = co_await admin[0]->command("CLUSTER", "MEET", "127.0.0.1", std::to_string(nodes_[at]->port()), bus_[at]);
+      if (!is_status(r, "OK")) {
+        ADD_FAILURE() << "MEET: " << show(r);
+        co_return false;
+      }
+    }
+    for (auto& a : admin) {
+      bool ok = false;
+      for (int tries = 0; tries < 2000 && !ok; ++tries) {
+        auto info = co_await a->command("CLUSTER", "INFO");
+        ok = info.ok() && info.reply->str.find("cluster_state:ok") != std::string::npos;
+        if (!ok) co_await sleep_for(10ms);
+      }
+      if (!ok) {
+        ADD_FAILURE() << "the cluster never said cluster_state:ok";
+        co_return false;
+      }
+    }
+    co_return true;
+  }
+
+  // Calls of `name` refused before running (a redirect), from INFO commandstats.
+  static std::int64_t rejected_calls(const RedisResult& info, const std::string& name) {
+    if (!info.ok()) return -1;
+    const auto at = info.reply->str.find("cmdstat_" + name + ":");
+    if (at == std::string::npos) return 0;
+    const auto field = info.reply->str.find("rejected_calls=", at);
+    return field == std::string::npos ? 0 : std::stoll(info.reply->str.substr(field + 15));
+  }
+
+  // Which node serves `slot` as formed.
+  static int owner(std::uint16_t slot) { return static_cast<int>(slot) * kNodes / 16384; }
+
+  std::vector<std::unique_ptr<RedisServer>> nodes_;
+  std::vector<std::string> bus_, ids_;
+};
+
+}  // namespace
+
+TEST_F(RedisClusterTest, EveryKeyGoesToItsSlotsNodeFromOneSeed) {
+  run([&]() -> awaitable<void> {
+    std::vector<std::unique_ptr<RedisConnection>> admin;
+    CO_REQUIRE(co_await form(admin), "no cluster");
+    RedisConnection c(co_await net::this_coro::executor, seed(1), test_options());
+    EXPECT_TRUE(c.cluster());
+    c.start();
+    CO_REQUIRE(co_await wait_up(c), c.last_error());
+
+    std::vector<std::string> keys;
+    for (int i = 0; i < 60; ++i) keys.push_back("k" + std::to_string(i));
+    for (const auto& k : keys) {
+      auto r = co_await c.command("SET", k, "v" + k);
+      EXPECT_TRUE(is_status(r, "OK")) << k << ": " << show(r);
+    }
+    // Each on its own slot's node, read directly there.
+    std::array<int, kNodes> per_node{};
+    for (const auto& k : keys) {
+      const int n = owner(key_slot(k));
+      ++per_node[static_cast<std::size_t>(n)];
+      auto r = co_await admin[static_cast<std::size_t>(n)]->command("GET", k);
+      EXPECT_TRUE(r.ok() && r.reply->str == "v" + k) << k << " on node " << n << ": " << show(r);
+    }
+    for (int n = 0; n < kNodes; ++n) {
+      auto size = co_await admin[static_cast<std::size_t>(n)]->command("DBSIZE");
+      EXPECT_EQ(size.ok() ? size.reply->integer : -1, per_node[static_cast<std::size_t>(n)]) << "node " << n;
+      EXPECT_GT(per_node[static_cast<std::size_t>(n)], 0) << "the keys fall on every node";
+    }
+
+    // MGET over every slot: split by slot, the values back in the keys' order (a missing
+    // key is nil in its place).
+    std::vector<std::string> mget{"MGET"};
+    for (const auto& k : keys) mget.push_back(k);
+    mget.push_back("missing");
+    auto all = co_await c.command(mget);
+    CO_REQUIRE(all.ok() && all.reply->type == Type::array, show(all));
+    CO_REQUIRE(all.reply->elements.size() == keys.size() + 1, all.reply->elements.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(all.reply->elements[i].str, "v" + keys[i]);
+    EXPECT_EQ(all.reply->elements.back().type, Type::nil);
+
+    std::vector<std::string> exists{"EXISTS"}, del{"DEL"};
+    for (const auto& k : keys) exists.push_back(k), del.push_back(k);
+    auto e = co_await c.command(exists);
+    EXPECT_EQ(e.ok() ? e.reply->integer : -1, static_cast<std::int64_t>(keys.size()));
+    auto d = co_await c.command(del);
+    EXPECT_EQ(d.ok() ? d.reply->integer : -1, static_cast<std::int64_t>(keys.size()));
+    auto e2 = co_await c.command(exists);
+    EXPECT_EQ(e2.ok() ? e2.reply->integer : -1, 0);
+  });
+}
+
+TEST_F(RedisClusterTest, ScanWalksEveryMaster) {
+  run([&]() -> awaitable<void> {
+    std::vector<std::unique_ptr<RedisConnection>> admin;
+    CO_REQUIRE(co_await form(admin), "no cluster");
+    RedisConnection c(co_await net::this_coro::executor, seed(), test_options());
+    c.start();
+    CO_REQUIRE(co_await wait_up(c), c.last_error());
+    for (int i = 0; i < 300; ++i) {
+      auto r = co_await c.command("SET", "scan:" + std::to_string(i), "x");
+      CO_REQUIRE(is_status(r, "OK"), show(r));
+    }
+    co_await c.command("SET", "other", "x");
+    std::set<std::string> seen;
+    std::string cursor = "0";
+    int calls = 0;
+    do {
+      auto r = co_await c.command("SCAN", cursor, "MATCH", "scan:*", "COUNT", "50");
+      CO_REQUIRE(r.ok() && r.reply->type == Type::array && r.reply->elements.size() == 2, show(r));
+      cursor = r.reply->elements[0].str;
+      for (const auto& k : r.reply->elements[1].elements) seen.insert(k.str);
+    } while (cursor != "0" && ++calls < 1000);
+    EXPECT_EQ(seen.size(), 300u);
+    auto bad = co_await c.command("SCAN", "9:0");
+    EXPECT_TRUE(bad.ok() && bad.reply->is_error()) << show(bad);
+  });
+}
+
+TEST_F(RedisClusterTest, ScriptsRunOnTheirSlotsNodeAndKeysOfTwoSlotsAreRefused) {
+  run([&]() -> awaitable<void> {
+    std::vector<std::unique_ptr<RedisConnection>> admin;
+    CO_REQUIRE(co_await form(admin), "no cluster");
+    RedisConnection c(co_await net::this_coro::executor, seed(), test_options());
+    c.start();
+    CO_REQUIRE(co_await wait_up(c), c.last_error());
+    const RedisScript incr("redis.call('INCRBY', KEYS[1], ARGV[1]); return redis.call('INCRBY', KEYS[2], ARGV[1])");
+    for (const std::string tag : {"{a}", "{b}", "{c}", "{tenant:acme}"}) {
+      auto r = co_await c.eval(incr, argv(tag + ":x", tag + ":y"), argv("2"));
+      EXPECT_TRUE(r.ok() && r.reply->integer == 2) << tag << ": " << show(r);
+      const int n = owner(key_slot(tag));
+      auto direct = co_await admin[static_cast<std::size_t>(n)]->command("GET", tag + ":x");
+      EXPECT_TRUE(direct.ok() && direct.reply->str == "2") << tag << ": " << show(direct);
+    }
+    const auto before = c.commands();
+    auto cross = co_await c.eval(incr, argv("{a}:x", "{b}:x"), argv("1"));
+    EXPECT_TRUE(cross.ok() && cross.reply->is_error() && cross.reply->str.starts_with("CROSSSLOT")) << show(cross);
+    auto a = co_await admin[static_cast<std::size_t>(owner(key_slot("a")))]->command("GET", "{a}:x");
+    EXPECT_TRUE(a.ok() && a.reply->str == "2") << "nothing ran: " << show(a);
+    EXPECT_EQ(c.commands(), before + 1);
+  });
+}
+
+TEST_F(RedisClusterTest, AMigratingSlotIsFollowedByAskThenByMoved) {
+  run([&]() -> awaitable<void> {
+    std::vector<std::unique_ptr<RedisConnection>> admin;
+    CO_REQUIRE(co_await form(admin), "no cluster");
+    RedisConnection c(co_await net::this_coro::executor, seed(), test_options());
+    c.start();
+    CO_REQUIRE(co_await wait_up(c), c.last_error());
+    const std::string old_key = "{moving}old", new_key = "{moving}new";
+    const std::uint16_t slot = key_slot(old_key);
+    const auto from = static_cast<std::size_t>(owner(slot)), to = (from + 1) % kNodes;
+    auto set = co_await c.command("SET", old_key, "before");
+    CO_REQUIRE(is_status(set, "OK"), show(set));
+    const std::string s = std::to_string(slot);
+
+    // Migrating: a key the old node no longer has is asked of the new one (ASK).
+    auto imp = co_await admin[to]->command("CLUSTER", "SETSLOT", s, "IMPORTING", ids_[from]);
+    auto mig = co_await admin[from]->command("CLUSTER", "SETSLOT", s, "MIGRATING", ids_[to]);
+    CO_REQUIRE(is_status(imp, "OK") && is_status(mig, "OK"), show(imp) << " / " << show(mig));
+    auto created = co_await c.command("SET", new_key, "asked");
+    EXPECT_TRUE(is_status(created, "OK")) << show(created);
+    auto on_new = co_await admin[to]->command("DBSIZE");
+    EXPECT_EQ(on_new.ok() ? on_new.reply->integer : -1, 1) << "written on the importing node";
+    auto got = co_await c.command("GET", new_key);
+    EXPECT_TRUE(got.ok() && got.reply->str == "asked") << show(got);
+    auto kept = co_await c.command("GET", old_key);
+    EXPECT_TRUE(kept.ok() && kept.reply->str == "before") << "still on the old node: " << show(kept);
+
+    // Moved: the key migrated, the slot given to the new node everywhere.
+    const std::string port = std::to_string(nodes_[to]->port());
+    auto moved = co_await admin[from]->command(argv("MIGRATE", "127.0.0.1", port, "", "0", "5000", "KEYS", old_key));
+    CO_REQUIRE(is_status(moved, "OK"), show(moved));
+    for (auto& a : admin) {
+      auto r = co_await a->command("CLUSTER", "SETSLOT", s, "NODE", ids_[to]);
+      EXPECT_TRUE(is_status(r, "OK")) << show(r);
+    }
+    auto info_before = co_await admin[from]->command("INFO", "commandstats");
+    auto after = co_await c.command("GET", old_key);
+    EXPECT_TRUE(after.ok() && after.reply->str == "before") << show(after);
+    // The map learned from MOVED: the next commands for the slot go straight to the new node.
+    for (int i = 0; i < 5; ++i) {
+      auto r = co_await c.command("GET", new_key);
+      EXPECT_TRUE(r.ok() && r.reply->str == "asked") << show(r);
+    }
+    auto info_after = co_await admin[from]->command("INFO", "commandstats");
+    EXPECT_EQ(rejected_calls(info_after, "get") - rejected_calls(info_before, "get"), 1) << "one GET met MOVED, no more";
+    EXPECT_EQ(command_calls(info_after, "get"), command_calls(info_before, "get")) << "none ran on the old node";
+  });
+}
+
+TEST_F(RedisClusterTest, ANodeDownFailsItsSlotsAtOnceAndTheOthersServe) {
+  run([&]() -> awaitable<void> {
+    std::vector<std::unique_ptr<RedisConnection>> admin;
+    CO_REQUIRE(co_await form(admin), "no cluster");
+    RedisConnection c(co_await net::this_coro::executor, seed(), test_options());
+    c.start();
+    CO_REQUIRE(co_await wait_up(c), c.last_error());
+    // A key per node.
+    std::map<int, std::string> key_of;
+    for (int i = 0; key_of.size() < kNodes; ++i) key_of.emplace(owner(key_slot("n" + std::to_string(i))), "n" + std::to_string(i));
+
+    admin[2].reset();
+    nodes_[2]->stop(SIGKILL);
+    // The client notices (its connection to node 2 is lost): down, and says which node.
+    CO_REQUIRE(co_await wait_until([&] { return !c.up(); }, 10s), "still up");
+    EXPECT_NE(c.last_error().find(std::to_string(nodes_[2]->port())), std::string::npos) << c.last_error();
+    const auto t0 = Clock::now();
+    auto lost = co_await c.command("SET", key_of[2], "x");
+    EXPECT_FALSE(lost.ok()) << show(lost);
+    EXPECT_LT(Clock::now() - t0, 1500ms) << "a command for a node down fails at once, not after a timeout";
+    // (The cluster marks the slots' node failed after its node timeout, 5 s: until then the
+    // others still serve their own slots.)
+    for (int n = 0; n < 2; ++n) {
+      auto r = co_await c.command("SET", key_of[n], "x");
+      EXPECT_TRUE(is_status(r, "OK")) << "node " << n << ": " << show(r);
+    }
+
+    // Back on its port with its nodes.conf: it rejoins with its slots, and the client with it.
+    CO_REQUIRE(nodes_[2]->start().empty(), "restart");
+    CO_REQUIRE(co_await wait_up(c, 20s), c.last_error());
+    // (CLUSTERDOWN until the node has met the others again.)
+    RedisResult back;
+    for (int tries = 0; tries < 400 && !is_status(back, "OK"); ++tries) {
+      if (tries) co_await sleep_for(50ms);
+      back = co_await c.command("SET", key_of[2], "y");
+    }
+    EXPECT_TRUE(is_status(back, "OK")) << show(back);
+  });
+}
