@@ -44,13 +44,35 @@ async function used(cluster, pattern) {
   return n;
 }
 
+const ADMIN = 'sk-admin-0000000000000000';
+
 describe('Redis Cluster', () => {
   let sim;
+  let slow;
   let cluster;
   let gw;
+  let fleet = [];
   before(async () => {
-    sim = await startSim({ ttft: '5ms', 'inter-token': '1ms' });
-    cluster = await startRedisCluster({ masters: 3, replicas: 1, nodeTimeout: 1000 });
+    [sim, slow, cluster] = await Promise.all([
+      startSim({ ttft: '5ms', 'inter-token': '1ms' }),
+      startSim({ 'inter-token': '100ms' }),
+      startRedisCluster({ masters: 3, replicas: 1, nodeTimeout: 1000 }),
+    ]);
+    // Two more instances sharing the cluster's live registry.
+    fleet = await Promise.all(
+      ['gw-a', 'gw-b'].map((instance) =>
+        startGateway({
+          instance,
+          keys: [
+            { name: 'admin', key: ADMIN, tenant: 'ops', admin: true },
+            { name: 'app', key: KEY, tenant: 'acme' },
+          ],
+          models: [{ alias: 'slow', backends: [{ provider: 'openai', base_url: `${slow.url}/v1`, name: 'a' }] }],
+          redis: { url: cluster.url, retry_interval: '200ms' },
+          admin: { listen: '127.0.0.1:0', live_registry: 'redis', live_interval: '200ms' },
+        }),
+      ),
+    );
     gw = await startGateway({
       keys: [
         { name: 'app', key: KEY, tenant: 'acme' },
@@ -81,9 +103,9 @@ describe('Redis Cluster', () => {
     });
   });
   after(async () => {
-    await gw?.stop();
+    await Promise.all([gw?.stop(), ...fleet.map((f) => f.stop())]);
     await cluster?.stop();
-    await sim?.stop();
+    await Promise.all([sim?.stop(), slow?.stop()]);
   });
 
   const chat = (key = KEY) =>
@@ -119,6 +141,29 @@ describe('Redis Cluster', () => {
     assert.equal(await counted(cluster, 'sluice:{m:m}:r1*'), 5);
     const infra = await gw.infra();
     assert.match(infra.rate_limiter.redis.url, /^redis-cluster:\/\/127.0.0.1:/);
+  });
+
+  test("the fleet's live registry: a stream on one instance listed and cancelled from another", async () => {
+    const [a, b] = fleet;
+    const live = async () => (await request(`${a.url}/admin/requests`, { key: ADMIN })).json;
+    const res = fetch(`${b.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', 'x-request-id': 'on-b' },
+      body: JSON.stringify({ model: 'slow', messages: USER, max_tokens: 200, stream: true }),
+    });
+    // (The instances' set, each snapshot and each cancel list are keys of different slots.)
+    const seen = await waitFor(async () => (await live()).requests?.find((x) => x.request_id === 'on-b'), {
+      timeout: 10000,
+      what: "gw-b's stream listed on gw-a",
+    });
+    assert.equal(seen.instance, 'gw-b');
+    const c = await request(`${a.url}/admin/requests/${seen.id}/cancel`, { method: 'POST', key: ADMIN });
+    assert.equal(c.status, 202, c.text);
+    const body = await (await res).text();
+    assert.match(body, /"code":"cancelled"/, body.slice(-300));
+    await waitFor(async () => !(await live()).requests.some((x) => x.id === seen.id), { what: 'gone from the listing' });
+    const instances = (await live()).instances;
+    assert.ok(instances.includes('gw-a') && instances.includes('gw-b'), JSON.stringify(instances));
   });
 
   test("a refusal by one slot's limit voids what the others took", async () => {
