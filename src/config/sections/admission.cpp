@@ -18,7 +18,9 @@ const Table<RedisSettings>& redis_table() {
                "`redis://[user:password@]host[:port][/db]`, or through Sentinel "
                "`redis-sentinel://[user:password@]host[:port][,host[:port]...]/<master>[/db]` (the sentinels, "
                "port 26379 by default; the master is asked of them at each connection and followed through a "
-               "failover: `docs/redis.md`).")
+               "failover), or a Redis Cluster `redis-cluster://[user:password@]host[:port][,host[:port]...]` "
+               "(some of its nodes; the slot map is read from them and followed through failovers and "
+               "migrations): `docs/redis.md`.")
               .then([](Loader& l, const YAML::Node& n, const std::string& p, RedisSettings& r) {
                 std::string err;
                 if (!parse_redis_url(r.url, &err)) l.fail(p, n, err);
