@@ -712,6 +712,25 @@ export function assembled(events) {
 // lines of a sentinel's configuration file ('sentinel monitor m 127.0.0.1 6379 2'...):
 // the server then runs as a sentinel (redis-server --sentinel, which is what redis-sentinel
 // is), writing that file as sentinels do.
+// `clients` loops each sending one request after another (`send()` answers a response
+// with a status), pausing `pause` ms between, pushing every status into `statuses` until
+// stop() (which waits for the requests under way).
+export function underLoad(send, statuses, { clients = 4, pause = 5 } = {}) {
+  let stopped = false;
+  const loops = Array.from({ length: clients }, async () => {
+    while (!stopped) {
+      statuses.push((await send()).status);
+      await delay(pause);
+    }
+  });
+  return {
+    async stop() {
+      stopped = true;
+      await Promise.all(loops);
+    },
+  };
+}
+
 export async function startRedis({ args = [], sentinel = null } = {}) {
   const port = await closedPort();
   // A directory of its own: a replica's full sync writes dump.rdb there, which a server

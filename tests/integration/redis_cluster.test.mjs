@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { setTimeout as delay } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
 
-import { KEY, USER, request, startGateway, startRedisCluster, startSim, waitFor } from './lib.mjs';
+import { KEY, USER, request, startGateway, startRedisCluster, startSim, underLoad, waitFor } from './lib.mjs';
 
 const EXACT = 'sk-exact-0000000000000000';
 const GOLD = 'sk-gold-00000000000000000';
@@ -110,22 +110,6 @@ describe('Redis Cluster', () => {
 
   const chat = (key = KEY) =>
     request(`${gw.url}/v1/chat/completions`, { method: 'POST', key, body: { model: 'm', messages: USER, max_tokens: 2 } });
-  // Four clients sending one request after another into `statuses` until stop().
-  function underLoad(statuses) {
-    let stopped = false;
-    const clients = Array.from({ length: 4 }, async () => {
-      while (!stopped) {
-        statuses.push((await chat()).status);
-        await delay(5);
-      }
-    });
-    return {
-      async stop() {
-        stopped = true;
-        await Promise.all(clients);
-      },
-    };
-  }
 
   test('each limit is counted on the node serving its slot', async () => {
     await waitFor(async () => (await gw.infra()).rate_limiter.active === 'redis', { timeout: 10000, what: 'the slot map read' });
@@ -199,7 +183,7 @@ describe('Redis Cluster', () => {
     const victim = await cluster.masterOf('t:acme');
     const before = await counted(cluster, 'sluice:{t:acme}:k:app:*');
     const statuses = [];
-    const load = underLoad(statuses);
+    const load = underLoad(chat, statuses);
     let promoted;
     try {
       await delay(300);

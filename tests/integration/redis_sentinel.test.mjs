@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { setTimeout as delay } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
 
-import { KEY, USER, request, startGateway, startRedis, startSim, waitFor } from './lib.mjs';
+import { KEY, USER, request, startGateway, startRedis, startSim, underLoad, waitFor } from './lib.mjs';
 
 const MASTER = 'sluice-m';
 const EXACT = 'sk-exact-0000000000000000';
@@ -89,22 +89,6 @@ describe('Redis Sentinel', () => {
 
   const chat = (key = KEY) =>
     request(`${gw.url}/v1/chat/completions`, { method: 'POST', key, body: { model: 'm', messages: USER, max_tokens: 2 } });
-  // Four clients sending one request after another into `statuses` until stop().
-  function underLoad(statuses) {
-    let stopped = false;
-    const clients = Array.from({ length: 4 }, async () => {
-      while (!stopped) {
-        statuses.push((await chat()).status);
-        await delay(5);
-      }
-    });
-    return {
-      async stop() {
-        stopped = true;
-        await Promise.all(clients);
-      },
-    };
-  }
 
   test('the gateway asks the sentinels for the master and counts there', async () => {
     for (let i = 0; i < 5; i++) assert.equal((await chat()).status, 200);
@@ -116,7 +100,7 @@ describe('Redis Sentinel', () => {
   test('the master killed under load: every request served, then counted exactly on the promoted replica', async () => {
     const before = await counted(master, 'app');
     const statuses = [];
-    const load = underLoad(statuses);
+    const load = underLoad(chat, statuses);
     try {
       await delay(300);
       master.proc.child.kill('SIGKILL');
@@ -151,7 +135,7 @@ describe('Redis Sentinel', () => {
     third = await startRedis({ args: ['--replicaof', '127.0.0.1', replica.port] });
     await replicationUp(third);
     const statuses = [];
-    const load = underLoad(statuses);
+    const load = underLoad(chat, statuses);
     try {
       // Refused (NOGOODSLAVE) until the sentinels have read the new replica's state.
       await waitFor(async () => /OK/.test(await sentinels[0].raw('SENTINEL', 'failover', MASTER)), {

@@ -76,6 +76,18 @@ class RedisClusterTest : public RedisTest {
     co_return true;
   }
 
+  // The cluster formed, and a client from seed `i`, up; null (the failure reported) if not.
+  awaitable<std::unique_ptr<RedisConnection>> ready(std::vector<std::unique_ptr<RedisConnection>>& admin, int i = 0) {
+    if (!co_await form(admin)) co_return nullptr;
+    auto c = std::make_unique<RedisConnection>(co_await net::this_coro::executor, seed(i), test_options());
+    c->start();
+    if (!co_await wait_up(*c)) {
+      ADD_FAILURE() << "the cluster client never came up: " << c->last_error();
+      co_return nullptr;
+    }
+    co_return c;
+  }
+
   // Calls of `name` refused before running (a redirect), from INFO commandstats.
   static std::int64_t rejected_calls(const RedisResult& info, const std::string& name) {
     if (!info.ok()) return -1;
@@ -97,11 +109,10 @@ class RedisClusterTest : public RedisTest {
 TEST_F(RedisClusterTest, EveryKeyGoesToItsSlotsNodeFromOneSeed) {
   run([&]() -> awaitable<void> {
     std::vector<std::unique_ptr<RedisConnection>> admin;
-    CO_REQUIRE(co_await form(admin), "no cluster");
-    RedisConnection c(co_await net::this_coro::executor, seed(1), test_options());
+    auto client = co_await ready(admin, 1);
+    CO_REQUIRE(client, "no cluster, or no client up");
+    RedisConnection& c = *client;
     EXPECT_TRUE(c.cluster());
-    c.start();
-    CO_REQUIRE(co_await wait_up(c), c.last_error());
 
     std::vector<std::string> keys;
     for (int i = 0; i < 60; ++i) keys.push_back("k" + std::to_string(i));
@@ -148,10 +159,9 @@ TEST_F(RedisClusterTest, EveryKeyGoesToItsSlotsNodeFromOneSeed) {
 TEST_F(RedisClusterTest, ScanWalksEveryMaster) {
   run([&]() -> awaitable<void> {
     std::vector<std::unique_ptr<RedisConnection>> admin;
-    CO_REQUIRE(co_await form(admin), "no cluster");
-    RedisConnection c(co_await net::this_coro::executor, seed(), test_options());
-    c.start();
-    CO_REQUIRE(co_await wait_up(c), c.last_error());
+    auto client = co_await ready(admin);
+    CO_REQUIRE(client, "no cluster, or no client up");
+    RedisConnection& c = *client;
     for (int i = 0; i < 300; ++i) {
       auto r = co_await c.command("SET", "scan:" + std::to_string(i), "x");
       CO_REQUIRE(is_status(r, "OK"), show(r));
@@ -175,10 +185,9 @@ TEST_F(RedisClusterTest, ScanWalksEveryMaster) {
 TEST_F(RedisClusterTest, ScriptsRunOnTheirSlotsNodeAndKeysOfTwoSlotsAreRefused) {
   run([&]() -> awaitable<void> {
     std::vector<std::unique_ptr<RedisConnection>> admin;
-    CO_REQUIRE(co_await form(admin), "no cluster");
-    RedisConnection c(co_await net::this_coro::executor, seed(), test_options());
-    c.start();
-    CO_REQUIRE(co_await wait_up(c), c.last_error());
+    auto client = co_await ready(admin);
+    CO_REQUIRE(client, "no cluster, or no client up");
+    RedisConnection& c = *client;
     const RedisScript incr("redis.call('INCRBY', KEYS[1], ARGV[1]); return redis.call('INCRBY', KEYS[2], ARGV[1])");
     for (const std::string tag : {"{a}", "{b}", "{c}", "{tenant:acme}"}) {
       auto r = co_await c.eval(incr, argv(tag + ":x", tag + ":y"), argv("2"));
@@ -199,10 +208,9 @@ TEST_F(RedisClusterTest, ScriptsRunOnTheirSlotsNodeAndKeysOfTwoSlotsAreRefused) 
 TEST_F(RedisClusterTest, AMigratingSlotIsFollowedByAskThenByMoved) {
   run([&]() -> awaitable<void> {
     std::vector<std::unique_ptr<RedisConnection>> admin;
-    CO_REQUIRE(co_await form(admin), "no cluster");
-    RedisConnection c(co_await net::this_coro::executor, seed(), test_options());
-    c.start();
-    CO_REQUIRE(co_await wait_up(c), c.last_error());
+    auto client = co_await ready(admin);
+    CO_REQUIRE(client, "no cluster, or no client up");
+    RedisConnection& c = *client;
     const std::string old_key = "{moving}old", new_key = "{moving}new";
     const std::uint16_t slot = key_slot(old_key);
     const auto from = static_cast<std::size_t>(owner(slot)), to = (from + 1) % kNodes;
@@ -248,10 +256,9 @@ TEST_F(RedisClusterTest, AMigratingSlotIsFollowedByAskThenByMoved) {
 TEST_F(RedisClusterTest, ANodeDownFailsItsSlotsAtOnceAndTheOthersServe) {
   run([&]() -> awaitable<void> {
     std::vector<std::unique_ptr<RedisConnection>> admin;
-    CO_REQUIRE(co_await form(admin), "no cluster");
-    RedisConnection c(co_await net::this_coro::executor, seed(), test_options());
-    c.start();
-    CO_REQUIRE(co_await wait_up(c), c.last_error());
+    auto client = co_await ready(admin);
+    CO_REQUIRE(client, "no cluster, or no client up");
+    RedisConnection& c = *client;
     // A key per node.
     std::map<int, std::string> key_of;
     for (int i = 0; key_of.size() < kNodes; ++i) key_of.emplace(owner(key_slot("n" + std::to_string(i))), "n" + std::to_string(i));
