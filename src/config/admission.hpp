@@ -42,7 +42,8 @@ struct LimitMatch {
 };
 
 struct RequestLimit {
-  std::string id;      // "requests[0]": names the limit in logs and errors
+  std::string id;      // "requests[0]", or its name: names the limit in logs and errors
+  std::string name;    // optional: names its counters too (else its position does)
   LimitScope scope = LimitScope::key;
   LimitMatch when;
   LimitAlgorithm algorithm = LimitAlgorithm::fixed_window;
@@ -57,7 +58,8 @@ struct RequestLimit {
 };
 
 struct TokenLimit {
-  std::string id;      // "tokens[0]"
+  std::string id;      // "tokens[0]", or its name
+  std::string name;    // optional: names its counters too (else its position does)
   LimitScope scope = LimitScope::key;
   LimitMatch when;
   std::int64_t limit = 0;                       // tokens per period

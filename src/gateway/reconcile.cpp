@@ -156,7 +156,8 @@ net::awaitable<ReconcileAnswer> reconcile_usage(Shared& g, const RoutingTable& t
                               {}};
   }
   limits::Limiter& limiter = *g.limiter;
-  const auto& limits = limiter.settings().tokens;
+  const auto rules = limiter.rules();  // (one set of limits throughout, a reload or not)
+  const auto& limits = rules->limits().tokens;
   const bool redis = limiter.wants_redis();
 
   // Each limit's period; the history is read once per distinct period.
@@ -233,7 +234,7 @@ net::awaitable<ReconcileAnswer> reconcile_usage(Shared& g, const RoutingTable& t
     k.name = id.key;
     k.tenant = id.tenant;
     k.tier = id.tier;
-    c.ledger_key = limiter.quota_counter(id.limit, k, id.model) + ":" + std::to_string(spans[id.limit].index);
+    c.ledger_key = limiter.quota_counter(*rules, id.limit, k, id.model) + ":" + std::to_string(spans[id.limit].index);
     keys.push_back(c.ledger_key);
   }
   std::string limiter_error;

@@ -277,7 +277,8 @@ std::string render_infra(const Shared& g) {
   if (g.limiter) {
     const auto st = g.limiter->status();
     const auto t = g.limiter->totals();
-    const auto& rl = g.limiter->settings();
+    const auto rules = g.limiter->rules();
+    const auto& rl = rules->limits();
     o += ",\"rate_limiter\":{\"configured\":";
     append_json_string(o, st.configured);
     o += ",\"active\":";

@@ -254,27 +254,54 @@ std::int64_t Limiter::quota_window_ms(config::QuotaPeriod p) noexcept {
   return 60'000;
 }
 
-std::string Limiter::quota_counter(std::size_t i, const config::ApiKey& key, std::string_view model) const {
-  const auto& rl = cfg_->rate_limits;
-  return counter_key(cfg_->redis.key_prefix, rl.tokens.at(i).scope, key, model, rule_names_.at(rl.requests.size() + i));
+std::string Limiter::quota_counter(const Rules& r, std::size_t i, const config::ApiKey& key, std::string_view model) const {
+  const auto& rl = r.limits();
+  return counter_key(cfg_->redis.key_prefix, rl.tokens.at(i).scope, key, model, r.names.at(rl.requests.size() + i));
 }
 
-Limiter::Limiter(std::shared_ptr<const config::Config> cfg) : cfg_(std::move(cfg)) {
-  const auto& rl = cfg_->rate_limits;
-  active_ = rl.any();
-  wants_redis_ = active_ && rl.backend != config::LimiterBackend::memory;
-  // The rule's index, algorithm and window name its counters: a changed rule starts afresh.
+std::shared_ptr<const Limiter::Rules> Limiter::make_rules(std::shared_ptr<const config::Config> cfg) {
+  auto r = std::make_shared<Rules>();
+  r->cfg = std::move(cfg);
+  const auto& rl = r->limits();
+  r->active = rl.any();
+  // The rule's name (else its index), algorithm and window name its counters: a changed
+  // rule starts afresh, a renamed or moved one too unless it has a name.
   for (std::size_t i = 0; i < rl.requests.size(); ++i) {
     const auto& l = rl.requests[i];
     const char* alg = l.algorithm == config::LimitAlgorithm::fixed_window     ? "fw"
                       : l.algorithm == config::LimitAlgorithm::sliding_window ? "sw"
                       : l.algorithm == config::LimitAlgorithm::sliding_log    ? "sl"
                                                                               : "tb";
-    rule_names_.push_back("r" + std::to_string(i) + "." + alg + "." + std::to_string(l.window.count()));
+    const std::string who = l.name.empty() ? "r" + std::to_string(i) : "r-" + l.name;
+    r->names.push_back(who + "." + alg + "." + std::to_string(l.window.count()));
   }
   for (std::size_t i = 0; i < rl.tokens.size(); ++i) {
-    rule_names_.push_back("q" + std::to_string(i) + "." + std::string(to_string(rl.tokens[i].per)));
+    const auto& l = rl.tokens[i];
+    const std::string who = l.name.empty() ? "q" + std::to_string(i) : "q-" + l.name;
+    r->names.push_back(who + "." + std::string(to_string(l.per)));
   }
+  return r;
+}
+
+std::shared_ptr<const Limiter::Rules> Limiter::rules() const {
+  std::lock_guard lock(mu_);
+  return rules_;
+}
+
+void Limiter::reconfigure(std::shared_ptr<const config::Config> cfg) {
+  auto next = make_rules(std::move(cfg));
+  std::lock_guard lock(mu_);
+  active_.store(next->active, std::memory_order_relaxed);
+  rules_ = std::move(next);
+  // (Release: a worker that sees the new generation finds the new rules under mu_.)
+  generation_.fetch_add(1, std::memory_order_release);
+}
+
+Limiter::Limiter(std::shared_ptr<const config::Config> cfg) : cfg_(cfg), rules_(make_rules(std::move(cfg))) {
+  const auto& rl = cfg_->rate_limits;
+  active_ = rules_->active;
+  // (Connections whenever Redis counts, limits or not: a reload may bring some.)
+  wants_redis_ = rl.backend != config::LimiterBackend::memory;
   // The workers the server runs (its rule: 0 means one per core).
   {
     const auto& rs = cfg_->redis;
@@ -296,10 +323,13 @@ std::int64_t Limiter::quota_lease(const config::TokenLimit& l, std::int64_t toke
   return l.limit >= 1'000'000 ? std::min<std::int64_t>(l.limit / 1000, per_requests) : 0;
 }
 
-std::unique_ptr<const Limiter::Plan> Limiter::plan(const config::ApiKey& key, std::string_view model) const {
-  const auto& rl = cfg_->rate_limits;
+std::shared_ptr<const Limiter::Plan> Limiter::plan(std::shared_ptr<const Rules> rules, const config::ApiKey& key,
+                                                   std::string_view model) const {
+  const auto& rl = rules->limits();
   const auto& prefix = cfg_->redis.key_prefix;
-  auto p = std::make_unique<Plan>();
+  const auto& names = rules->names;
+  auto p = std::make_shared<Plan>();
+  p->rules = std::move(rules);
   for (std::size_t i = 0; i < rl.requests.size(); ++i) {
     const auto& l = rl.requests[i];
     if (!matches(l.when, key, model)) continue;
@@ -313,7 +343,7 @@ std::unique_ptr<const Limiter::Plan> Limiter::plan(const config::ApiKey& key, st
       case config::LimitAlgorithm::sliding_log: c.kind = Kind::sliding_log; break;
       case config::LimitAlgorithm::token_bucket: c.kind = Kind::token_bucket; c.extra = l.burst; break;
     }
-    p->keys.push_back(counter_key(prefix, l.scope, key, model, rule_names_[i]));
+    p->keys.push_back(counter_key(prefix, l.scope, key, model, names[i]));
     c.on_redis_down = l.on_redis_down;
     c.lease = worker_lease(l.lease);
     c.id = &l.id;
@@ -330,7 +360,7 @@ std::unique_ptr<const Limiter::Plan> Limiter::plan(const config::ApiKey& key, st
     c.window_ms = period_ms(l.per);
     c.cost = 0;
     c.extra = rl.reservation_ttl.count();
-    p->keys.push_back(counter_key(prefix, l.scope, key, model, rule_names_[rl.requests.size() + i]));
+    p->keys.push_back(counter_key(prefix, l.scope, key, model, names[rl.requests.size() + i]));
     c.on_redis_down = l.on_redis_down;
     c.id = &l.id;
     p->checks.push_back(c);
@@ -342,7 +372,14 @@ std::unique_ptr<const Limiter::Plan> Limiter::plan(const config::ApiKey& key, st
 }
 
 void WorkerLimiter::checks_for(const config::ApiKey& key, std::string_view model, std::int64_t tokens,
-                               Checks& out, bool requests_only) {
+                               Checks& out, bool requests_only, std::shared_ptr<const Limiter::Plan>* hold) {
+  // A reload: the plans are made again on the new limits (those in use stay alive with
+  // the requests that hold them).
+  if (const auto gen = owner_.generation_.load(std::memory_order_acquire); gen != generation_ || !rules_) {
+    rules_ = owner_.rules();
+    generation_ = gen;
+    plans_.clear();
+  }
   auto found = plans_.find(std::string_view(key.name));
   if (found == plans_.end()) found = plans_.emplace(key.name, std::vector<CachedPlan>{}).first;
   auto& list = found->second;
@@ -354,7 +391,7 @@ void WorkerLimiter::checks_for(const config::ApiKey& key, std::string_view model
     }
   }
   if (cached && (cached->tier != key.tier || cached->tenant != key.tenant)) {
-    cached->plan = owner_.plan(key, model);  // the key changed (a reload, the key store)
+    cached->plan = owner_.plan(rules_, key, model);  // the key changed (a reload, the key store)
     cached->tier = key.tier;
     cached->tenant = key.tenant;
     cached->slots.clear();
@@ -363,7 +400,7 @@ void WorkerLimiter::checks_for(const config::ApiKey& key, std::string_view model
     }
   }
   if (!cached) {
-    CachedPlan fresh{std::string(model), key.tier, key.tenant, owner_.plan(key, model), {}};
+    CachedPlan fresh{std::string(model), key.tier, key.tenant, owner_.plan(rules_, key, model), {}};
     if (redis_) {
       for (const auto& c : fresh.plan->checks) fresh.slots.push_back(leases_->slot(c.key));
     }
@@ -371,6 +408,7 @@ void WorkerLimiter::checks_for(const config::ApiKey& key, std::string_view model
     cached = &list.back();
   }
   const Limiter::Plan* plan = cached->plan.get();
+  if (hold) *hold = cached->plan;
   out.assign(plan->checks.begin(), plan->checks.end());
   tokens = std::max<std::int64_t>(tokens, 0);
   for (std::size_t i = 0; i < out.size(); ++i) {
@@ -402,7 +440,8 @@ void Limiter::detach(WorkerLimiter* w) {
 Limiter::Status Limiter::status() const {
   Status s;
   s.configured = std::string(config::to_string(cfg_->rate_limits.backend));
-  if (!active_) {
+  const auto now = rules();
+  if (!now->active) {
     s.active = "none";
     s.reason = "no limits configured";
     return s;
@@ -430,7 +469,7 @@ Limiter::Status Limiter::status() const {
   } else {
     // Each limit has its own policy (rate_limits.on_redis_down is only their default):
     // refusing only when every limit refuses, as every limited request then is.
-    const auto& rl = cfg_->rate_limits;
+    const auto& rl = now->limits();
     std::size_t closed = 0;
     for (const auto& l : rl.requests) closed += l.on_redis_down == DownPolicy::closed;
     for (const auto& l : rl.tokens) closed += l.on_redis_down == DownPolicy::closed;
@@ -588,7 +627,7 @@ static bool leasable(std::span<const Check> checks) {
 
 bool WorkerLimiter::admit_now(const config::ApiKey& key, std::string_view model, std::int64_t tokens, bool bound,
                               Admission& out, bool requests_only) {
-  if (!owner_.active_) return true;
+  if (!owner_.active()) return true;
   Checks checks;
   checks_for(key, model, tokens, checks, requests_only);
   if (checks.empty()) return true;
@@ -618,9 +657,10 @@ bool WorkerLimiter::from_leases(std::span<const Check> checks, Admission& out) {
 
 net::awaitable<Admission> WorkerLimiter::admit(const config::ApiKey& key, std::string_view model, std::int64_t tokens,
                                                bool bound, bool requests_only) {
-  if (!owner_.active_) co_return Admission{};
+  if (!owner_.active()) co_return Admission{};
   Checks checks;
-  checks_for(key, model, tokens, checks, requests_only);
+  std::shared_ptr<const Limiter::Plan> plan;  // what `checks` point into, until this returns
+  checks_for(key, model, tokens, checks, requests_only, &plan);
   if (checks.empty()) co_return Admission{};
   if (Admission a; too_large(checks, bound, a)) {
     if (!bound) Stats::bump(stats_->too_large);
@@ -807,7 +847,7 @@ void WorkerLimiter::flush_settlements() {
   settles_->flushing = true;
   net::co_spawn(ex_, flush_loop(settles_, redis_, stats_, owner_.settle_script_.get(), leases_.get(),
                                 owner_.cfg_->redis.retry_interval,
-                                std::to_string(owner_.cfg_->rate_limits.reservation_ttl.count())),
+                                std::to_string((rules_ ? rules_ : owner_.rules())->limits().reservation_ttl.count())),
                 net::detached);
 }
 

@@ -64,19 +64,36 @@ class Limiter {
   explicit Limiter(std::shared_ptr<const config::Config> cfg);
   ~Limiter();
 
+  // The limits in force (rate_limits of the file last loaded): replaced whole by a reload,
+  // kept alive by whoever still reads them (a request's plan).
+  struct Rules {
+    std::shared_ptr<const config::Config> cfg;
+    std::vector<std::string> names;  // counter names: per request limit, then per token limit
+    bool active = false;             // any limit
+    const config::RateLimits& limits() const { return cfg->rate_limits; }
+  };
+  std::shared_ptr<const Rules> rules() const;
+  // A reload: the limits of `cfg` replace these (its rate_limits, but `backend`, which the
+  // workers' connections follow: a restart). Requests admitted keep their counters and
+  // reservations; each worker plans the next ones on the new limits. A limit keeps its
+  // counters when its name (or, unnamed, its position), algorithm and window stay.
+  void reconfigure(std::shared_ptr<const config::Config> cfg);
+
   // Whether any limit is configured (no: admission is free).
-  bool active() const { return active_; }
+  bool active() const { return active_.load(std::memory_order_relaxed); }
   bool wants_redis() const { return wants_redis_; }
-  const config::RateLimits& settings() const { return cfg_->rate_limits; }
 
   // The checks that apply to requests of `key` for `model`: built once per pair (counter
-  // keys included) and kept by each worker. `keys` owns what the checks' keys point to.
+  // keys included) and kept by each worker. `keys` owns what the checks' keys point to,
+  // `rules` what their ids and quotas point to.
   struct Plan {
+    std::shared_ptr<const Rules> rules;
     std::vector<std::string> keys;
     std::vector<Check> checks;  // quota checks cost 0 here: the request's tokens are set per request
     std::vector<const config::TokenLimit*> quotas;  // per check: its token limit, or null
   };
-  std::unique_ptr<const Plan> plan(const config::ApiKey& key, std::string_view model) const;
+  std::shared_ptr<const Plan> plan(std::shared_ptr<const Rules> rules, const config::ApiKey& key,
+                                   std::string_view model) const;
   // Lease size of a quota check costing `tokens` (its configured lease, or an automatic one
   // for large budgets), for the whole process.
   static std::int64_t quota_lease(const config::TokenLimit& l, std::int64_t tokens);
@@ -88,9 +105,9 @@ class Limiter {
 
   LocalCounters& local() { return local_; }
 
-  // The counter key (without the period suffix) of token limit `i` of settings().tokens
-  // for requests of `key` to model alias `model`: the name admission counts under.
-  std::string quota_counter(std::size_t i, const config::ApiKey& key, std::string_view model) const;
+  // The counter key (without the period suffix) of token limit `i` of `r`'s tokens for
+  // requests of `key` to model alias `model`: the name admission counts under.
+  std::string quota_counter(const Rules& r, std::size_t i, const config::ApiKey& key, std::string_view model) const;
   // A token limit's period length in ms; 0 = a calendar month (UTC).
   static std::int64_t quota_window_ms(config::QuotaPeriod per) noexcept;
   // Reads quota counters from Redis (`keys`: counter keys with their period suffix), one
@@ -133,11 +150,14 @@ class Limiter {
   void attach(WorkerLimiter* w);
   void detach(WorkerLimiter* w);
 
-  std::shared_ptr<const config::Config> cfg_;
-  bool active_ = false;
+  static std::shared_ptr<const Rules> make_rules(std::shared_ptr<const config::Config> cfg);
+
+  std::shared_ptr<const config::Config> cfg_;  // as started: the backend, Redis, the workers
+  std::shared_ptr<const Rules> rules_;         // (mu_)
+  std::atomic<std::uint64_t> generation_{0};   // bumped by each reconfigure
+  std::atomic<bool> active_{false};
   bool wants_redis_ = false;
   LocalCounters local_;
-  std::vector<std::string> rule_names_;  // per request limit, then per token limit
   int worker_count_ = 1;  // workers the server runs
   // How long Redis keeps an admission's record, for a void that comes after a timeout:
   // at least 60 s, and at least 4 reconnections' time (docs/limits.md, "Redis timeouts").
@@ -197,8 +217,10 @@ class WorkerLimiter {
   // The checks of one request: the cached plan with its token cost filled in.
   // (Kept in the coroutine's frame: no allocation of its own.)
   using Checks = boost::container::small_vector<Check, 4>;
+  // `hold`: the plan the checks point into, for a caller that waits (a reload or a key's
+  // change may replace it in the cache meanwhile).
   void checks_for(const config::ApiKey& key, std::string_view model, std::int64_t tokens, Checks& out,
-                  bool requests_only = false);
+                  bool requests_only = false, std::shared_ptr<const Limiter::Plan>* hold = nullptr);
 
   struct SettleQueue;
   static constexpr std::chrono::milliseconds kSettleEvery{20};
@@ -234,9 +256,11 @@ class WorkerLimiter {
   // Plans by key name, then model (a short list: the aliases that key uses). Keys change
   // at runtime (reload, the key store): a plan made for another tier or tenant of the
   // same name is made again. Bounded by the keys ever seen and the routed models.
+  std::uint64_t generation_ = 0;  // of the limits plans_ were made on
+  std::shared_ptr<const Limiter::Rules> rules_;  // the limits this worker plans on
   struct CachedPlan {
     std::string model, tier, tenant;
-    std::unique_ptr<const Limiter::Plan> plan;
+    std::shared_ptr<const Limiter::Plan> plan;
     std::vector<std::uint32_t> slots;  // per check: its counter's slot in leases_
   };
   std::unordered_map<std::string, std::vector<CachedPlan>, StringHash, std::equal_to<>> plans_;

@@ -1,5 +1,7 @@
 // Admission: the Redis shared by the rate limits, the rate limits and token quotas, and
 // the concurrency gate (docs/limits.md).
+#include <algorithm>
+#include <cctype>
 #include <string>
 
 #include "common/redis_url.hpp"
@@ -107,6 +109,28 @@ Key<L> scope_key() {
 }
 
 template <class L>
+Key<L> name_key() {
+  return custom<L>(
+      "name", "string", "none",
+      "Names the limit (letters, digits, `-` and `_`, at most 64; unique in its list): errors and headers say it, and "
+      "its counters are named after it, so reordering or editing the list (a reload) keeps its count. Without a name "
+      "the limit's position names its counters: one inserted before it starts them afresh.",
+      [](Loader& l, const YAML::Node& v, const std::string& p, L& lim) {
+        if (!l.get_string(v, p, lim.name)) return false;
+        const bool ok = !lim.name.empty() && lim.name.size() <= 64 &&
+                        std::all_of(lim.name.begin(), lim.name.end(), [](char c) {
+                          return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+                        });
+        if (!ok) {
+          l.fail(p, v, "a limit's name is 1 to 64 letters, digits, '-' or '_' (got '" + lim.name + "')");
+          return false;
+        }
+        lim.id = lim.name;
+        return true;
+      });
+}
+
+template <class L>
 Key<L> down_key() {
   return choice("on_redis_down", &L::on_redis_down, down_enum(), "While Redis is unreachable.")
       .with_default("`rate_limits.on_redis_down`")
@@ -126,6 +150,7 @@ const Table<RequestLimit>& request_limit_table() {
   static const Table<RequestLimit> t{
       "rate_limits.requests[]",
       {
+          name_key<RequestLimit>(),
           scope_key<RequestLimit>(),
           filter<RequestLimit>("key", &LimitMatch::key, "Only requests with this key (a key name)."),
           filter<RequestLimit>("tier", &LimitMatch::tier, "Only requests of keys of this tier."),
@@ -162,6 +187,7 @@ const Table<TokenLimit>& token_limit_table() {
   static const Table<TokenLimit> t{
       "rate_limits.tokens[]",
       {
+          name_key<TokenLimit>(),
           scope_key<TokenLimit>(),
           filter<TokenLimit>("key", &LimitMatch::key, "Only requests with this key (a key name)."),
           filter<TokenLimit>("tier", &LimitMatch::tier, "Only requests of keys of this tier."),
@@ -217,6 +243,9 @@ bool read_limits(Loader& l, const YAML::Node& v, const std::string& path, const 
     const std::string p = index(path, i);
     if (!table.read(l, v[i], p, lim, &f)) continue;
     check(l, v[i], p, f, lim);
+    if (!lim.name.empty() && std::any_of(out.begin(), out.end(), [&](const L& o) { return o.name == lim.name; })) {
+      l.error(join(p, "name"), l.line_of(*Loader::get(f, "name")), "another limit of this list is named '" + lim.name + "'");
+    }
     out.push_back(std::move(lim));
   }
   return true;
