@@ -112,7 +112,8 @@ bool may_have_run(const store::RedisResult& r) {
 // loading its data, a replica after a failover, a busy script. (A script that failed
 // while running is not retried.)
 bool retry_later(const store::RedisReply& r) {
-  for (std::string_view p : {"LOADING", "READONLY", "MASTERDOWN", "BUSY", "TRYAGAIN", "NOREPLICAS", "CLUSTERDOWN"}) {
+  // (ASK: a Redis Cluster slot being migrated; a script waits for the migration's end.)
+  for (std::string_view p : {"LOADING", "READONLY", "MASTERDOWN", "BUSY", "TRYAGAIN", "NOREPLICAS", "CLUSTERDOWN", "ASK "}) {
     if (r.str.starts_with(p)) return true;
   }
   return false;
@@ -163,8 +164,11 @@ net::awaitable<std::vector<store::RedisResult>> eval_all(std::shared_ptr<store::
   fan->done.expires_at(net::steady_timer::time_point::max());
   for (std::size_t i = 0; i < keys.size(); ++i) {
     auto one = [fan, redis, script, i, k = std::move(keys[i]), a = std::move(args[i])]() mutable -> net::awaitable<void> {
-      auto r = co_await redis->eval(*script, std::move(k), std::move(a));
-      fan->results[i] = std::move(r);
+      try {
+        fan->results[i] = co_await redis->eval(*script, std::move(k), std::move(a));
+      } catch (const std::exception& e) {  // (out of memory: as a call never sent)
+        fan->results[i] = store::RedisResult{std::nullopt, std::string("not connected: ") + e.what()};
+      }
       if (--fan->left == 0) fan->done.cancel();
     };
     net::co_spawn(ex, std::move(one), net::detached);

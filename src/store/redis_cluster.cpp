@@ -80,8 +80,10 @@ struct RedisConnection::Cluster : std::enable_shared_from_this<Cluster> {
   struct Node {
     RedisHost at;
     std::string name;  // host:port
-    std::unique_ptr<RedisConnection> conn;
+    std::unique_ptr<RedisConnection> conn;  // replaced (under mu) when a retired node returns
     std::atomic<bool> owner{false};  // serves slots in the map now
+    bool seed = false;               // from the URL: kept, named by a map or not
+    bool retired = false;            // named by no map since: its connection stopped
   };
 
   Cluster(net::any_io_executor e, RedisEndpoint endpoint, RedisOptions o)
@@ -98,25 +100,41 @@ struct RedisConnection::Cluster : std::enable_shared_from_this<Cluster> {
   std::string map_error;                // why the map could not be read last (mu)
   std::array<Node*, kSlots> slots{};    // executor only
   std::atomic<bool> mapped{false}, complete{false};
+  std::size_t covered = 0;              // slots the map in use serves (executor only)
+  std::size_t turn = 0;                 // which node is asked first for the map
   bool started = false, stopped = false, poked = false;
   Clock::time_point last_read{};
   std::atomic<std::uint64_t> n_commands{0}, n_failures{0};
 
+  std::unique_ptr<RedisConnection> connect(const RedisHost& at) const {
+    RedisEndpoint e;
+    e.host = at.host;
+    e.port = at.port;
+    e.username = ep.username;
+    e.password = ep.password;
+    auto conn = std::make_unique<RedisConnection>(ex, std::move(e), opt);
+    if (started) conn->start();
+    return conn;
+  }
+
+  // The node at host:port, made (and connected) when first named, connected again when a
+  // retired one is named again.
   Node& node(const std::string& host, std::uint16_t port) {
     std::string name = host_port(host, port);
     for (auto& n : nodes) {
-      if (n->name == name) return *n;
+      if (n->name != name) continue;
+      if (n->retired) {
+        auto conn = connect(n->at);
+        std::lock_guard lock(mu);
+        n->conn = std::move(conn);  // (a command still on the old one ends "stopped")
+        n->retired = false;
+      }
+      return *n;
     }
     auto n = std::make_unique<Node>();
     n->at = RedisHost{host, port};
     n->name = std::move(name);
-    RedisEndpoint e;
-    e.host = host;
-    e.port = port;
-    e.username = ep.username;
-    e.password = ep.password;
-    n->conn = std::make_unique<RedisConnection>(ex, std::move(e), opt);
-    if (started) n->conn->start();
+    n->conn = connect(n->at);
     Node& ref = *n;
     std::lock_guard lock(mu);
     nodes.push_back(std::move(n));
@@ -159,21 +177,34 @@ namespace {
 
 using Node = RedisConnection::Cluster::Node;
 
-// CLUSTER SLOTS: [[start, end, [host, port, id...], [replica host, port, id...]...]...]
-// into the map. An error, or "".
-std::string apply_slots(RedisConnection::Cluster& c, const RedisReply& r, const Node& asked) {
-  if (r.type != RedisReply::Type::array) return "unexpected answer to CLUSTER SLOTS";
-  std::array<Node*, kSlots> map{};
-  std::size_t covered = 0;
-  auto at = [&](const RedisReply& n) -> Node* {
-    if (n.type != RedisReply::Type::array || n.elements.size() < 2 || n.elements[0].type != RedisReply::Type::string ||
-        n.elements[1].type != RedisReply::Type::integer || n.elements[1].integer <= 0 || n.elements[1].integer > 65535) {
-      return nullptr;
-    }
-    // An empty host (or "?") is the address the question went to.
-    const std::string& h = n.elements[0].str;
-    return &c.node(h.empty() || h == "?" ? asked.at.host : h, static_cast<std::uint16_t>(n.elements[1].integer));
+// One CLUSTER SLOTS answer, read but not applied.
+struct SlotMap {
+  struct Range {
+    std::size_t from = 0, to = 0;
+    RedisHost master;
+    std::vector<RedisHost> replicas;
   };
+  std::vector<Range> ranges;
+  std::size_t covered = 0;
+};
+
+// CLUSTER SLOTS: [[start, end, [host, port, id...], [replica host, port, id...]...]...]
+// into `out`. An error, or "". A host given as "", "?" or nil (an unknown endpoint) is
+// the address the question went to.
+std::string parse_slots(const RedisReply& r, const Node& asked, SlotMap& out) {
+  if (r.type != RedisReply::Type::array) return "unexpected answer to CLUSTER SLOTS";
+  auto host = [&](const RedisReply& n, RedisHost& h) {
+    if (n.type != RedisReply::Type::array || n.elements.size() < 2 || n.elements[1].type != RedisReply::Type::integer ||
+        n.elements[1].integer <= 0 || n.elements[1].integer > 65535) {
+      return false;
+    }
+    const auto& e = n.elements[0];
+    if (e.type != RedisReply::Type::string && e.type != RedisReply::Type::nil) return false;
+    h.host = e.type == RedisReply::Type::nil || e.str.empty() || e.str == "?" ? asked.at.host : e.str;
+    h.port = static_cast<std::uint16_t>(n.elements[1].integer);
+    return true;
+  };
+  std::vector<bool> seen(kSlots);
   for (const auto& range : r.elements) {
     const auto& e = range.elements;
     if (range.type != RedisReply::Type::array || e.size() < 3 || e[0].type != RedisReply::Type::integer ||
@@ -181,33 +212,69 @@ std::string apply_slots(RedisConnection::Cluster& c, const RedisReply& r, const 
         e[0].integer > e[1].integer) {
       return "unexpected slot range in CLUSTER SLOTS";
     }
-    Node* master = at(e[2]);
-    if (!master) return "unexpected node in CLUSTER SLOTS";
-    for (std::size_t i = 3; i < e.size(); ++i) at(e[i]);  // replicas: connected beforehand
-    for (auto s = e[0].integer; s <= e[1].integer; ++s) {
-      if (!map[static_cast<std::size_t>(s)]) ++covered;
-      map[static_cast<std::size_t>(s)] = master;
+    SlotMap::Range x;
+    x.from = static_cast<std::size_t>(e[0].integer);
+    x.to = static_cast<std::size_t>(e[1].integer);
+    if (!host(e[2], x.master)) return "unexpected node in CLUSTER SLOTS";
+    for (std::size_t i = 3; i < e.size(); ++i) {
+      RedisHost h;
+      if (!host(e[i], h)) return "unexpected replica in CLUSTER SLOTS";
+      x.replicas.push_back(std::move(h));
     }
+    for (auto slot = x.from; slot <= x.to; ++slot) {
+      if (!seen[slot]) ++out.covered;
+      seen[slot] = true;
+    }
+    out.ranges.push_back(std::move(x));
   }
-  c.slots = map;
-  for (auto& n : c.nodes) n->owner.store(std::find(map.begin(), map.end(), n.get()) != map.end());
-  c.complete.store(covered == kSlots);
-  c.mapped.store(true);
-  return covered == kSlots ? "" : std::to_string(kSlots - covered) + " slots served by no node";
+  return "";
 }
 
-// Reads the map from the first node that answers: those serving slots first.
+// The map in use from now: its nodes connected (replicas too: a promoted one is ready),
+// nodes it no longer names (but the seeds) retired.
+void apply_map(RedisConnection::Cluster& c, const SlotMap& m) {
+  std::array<Node*, kSlots> map{};
+  std::vector<const Node*> named;
+  for (const auto& x : m.ranges) {
+    Node* master = &c.node(x.master.host, x.master.port);
+    named.push_back(master);
+    for (const auto& h : x.replicas) named.push_back(&c.node(h.host, h.port));
+    for (auto slot = x.from; slot <= x.to; ++slot) map[slot] = master;
+  }
+  c.slots = map;
+  for (auto& n : c.nodes) {
+    n->owner.store(std::find(map.begin(), map.end(), n.get()) != map.end());
+    if (n->seed || n->retired || std::find(named.begin(), named.end(), n.get()) != named.end()) continue;
+    n->retired = true;  // (its Node stays: a command under way may still name it)
+    n->conn->stop();
+  }
+  c.covered = m.covered;
+  c.complete.store(m.covered == kSlots);
+  c.mapped.store(true);
+}
+
+// Reads the map from up to three nodes that answer (those serving slots first, a
+// different one first each time), stopping at a whole map. The one covering the most
+// slots is applied, unless it covers fewer than the map in use and only one node answered
+// (a node just added, or restarted without its configuration, knows none).
 awaitable<void> read_map(std::shared_ptr<RedisConnection::Cluster> c) {
   c->last_read = Clock::now();
   std::vector<Node*> order;
   for (int pass = 0; pass < 2; ++pass) {
+    const auto first = order.size();
     for (auto& n : c->nodes) {
-      if (n->conn->up() && n->owner.load() == (pass == 0)) order.push_back(n.get());
+      if (!n->retired && n->conn->up() && n->owner.load() == (pass == 0)) order.push_back(n.get());
+    }
+    if (order.size() > first) {
+      std::rotate(order.begin() + static_cast<std::ptrdiff_t>(first),
+                  order.begin() + static_cast<std::ptrdiff_t>(first + c->turn % (order.size() - first)), order.end());
     }
   }
+  ++c->turn;
   if (order.empty()) {
     std::string why;
     for (auto& n : c->nodes) {
+      if (n->retired) continue;
       const std::string e = n->conn->last_error();
       why += (why.empty() ? "" : "; ") + n->name + ": " + (e.empty() ? std::string("connecting") : e);
     }
@@ -215,18 +282,37 @@ awaitable<void> read_map(std::shared_ptr<RedisConnection::Cluster> c) {
     co_return;
   }
   std::string why;
-  for (std::size_t i = 0; i < order.size() && i < 3; ++i) {
+  SlotMap best;
+  std::string best_from;
+  int answers = 0;
+  for (std::size_t i = 0; i < order.size() && i < 3 && best.covered < kSlots; ++i) {
     Node* n = order[i];
     std::vector<std::string> argv{"CLUSTER", "SLOTS"};
     RedisResult r = co_await n->conn->command(std::move(argv));
     if (c->stopped) co_return;
-    if (r.ok() && !r.reply->is_error()) {
-      c->set_error(apply_slots(*c, *r.reply, *n));
-      co_return;
+    SlotMap m;
+    std::string err = !r.ok() ? r.error : r.reply->is_error() ? r.reply->str : parse_slots(*r.reply, *n, m);
+    if (!err.empty()) {
+      why += (why.empty() ? "" : "; ") + n->name + ": " + err;
+      continue;
     }
-    why += (why.empty() ? "" : "; ") + n->name + ": " + (r.ok() ? r.reply->str : r.error);
+    ++answers;
+    if (answers == 1 || m.covered > best.covered) {
+      best = std::move(m);
+      best_from = n->name;
+    }
   }
-  c->set_error("reading the slot map: " + why);
+  if (answers == 0) {
+    c->set_error("reading the slot map: " + why);
+    co_return;
+  }
+  if (best.covered < c->covered && answers < 2) {
+    c->set_error("a slot map from " + best_from + " serving " + std::to_string(best.covered) +
+                 " slots was not taken (the one in use serves " + std::to_string(c->covered) + ")");
+    co_return;
+  }
+  apply_map(*c, best);
+  c->set_error(best.covered == kSlots ? "" : std::to_string(kSlots - best.covered) + " slots served by no node");
 }
 
 bool whole_and_up(const RedisConnection::Cluster& c) {
@@ -276,7 +362,7 @@ bool redirect(const std::string& e, const Node& from, bool& ask, std::size_t& sl
   if (e2 != std::errc() || p2 != ps.data() + ps.size() || port == 0) return false;
   std::string_view host = addr.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  to = RedisHost{host.empty() ? from.at.host : std::string(host), port};
+  to = RedisHost{host.empty() || host == "?" ? from.at.host : std::string(host), port};
   return true;
 }
 
@@ -286,28 +372,36 @@ awaitable<void> sleep_for(net::any_io_executor ex, ms d) {
   co_await t.async_wait(nothrow);
 }
 
-// Waits (up to the command timeout) for a node's first connection attempt to end: a node
-// just learned of, from a redirect or a new map.
-awaitable<void> wait_connected(const std::shared_ptr<RedisConnection::Cluster>& c, const Node& n) {
-  const auto until = Clock::now() + c->opt.command_timeout;
+// Waits (until `until`) for a node's first connection attempt to end: a node just learned
+// of, from a redirect or a new map.
+awaitable<void> wait_connected(const std::shared_ptr<RedisConnection::Cluster>& c, const Node& n, Clock::time_point until) {
   while (!c->stopped && !n.conn->up() && n.conn->last_error().empty() && Clock::now() < until) {
-    co_await sleep_for(c->ex, ms(2));
+    co_await sleep_for(c->ex, ms(5));
   }
 }
 
-// One command (or script) to the node serving `slot` (-1: any), following redirects.
+// One command (or script) to the node serving `slot` (-1: any), following redirects, all
+// within one command timeout. A script does not follow ASK: its undeclared keys (a
+// window's counter) would be created afresh on the importing node; the ASK reply is its
+// answer until the migration ends ("not now" to the rate limiter).
 awaitable<RedisResult> routed(std::shared_ptr<RedisConnection::Cluster> c, const std::vector<std::string>& argv,
                               int slot, const RedisScript* script, const std::vector<std::string>& keys,
                               const std::vector<std::string>& args) {
   Node* target = slot >= 0 ? c->slots[static_cast<std::size_t>(slot)] : c->any_node();
   bool asking = false;
+  const auto until = Clock::now() + c->opt.command_timeout;
   for (int hop = 0;; ++hop) {
     if (!target) {
       c->poke();
       co_return RedisResult{std::nullopt, "not connected: no node serves slot " + std::to_string(slot) +
                                               " (the cluster's slot map is being read again)"};
     }
-    if (!target->conn->up() && target->conn->last_error().empty()) co_await wait_connected(c, *target);
+    if (hop > 0 && Clock::now() >= until) {
+      // (Every hop so far was refused unrun: nothing was done.)
+      co_return RedisResult{std::nullopt, "not connected: still redirected after " + std::to_string(hop) +
+                                              " tries within the command timeout"};
+    }
+    if (!target->conn->up() && target->conn->last_error().empty()) co_await wait_connected(c, *target, until);
     RedisResult r;
     if (script) {
       std::vector<std::string> k = keys, a = args;
@@ -327,6 +421,7 @@ awaitable<RedisResult> routed(std::shared_ptr<RedisConnection::Cluster> c, const
     std::size_t moved_slot = 0;
     RedisHost to;
     if (redirect(e, *target, ask, moved_slot, to)) {
+      if (ask && script) co_return r;
       Node& next = c->node(to.host, to.port);
       if (!ask) {
         c->slots[moved_slot] = &next;
@@ -382,24 +477,61 @@ int slot_of(const std::string& cmd, const std::vector<std::string>& argv) {
   return argv.size() > 1 ? key_slot(argv[1]) : -1;
 }
 
-// MGET, DEL, UNLINK, EXISTS over keys of several slots: one command per slot, the answers
-// put back together (MGET's in the keys' order; the others' counts added).
+// The commands, each routed to its slot's node, all at once; the answers in order.
+awaitable<std::vector<RedisResult>> routed_all(std::shared_ptr<RedisConnection::Cluster> c,
+                                               std::vector<std::vector<std::string>> parts, std::vector<int> slots) {
+  const auto ex = c->ex;
+  struct Fan {
+    std::vector<RedisResult> results;
+    std::size_t left;
+    net::steady_timer done;
+  };
+  auto fan = std::make_shared<Fan>(Fan{std::vector<RedisResult>(parts.size()), parts.size(), net::steady_timer(ex)});
+  fan->done.expires_at(net::steady_timer::time_point::max());
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    auto one = [fan, c, i, part = std::move(parts[i]), slot = slots[i]]() -> awaitable<void> {
+      static const std::vector<std::string> kNone;
+      try {
+        fan->results[i] = co_await routed(c, part, slot, nullptr, kNone, kNone);
+      } catch (const std::exception& e) {
+        fan->results[i] = RedisResult{std::nullopt, std::string("internal error: ") + e.what()};
+      }
+      if (--fan->left == 0) fan->done.cancel();
+    };
+    net::co_spawn(ex, std::move(one), net::detached);
+  }
+  // (A part refused at once may have finished already: the timer's cancel then came first.)
+  if (fan->left > 0) co_await fan->done.async_wait(nothrow);
+  co_return std::move(fan->results);
+}
+
+// MGET, DEL, UNLINK, EXISTS over keys of several slots: one command per slot, at once, the
+// answers put back together (MGET's in the keys' order; the others' counts added). A part
+// that fails fails the whole (the other parts may have run: a DEL's keys are then partly
+// deleted).
 awaitable<RedisResult> split(std::shared_ptr<RedisConnection::Cluster> c, const std::string& cmd,
                              std::vector<std::string> argv) {
   std::map<int, std::vector<std::size_t>> groups;  // slot -> indices in argv
   for (std::size_t i = 1; i < argv.size(); ++i) groups[key_slot(argv[i])].push_back(i);
+  std::vector<std::vector<std::string>> parts;
+  std::vector<int> slots;
+  for (const auto& [slot, idx] : groups) {
+    std::vector<std::string> part{argv[0]};
+    for (auto i : idx) part.push_back(argv[i]);
+    parts.push_back(std::move(part));
+    slots.push_back(slot);
+  }
+  auto results = co_await routed_all(c, std::move(parts), std::move(slots));
   const bool mget = cmd == "MGET";
   RedisReply out;
   out.type = mget ? RedisReply::Type::array : RedisReply::Type::integer;
   if (mget) out.elements.resize(argv.size() - 1);
+  std::size_t g = 0;
   for (const auto& [slot, idx] : groups) {
-    std::vector<std::string> part{argv[0]};
-    for (auto i : idx) part.push_back(argv[i]);
-    static const std::vector<std::string> kNone;
-    RedisResult r = co_await routed(c, part, slot, nullptr, kNone, kNone);
-    if (!r.ok() || r.reply->is_error()) co_return r;
+    RedisResult& r = results[g++];
+    if (!r.ok() || r.reply->is_error()) co_return std::move(r);
     if (mget) {
-      if (r.reply->type != RedisReply::Type::array || r.reply->elements.size() != idx.size()) co_return r;
+      if (r.reply->type != RedisReply::Type::array || r.reply->elements.size() != idx.size()) co_return std::move(r);
       for (std::size_t j = 0; j < idx.size(); ++j) out.elements[idx[j] - 1] = std::move(r.reply->elements[j]);
     } else {
       out.integer += r.reply->integer;
@@ -408,32 +540,39 @@ awaitable<RedisResult> split(std::shared_ptr<RedisConnection::Cluster> c, const 
   co_return answer(std::move(out));
 }
 
-// SCAN over every master in turn. The cursor names the master ("<i>:<its cursor>");
-// "0" starts and ends the walk. (A map that changes during the walk may skip keys or
-// repeat some, as SCAN may on one server.)
+// SCAN over every master in turn, in address order. The cursor names the node being
+// walked ("<host:port>/<its cursor>"); "0" starts and ends the walk. A master's keys are
+// all seen if it serves its slots throughout; one that joins during the walk with an
+// address before the current one is missed.
 awaitable<RedisResult> scan(std::shared_ptr<RedisConnection::Cluster> c, std::vector<std::string> argv) {
-  const auto masters = c->masters();
-  std::size_t at = 0;
-  std::string cursor = "0";
   if (argv.size() < 2) co_return error_reply("ERR wrong number of arguments for 'scan' command");
+  const auto masters = c->masters();
+  if (masters.empty()) co_return RedisResult{std::nullopt, "not connected: the cluster's slot map is not known yet"};
+  Node* at = masters.front();
+  std::string cursor = "0";
   if (argv[1] != "0") {
-    const auto colon = argv[1].find(':');
-    auto [p, ec] = std::from_chars(argv[1].data(), argv[1].data() + argv[1].size(), at);
-    if (colon == std::string::npos || ec != std::errc() || p != argv[1].data() + colon) co_return error_reply("ERR invalid cursor");
-    cursor = argv[1].substr(colon + 1);
-  }
-  if (at >= masters.size()) {
-    if (masters.empty()) co_return RedisResult{std::nullopt, "not connected: the cluster's slot map is not known yet"};
-    co_return error_reply("ERR invalid cursor");
+    const auto slash = argv[1].rfind('/');
+    if (slash == std::string::npos) co_return error_reply("ERR invalid cursor");
+    const std::string name = argv[1].substr(0, slash);
+    at = nullptr;
+    for (auto& n : c->nodes) {
+      if (n->name == name) at = n.get();
+    }
+    if (!at) co_return error_reply("ERR invalid cursor");
+    cursor = argv[1].substr(slash + 1);
   }
   argv[1] = cursor;
-  RedisResult r = co_await masters[at]->conn->command(std::move(argv));
+  RedisResult r = co_await at->conn->command(std::move(argv));
   if (!r.ok() || r.reply->is_error() || r.reply->type != RedisReply::Type::array || r.reply->elements.size() != 2) {
     co_return r;
   }
   std::string& next = r.reply->elements[0].str;
-  if (next != "0") next = std::to_string(at) + ":" + next;
-  else if (at + 1 < masters.size()) next = std::to_string(at + 1) + ":0";
+  if (next != "0") {
+    next = at->name + "/" + next;
+  } else {
+    const auto after = std::find_if(masters.begin(), masters.end(), [&](const Node* n) { return n->name > at->name; });
+    if (after != masters.end()) next = (*after)->name + "/0";
+  }
   co_return r;
 }
 
@@ -441,7 +580,7 @@ awaitable<RedisResult> scan(std::shared_ptr<RedisConnection::Cluster> c, std::ve
 
 ClusterPtr make_cluster(net::any_io_executor ex, RedisEndpoint ep, RedisOptions opt) {
   auto c = std::make_shared<RedisConnection::Cluster>(std::move(ex), std::move(ep), opt);
-  for (const auto& seed : c->ep.cluster) c->node(seed.host, seed.port);
+  for (const auto& seed : c->ep.cluster) c->node(seed.host, seed.port).seed = true;
   return c;
 }
 

@@ -20,23 +20,30 @@ class RedisClusterTest : public RedisTest {
   // Starts the servers (not yet a cluster).
   void SetUp() override {
     RedisTest::SetUp();
-    for (int i = 0; i < kNodes; ++i) {
-      // The bus on a port of its own (port + 10000 may not exist).
-      bus_.push_back(std::to_string(RedisServer::free_port()));
-      nodes_.push_back(start_server({"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                                     "--cluster-node-timeout", "5000", "--cluster-port", bus_.back()}));
-    }
+    // (The bus on a port of its own: port + 10000 may not exist.)
+    for (int i = 0; i < kNodes; ++i) nodes_.push_back(cluster_server());
   }
 
-  RedisEndpoint seed(int i = 0) {
+  RedisEndpoint seed(int i = 0) { return seeds({i}); }
+  RedisEndpoint seeds(std::vector<int> which) {
     RedisEndpoint ep;
-    ep.cluster.push_back(sluice::RedisHost{"127.0.0.1", nodes_[static_cast<std::size_t>(i)]->port()});
+    for (int i : which) ep.cluster.push_back(sluice::RedisHost{"127.0.0.1", nodes_[static_cast<std::size_t>(i)]->port()});
     return ep;
+  }
+  // A server started cluster-enabled, like the others (not met: it knows no slot).
+  std::unique_ptr<RedisServer> cluster_server() {
+    bus_.push_back(std::to_string(RedisServer::free_port()));
+    return start_server({"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout",
+                         "5000", "--cluster-port", bus_.back()});
   }
 
   // Node i serves slots [i * 16384 / 3, (i + 1) * 16384 / 3): assigned, met, and waited
   // for until every node says the cluster is ok. `admin` gets a plain connection per node.
-  awaitable<bool> form(std::vector<std::unique_ptr<RedisConnection>>& admin) {
+  awaitable<bool> form(std::vector<std::unique_ptr<RedisConnection>>& admin,
+                       std::vector<std::pair<int, int>> ranges = {}) {
+    if (ranges.empty()) {
+      for (int i = 0; i < kNodes; ++i) ranges.emplace_back(i * 16384 / kNodes, (i + 1) * 16384 / kNodes - 1);
+    }
     auto ex = co_await net::this_coro::executor;
     for (int i = 0; i < kNodes; ++i) {
       admin.push_back(std::make_unique<RedisConnection>(ex, endpoint(*nodes_[static_cast<std::size_t>(i)]), test_options()));
@@ -44,7 +51,8 @@ class RedisClusterTest : public RedisTest {
       if (!co_await wait_up(*admin.back())) co_return false;
     }
     for (int i = 0; i < kNodes; ++i) {
-      const auto from = std::to_string(i * 16384 / kNodes), to = std::to_string((i + 1) * 16384 / kNodes - 1);
+      const auto [first, last] = ranges[static_cast<std::size_t>(i)];
+      const auto from = std::to_string(first), to = std::to_string(last);
       auto r = co_await admin[static_cast<std::size_t>(i)]->command("CLUSTER", "ADDSLOTSRANGE", from, to);
       if (!is_status(r, "OK")) {
         ADD_FAILURE() << "ADDSLOTSRANGE: " << show(r);
@@ -289,5 +297,114 @@ TEST_F(RedisClusterTest, ANodeDownFailsItsSlotsAtOnceAndTheOthersServe) {
       back = co_await c.command("SET", key_of[2], "y");
     }
     EXPECT_TRUE(is_status(back, "OK")) << show(back);
+  });
+}
+
+TEST_F(RedisClusterTest, AScriptOnAMigratingSlotIsNotSentToTheImportingNode) {
+  run([&]() -> awaitable<void> {
+    std::vector<std::unique_ptr<RedisConnection>> admin;
+    auto client = co_await ready(admin);
+    CO_REQUIRE(client, "no cluster, or no client up");
+    RedisConnection& c = *client;
+    // Like the admission script: a declared counter name, a counter per window beside it.
+    const RedisScript fw("return redis.call('INCR', KEYS[1] .. ':7')");
+    const std::string key = "{t:acme}:k:a";
+    auto r1 = co_await c.eval(fw, argv(key), argv());
+    CO_REQUIRE(r1.ok() && r1.reply->integer == 1, show(r1));
+    const std::uint16_t slot = key_slot(key);
+    const auto from = static_cast<std::size_t>(owner(slot)), to = (from + 1) % kNodes;
+    const std::string s = std::to_string(slot);
+    auto imp = co_await admin[to]->command("CLUSTER", "SETSLOT", s, "IMPORTING", ids_[from]);
+    auto mig = co_await admin[from]->command("CLUSTER", "SETSLOT", s, "MIGRATING", ids_[to]);
+    CO_REQUIRE(is_status(imp, "OK") && is_status(mig, "OK"), show(imp));
+    // The declared key does not exist: the old node says ASK. Followed, the count would
+    // start from nothing on the importing node; the ASK is the answer instead.
+    auto r2 = co_await c.eval(fw, argv(key), argv());
+    EXPECT_TRUE(r2.ok() && r2.reply->is_error() && r2.reply->str.starts_with("ASK ")) << show(r2);
+    auto there = co_await admin[to]->command("DBSIZE");
+    EXPECT_EQ(there.ok() ? there.reply->integer : -1, 0) << "nothing counted on the importing node";
+    // Plain commands still follow it.
+    auto set = co_await c.command("SET", "{t:acme}:other", "x");
+    EXPECT_TRUE(is_status(set, "OK")) << show(set);
+  });
+}
+
+TEST_F(RedisClusterTest, ASeedThatKnowsNoSlotIsNotBelieved) {
+  auto fresh = cluster_server();  // cluster-enabled, never met: CLUSTER SLOTS is empty
+  run([&]() -> awaitable<void> {
+    std::vector<std::unique_ptr<RedisConnection>> admin;
+    CO_REQUIRE(co_await form(admin), "no cluster");
+    RedisEndpoint ep;
+    ep.cluster.push_back(sluice::RedisHost{"127.0.0.1", fresh->port()});
+    for (int i = 0; i < kNodes; ++i) ep.cluster.push_back(seed(i).cluster[0]);
+    RedisConnection c(co_await net::this_coro::executor, ep, test_options());
+    c.start();
+    CO_REQUIRE(co_await wait_up(c, 10s), "never up: " << c.last_error());
+    auto r = co_await c.command("SET", "x", "1");
+    EXPECT_TRUE(is_status(r, "OK")) << show(r);
+  });
+}
+
+TEST_F(RedisClusterTest, AMapWithoutHostNamesIsTheAskedNodes) {
+  run([&]() -> awaitable<void> {
+    std::vector<std::unique_ptr<RedisConnection>> admin;
+    CO_REQUIRE(co_await form(admin), "no cluster");
+    // Nodes behind a balancer announce no endpoint: CLUSTER SLOTS names none (nil).
+    for (auto& a : admin) {
+      auto r = co_await a->command("CONFIG", "SET", "cluster-preferred-endpoint-type", "unknown-endpoint");
+      CO_REQUIRE(is_status(r, "OK"), show(r));
+    }
+    RedisConnection c(co_await net::this_coro::executor, seed(), test_options());
+    c.start();
+    CO_REQUIRE(co_await wait_up(c, 10s), "never up: " << c.last_error());
+    auto r = co_await c.command("SET", "x", "1");
+    EXPECT_TRUE(is_status(r, "OK")) << show(r);
+  });
+}
+
+TEST_F(RedisClusterTest, ScanKeepsItsPlaceWhenAMasterLeavesTheWalk) {
+  run([&]() -> awaitable<void> {
+    // The node first in address order serves one slot only (that of "lone"); then it gives
+    // it away mid-walk, and the list of masters shrinks under the cursor.
+    std::vector<std::size_t> order{0, 1, 2};
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return "127.0.0.1:" + std::to_string(nodes_[a]->port()) < "127.0.0.1:" + std::to_string(nodes_[b]->port());
+    });
+    const int lone = key_slot("lone");
+    CO_REQUIRE(lone > 0 && lone < 16383, "slot");
+    std::vector<std::pair<int, int>> ranges(kNodes);
+    ranges[order[0]] = {lone, lone};
+    ranges[order[1]] = {0, lone - 1};
+    ranges[order[2]] = {lone + 1, 16383};
+    std::vector<std::unique_ptr<RedisConnection>> admin;
+    CO_REQUIRE(co_await form(admin, ranges), "no cluster");
+    RedisConnection c(co_await net::this_coro::executor, seed(), test_options());
+    c.start();
+    CO_REQUIRE(co_await wait_up(c), c.last_error());
+    for (int i = 0; i < 200; ++i) {
+      auto r = co_await c.command("SET", "s" + std::to_string(i), "x");
+      CO_REQUIRE(is_status(r, "OK"), show(r));
+    }
+    auto first = co_await c.command("SCAN", "0", "COUNT", "1000");
+    CO_REQUIRE(first.ok() && first.reply->type == Type::array && first.reply->elements.size() == 2, show(first));
+    std::set<std::string> seen;
+    for (const auto& k : first.reply->elements[1].elements) seen.insert(k.str);
+    std::string cursor = first.reply->elements[0].str;
+    // "lone"'s slot to the second node, everywhere; a command for it meets MOVED and the
+    // client reads the map again (the first node now serves nothing).
+    for (auto& a : admin) {
+      auto r = co_await a->command("CLUSTER", "SETSLOT", std::to_string(lone), "NODE", ids_[order[1]]);
+      EXPECT_TRUE(is_status(r, "OK")) << show(r);
+    }
+    auto moved = co_await c.command("GET", "lone");
+    EXPECT_TRUE(moved.ok() && !moved.reply->is_error()) << show(moved);
+    co_await sleep_for(300ms);
+    for (int calls = 0; cursor != "0" && calls < 100; ++calls) {
+      auto r = co_await c.command("SCAN", cursor, "COUNT", "1000");
+      CO_REQUIRE(r.ok() && r.reply->type == Type::array && r.reply->elements.size() == 2, show(r));
+      cursor = r.reply->elements[0].str;
+      for (const auto& k : r.reply->elements[1].elements) seen.insert(k.str);
+    }
+    EXPECT_EQ(seen.size(), 200u) << "every key, though the list of masters changed during the walk";
   });
 }
