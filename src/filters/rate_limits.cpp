@@ -109,6 +109,7 @@ class RateLimits final : public FilterWith<State> {
  protected:
   // Decided at once when it can be (leases, local counting); Redis is awaited otherwise.
   Next on(Phase, Request& r, State& s, Stop& stop) override {
+    if (!limiter_.active()) return Next::go;  // no limit in force (until a reload brings some)
     if (r.kind == Kind::count_tokens) {
       // Metered by the key's request rate limits only: it spends no tokens, but counting a
       // large prompt exactly is real work.
@@ -122,7 +123,7 @@ class RateLimits final : public FilterWith<State> {
     // body keeps the byte bound, which is never below the exact count.
     s.exact = d_.count_prompts && d_.tokens && d_.tokens->exact(r.route.encoding) &&
               r.ex.request().body().size() <= llm::kExactCountMaxBytes;
-    s.tokens = llm::reservation(r.chat, r.route.wires, d_.cfg).total();
+    s.tokens = llm::reservation(r.chat, r.route.wires, limiter_.config()).total();
     if (!limiter_.admit_now(r.key, r.chat.model, s.tokens, s.exact, s.adm)) return Next::wait;
     s.decided = true;
     if (s.exact && s.adm.recount) return Next::wait;
@@ -136,7 +137,7 @@ class RateLimits final : public FilterWith<State> {
     }
     if (!s.decided) s.adm = co_await limiter_.admit(r.key, r.chat.model, s.tokens, s.exact);
     if (s.exact && s.adm.recount) {
-      const llm::Reservation resv = llm::reservation(r.chat, r.route.wires, d_.cfg, d_.tokens, r.route.encoding);
+      const llm::Reservation resv = llm::reservation(r.chat, r.route.wires, limiter_.config(), d_.tokens, r.route.encoding);
       r.chat.prompt_tokens_estimate = resv.prompt;
       s.adm = {};
       if (!limiter_.admit_now(r.key, r.chat.model, resv.total(), false, s.adm)) {

@@ -360,12 +360,14 @@ class GatewayImpl final : public Gateway {
         swapped = true;
         guards_->reconfigure(res.config->guardrails);
         gate_->reconfigure(res.config);
+        if (limiter_) limiter_->reconfigure(res.config);
         router_->install(res.config);
       } catch (const std::exception& e) {
         message = e.what();
         if (swapped) {
           guards_->reconfigure(keys_cfg_->guardrails);
           gate_->reconfigure(keys_cfg_);
+          if (limiter_) limiter_->reconfigure(keys_cfg_);
         }
       }
     }
@@ -380,14 +382,14 @@ class GatewayImpl final : public Gateway {
     const auto t = router_->table();
     std::string done = std::to_string(next_keys->size()) + " keys, " + std::to_string(t->routes.size()) +
                        " routes, routing table version " + std::to_string(t->version) +
-                       " (keys, models, routing, the concurrency gate and the guardrails policies are reloaded; other sections need a restart)";
+                       " (keys, models, routing, rate limits, the concurrency gate and the guardrails policies are reloaded; other sections need a restart)";
     // What the file changed that a reload does not apply: said, not silently ignored.
     const config::Config& was = *shared_.cfg;
     std::string later;
     auto unapplied = [&](bool changed, std::string_view section) {
       if (changed) later += (later.empty() ? "" : ", ") + std::string(section);
     };
-    unapplied(!(res.config->rate_limits == was.rate_limits), "rate_limits");
+    unapplied(res.config->rate_limits.backend != was.rate_limits.backend, "rate_limits.backend");
     unapplied(!(res.config->redis == was.redis), "redis");
     unapplied(res.config->listen_host != was.listen_host || res.config->listen_port != was.listen_port, "listen");
     unapplied(res.config->workers != was.workers, "workers");

@@ -156,7 +156,8 @@ class WorkerHandler final : public LiveSource {
     if (g.cache) cache_ = g.cache->for_worker(ex);  // (also on the admin listener: /admin/cache)
     if (!admin_listener_ && g.embed_batches) batcher_ = std::make_unique<EmbedBatcher>(ex, *client_, *g.embed_batches);
     if (admin_listener_) return;  // no requests to limit or count there
-    if (g.limiter && g.limiter->active()) limiter_ = g.limiter->make_worker(ex);
+    // (Made with no limit in force too: a reload may bring some.)
+    if (g.limiter) limiter_ = g.limiter->make_worker(ex);
     if (g.metrics) metrics_ = &g.metrics->add_worker();
     if (g.conversations) conversations_ = g.conversations->for_worker(ex);
     chain_ = std::make_shared<const filters::Chain>(filters::make_chain(
@@ -1967,7 +1968,7 @@ class WorkerHandler final : public LiveSource {
     return (std::uint64_t{rd()} << 32 | rd()) | 1;
   }();
   std::unique_ptr<http::Client> client_;
-  std::unique_ptr<limits::WorkerLimiter> limiter_;  // null when no limit is configured
+  std::unique_ptr<limits::WorkerLimiter> limiter_;
   std::shared_ptr<conversations::WorkerStore> conversations_;  // stored responses (null on the admin listener)
   std::shared_ptr<cache::WorkerCache> cache_;                  // the response cache (null on the admin listener)
   std::unique_ptr<EmbedBatcher> batcher_;                      // embeddings micro-batching (not on the admin listener)

@@ -373,8 +373,8 @@ net::awaitable<ReconcileAnswer> reconcile_usage(Shared& g, const RoutingTable& t
       "are not in it");
   notes.push_back(
       "a counter is kept until rate_limits.reservation_ttl after its period ends (limiter.present false: never "
-      "counted, or expired); the limit's position in rate_limits.tokens names it, so a reordered configuration "
-      "starts new counters");
+      "counted, or expired); the limit's name, or unnamed its position in rate_limits.tokens, names it, so a "
+      "reordered configuration starts new counters for unnamed limits");
   o += ",\"notes\":[";
   for (std::size_t i = 0; i < notes.size(); ++i) {
     if (i) o += ',';

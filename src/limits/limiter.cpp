@@ -375,15 +375,18 @@ std::shared_ptr<const Limiter::Plan> Limiter::plan(std::shared_ptr<const Rules> 
   return p;
 }
 
-void WorkerLimiter::checks_for(const config::ApiKey& key, std::string_view model, std::int64_t tokens,
-                               Checks& out, bool requests_only, std::shared_ptr<const Limiter::Plan>* hold) {
-  // A reload: the plans are made again on the new limits (those in use stay alive with
-  // the requests that hold them).
+void WorkerLimiter::refresh() {
+  // (The plans in use stay alive with the requests that hold them.)
   if (const auto gen = owner_.generation_.load(std::memory_order_acquire); gen != generation_ || !rules_) {
     rules_ = owner_.rules();
     generation_ = gen;
     plans_.clear();
   }
+}
+
+void WorkerLimiter::checks_for(const config::ApiKey& key, std::string_view model, std::int64_t tokens,
+                               Checks& out, bool requests_only, std::shared_ptr<const Limiter::Plan>* hold) {
+  refresh();
   auto found = plans_.find(std::string_view(key.name));
   if (found == plans_.end()) found = plans_.emplace(key.name, std::vector<CachedPlan>{}).first;
   auto& list = found->second;

@@ -197,8 +197,16 @@ class WorkerLimiter {
   // one batch every kSettleEvery per worker, so a batch grows with the load).
   void settle(Admission& a, std::int64_t actual_tokens);
 
+  bool active() const { return owner_.active(); }  // any limit in force
   const Stats& stats() const { return *stats_; }
   const store::RedisConnection* redis() const { return redis_.get(); }
+  // The configuration the limits in force came from (a reload's, once this worker has seen
+  // it): rate_limits.reserve_output_tokens and what llm::reservation reads. Valid until
+  // this worker's next call into the limiter.
+  const config::Config& config() {
+    refresh();
+    return *rules_->cfg;
+  }
 
   // At shutdown, once no request is left: sends the queued settlements now and gives
   // every token lease back to Redis (none is kept for a next request), within `timeout`
@@ -214,6 +222,8 @@ class WorkerLimiter {
   Admission admit_local(std::span<const Check> checks, bool bound);  // counted in memory
   Admission refuse_unavailable(const Check& c);
 
+  // The limits of the last reload, once: the plans are made again on them.
+  void refresh();
   // The checks of one request: the cached plan with its token cost filled in.
   // (Kept in the coroutine's frame: no allocation of its own.)
   using Checks = boost::container::small_vector<Check, 4>;
