@@ -449,6 +449,39 @@ TEST_F(AdmissionConfigTest, BadLimitValues) {
   EXPECT_EQ(r.errors.size(), 14u) << all_errors(r);
 }
 
+TEST_F(AdmissionConfigTest, LimitNames) {
+  auto ok = load(kAdmBase +
+                 "rate_limits:\n"
+                 "  requests:\n"
+                 "    - {name: per-key_1, scope: key, limit: 1}\n"
+                 "    - {scope: key, limit: 2}\n"
+                 "  tokens:\n"
+                 "    - {name: per-key_1, scope: key, limit: 1, per: day}\n");  // (another list)
+  ASSERT_TRUE(ok.ok()) << all_errors(ok);
+  EXPECT_EQ(ok.config->rate_limits.requests[0].name, "per-key_1");
+  EXPECT_EQ(ok.config->rate_limits.requests[0].id, "per-key_1") << "errors say the name";
+  EXPECT_EQ(ok.config->rate_limits.requests[1].id, "requests[1]");
+  EXPECT_EQ(ok.config->rate_limits.tokens[0].id, "per-key_1");
+  const std::string yaml = kAdmBase +
+                           "rate_limits:\n"                                            // 10
+                           "  requests:\n"                                             // 11
+                           "    - {name: 'a:b', scope: key, limit: 1}\n"               // 12
+                           "    - {name: '', scope: key, limit: 1}\n"                  // 13
+                           "    - {name: same, scope: key, limit: 1}\n"                // 14
+                           "    - {name: same, scope: tenant, limit: 1}\n"             // 15
+                           "    - {name: " + std::string(65, 'x') + ", scope: key, limit: 1}\n";  // 16
+  auto r = load(yaml);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(error_at(r, "rate_limits.requests[0].name").line, 12);
+  EXPECT_THAT(error_at(r, "rate_limits.requests[0].name").message, HasSubstr("1 to 64 letters"));
+  EXPECT_EQ(error_at(r, "rate_limits.requests[1].name").line, 13);
+  auto dup = error_at(r, "rate_limits.requests[3].name");
+  EXPECT_EQ(dup.line, 15);
+  EXPECT_THAT(dup.message, HasSubstr("another limit of this list is named 'same'"));
+  EXPECT_EQ(error_at(r, "rate_limits.requests[4].name").line, 16);
+  EXPECT_EQ(r.errors.size(), 4u) << all_errors(r);
+}
+
 TEST_F(AdmissionConfigTest, LimitListsMustBeLists) {
   auto r = load(kAdmBase + "rate_limits:\n  requests: {scope: key, limit: 1}\n  tokens: 5\n");
   ASSERT_FALSE(r.ok());
