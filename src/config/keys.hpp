@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "config/admission.hpp"
 #include "config/priority.hpp"
 
 namespace sluice::config {
@@ -33,6 +34,10 @@ struct ApiKey {
   std::optional<Priority> max_priority;
   // The guardrails policy for this key's requests, instead of the route's; "none": none.
   std::string guardrails;
+  // A token budget of its own (the key store's keys): tokens per period, counted like a
+  // token quota of scope key (rate_limits' backend); 0: none.
+  std::int64_t budget_tokens = 0;
+  QuotaPeriod budget_per = QuotaPeriod::month;
 
   bool may_use(std::string_view alias) const noexcept {
     for (const auto& m : models) {

@@ -22,6 +22,7 @@ struct Timeouts {
   Millis heartbeat{15000};     // ": keep-alive" comment while the upstream is silent
   Millis client_write{30000};  // a client that takes no byte of a reply for this long is dropped
   Millis shutdown_grace{30000};
+  bool operator==(const Timeouts&) const = default;
 };
 
 // Browser clients on other origins (off while allowed_origins is empty).

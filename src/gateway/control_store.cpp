@@ -68,6 +68,18 @@ json::array models_json(const std::vector<std::string>& models) {
   return a;
 }
 
+std::optional<config::QuotaPeriod> period_from_name(std::string_view s) {
+  for (auto p : {config::QuotaPeriod::minute, config::QuotaPeriod::hour, config::QuotaPeriod::day, config::QuotaPeriod::month}) {
+    if (config::to_string(p) == s) return p;
+  }
+  return std::nullopt;
+}
+
+json::value budget_json(std::int64_t tokens, std::string_view per) {
+  if (tokens <= 0) return nullptr;
+  return json::object{{"tokens", tokens}, {"per", per}};
+}
+
 json::object row_json(const history::KeyRow& r) {
   return {{"name", r.name},
           {"source", "store"},
@@ -80,6 +92,7 @@ json::object row_json(const history::KeyRow& r) {
           {"priority", text_or_null(r.priority)},
           {"max_priority", text_or_null(r.max_priority)},
           {"guardrails", text_or_null(r.guardrails)},
+          {"budget", budget_json(r.budget_tokens, r.budget_per)},
           {"enabled", r.enabled},
           {"expires_ms", number_or_null(r.expires_ms)},
           {"created_ms", r.created_ms},
@@ -104,6 +117,7 @@ json::object config_json(const keys::Entry& e) {
           {"max_priority",
            k.max_priority ? json::value(std::string(config::to_string(*k.max_priority))) : json::value(nullptr)},
           {"guardrails", text_or_null(k.guardrails)},
+          {"budget", budget_json(k.budget_tokens, config::to_string(k.budget_per))},
           {"enabled", true}};
 }
 
@@ -119,6 +133,10 @@ keys::Stored to_stored(const history::KeyRow& r) {
   s.key.priority = config::priority_from_name(r.priority);
   s.key.max_priority = config::priority_from_name(r.max_priority);
   s.key.guardrails = r.guardrails;
+  if (const auto per = period_from_name(r.budget_per); per && r.budget_tokens > 0) {
+    s.key.budget_tokens = r.budget_tokens;
+    s.key.budget_per = *per;
+  }
   s.masked = r.masked;
   s.enabled = r.enabled && keys::parse_digest(r.digest, s.digest);  // a digest that is not one finds nothing
   s.has_old = !r.old_digest.empty() && keys::parse_digest(r.old_digest, s.old_digest);
@@ -148,7 +166,8 @@ ReconcileAnswer read_fields(const json::object& body, history::KeyRow& row, bool
                             const ControlStore::Names& names) {
   static constexpr std::string_view kKnown[] = {"name",         "tenant",     "tier",       "models",
                                                 "role",         "max_in_flight", "priority", "max_priority",
-                                                "guardrails",   "expires_ms", "expires_in", "enabled"};
+                                                "guardrails",   "expires_ms", "expires_in", "enabled",
+                                                "budget"};
   for (const auto& [k, v] : body) {
     if (std::find(std::begin(kKnown), std::end(kKnown), std::string_view(k)) == std::end(kKnown)) {
       return fail(Reason::invalid_request, "unknown field " + cfgd::q(k), std::string(k));
@@ -195,6 +214,24 @@ ReconcileAnswer read_fields(const json::object& body, history::KeyRow& row, bool
       return fail(Reason::invalid_request, "role: expected user, admin or viewer", "role");
     }
     row.role = std::string(v->get_string());
+  }
+  if (const auto* v = body.if_contains("budget")) {
+    // {"tokens": N, "per": "month"}: the key's own token quota; null: none.
+    constexpr std::string_view kWhat = R"(budget: expected {"tokens": 1 to 99999999999999, "per": "minute", "hour", "day" or "month"}, or null)";
+    if (v->is_null()) {
+      row.budget_tokens = -1;
+      row.budget_per.clear();
+    } else {
+      const auto* o = v->if_object();
+      const auto* tokens = o ? o->if_contains("tokens") : nullptr;
+      const auto* per = o ? o->if_contains("per") : nullptr;
+      const bool ok = o && o->size() == 2 && tokens && per && tokens->is_int64() && tokens->get_int64() >= 1 &&
+                      tokens->get_int64() <= 99'999'999'999'999 && per->is_string() &&
+                      period_from_name(per->get_string());
+      if (!ok) return fail(Reason::invalid_request, std::string(kWhat), "budget");
+      row.budget_tokens = tokens->get_int64();
+      row.budget_per = std::string(per->get_string());
+    }
   }
   if (const auto* v = body.if_contains("max_in_flight")) {
     if (v->is_null()) row.max_in_flight = -1;

@@ -190,7 +190,8 @@ class GatewayImpl final : public Gateway {
     // Even without policies: a reload may bring some.
     guards_ = std::make_unique<guard::Guards>(c.guardrails);
     shared_.guards = guards_.get();
-    if (!c.rate_limits.tokens.empty()) {
+    // Prompts counted exactly for token limits (the key store's keys may carry budgets).
+    if (!c.rate_limits.tokens.empty() || c.key_store.enabled) {
       auto [counter, info] = load_tokenizer(c);
       shared_.tokens = std::move(counter);
       shared_.count_prompts = true;
@@ -247,9 +248,8 @@ class GatewayImpl final : public Gateway {
     shared_.max_connections = so.max_connections;
     // At shutdown, once a worker's requests are gone: its queued settlements and unused
     // token leases go to Redis before its loop stops (bounded: see Limiter::drain_worker).
-    so.on_drained = [this](int) -> boost::asio::awaitable<void> {
-      if (limiter_->active()) co_await limiter_->drain_worker();
-    };
+    // (Limits a reload removed may have left some.)
+    so.on_drained = [this](int) -> boost::asio::awaitable<void> { co_await limiter_->drain_worker(); };
     server_ = http::Server::start(so, [this](int, boost::asio::any_io_executor ex) {
       return make_handler(shared_, std::move(ex));
     });
@@ -352,6 +352,21 @@ class GatewayImpl final : public Gateway {
       }
     }
     if (message.empty()) {
+      // What the rate limits resolved from the file must hold for the running gateway: their
+      // backend (the workers' connections) and timeouts.total (reservation_ttl) are its own.
+      const auto& run = *shared_.cfg;
+      const auto& rl = res.config->rate_limits;
+      if (rl.backend != run.rate_limits.backend) {
+        message = "rate_limits.backend changes only with a restart (running " +
+                  std::string(config::to_string(run.rate_limits.backend)) + ", the file says " +
+                  std::string(config::to_string(rl.backend)) + "): the limits' on_redis_down follows it";
+      } else if (rl.reservation_ttl < run.timeouts.total) {
+        message = "rate_limits.reservation_ttl (" + std::to_string(rl.reservation_ttl.count()) +
+                  " ms) is below the running timeouts.total (" + std::to_string(run.timeouts.total.count()) +
+                  " ms; timeouts change only with a restart): a running request's reservation would expire under it";
+      }
+    }
+    if (message.empty()) {
       bool swapped = false;
       try {
         next_keys = key_set(*res.config, keys_->hasher());  // before anything changes
@@ -389,7 +404,9 @@ class GatewayImpl final : public Gateway {
     auto unapplied = [&](bool changed, std::string_view section) {
       if (changed) later += (later.empty() ? "" : ", ") + std::string(section);
     };
-    unapplied(res.config->rate_limits.backend != was.rate_limits.backend, "rate_limits.backend");
+    unapplied(!res.config->rate_limits.tokens.empty() && !shared_.count_prompts,
+              "exact prompt counting for token limits (prompts are bounded by their bytes until then)");
+    unapplied(!(res.config->timeouts == was.timeouts), "timeouts");
     unapplied(!(res.config->redis == was.redis), "redis");
     unapplied(res.config->listen_host != was.listen_host || res.config->listen_port != was.listen_port, "listen");
     unapplied(res.config->workers != was.workers, "workers");

@@ -9,7 +9,9 @@ namespace {
 
 constexpr std::string_view kColumns =
     "name, digest, masked, tenant, tier, models, role, max_in_flight, priority, max_priority, guardrails, "
-    "expires_ms, enabled, created_ms, updated_ms, created_by, old_digest, old_until_ms, revision";
+    "expires_ms, enabled, created_ms, updated_ms, created_by, old_digest, old_until_ms, revision, budget_tokens, "
+    "budget_per";
+constexpr int kColumnCount = 21;
 
 // Aliases hold no newline (config: an alias is an identifier).
 std::string join_models(const std::vector<std::string>& models) {
@@ -43,7 +45,8 @@ std::vector<Value> values(const KeyRow& r) {
           std::int64_t{r.enabled ? 1 : 0}, r.created_ms,
           r.updated_ms,    text_or_null(r.created_by),
           text_or_null(r.old_digest), number_or_null(r.old_until_ms),
-          r.revision};
+          r.revision,      number_or_null(r.budget_tokens),
+          text_or_null(r.budget_per)};
 }
 
 KeyRow row_of(std::vector<Value>& v) {
@@ -75,7 +78,9 @@ KeyRow row_of(std::vector<Value>& v) {
   r.old_digest = text(16);
   r.old_until_ms = number(17, -1);
   r.revision = number(18, 0);
-  if (v.size() > 19) r.last_used_ms = number(19, -1);  // (read, never written by insert or update)
+  r.budget_tokens = number(19, -1);
+  r.budget_per = text(20);
+  if (v.size() > kColumnCount) r.last_used_ms = number(kColumnCount, -1);  // (read, never written by insert or update)
   return r;
 }
 
@@ -191,7 +196,7 @@ std::optional<ControlState> ControlTable::read() {
 ControlTable::Write ControlTable::insert(const KeyRow& row) {
   return impl_->write(Write::exists, [&](Connection& c, bool& changed) {
     const std::string sql = "INSERT INTO api_keys (" + std::string(kColumns) + ") VALUES (" +
-                            impl_->placeholders(1, 19) + ") ON CONFLICT DO NOTHING RETURNING name";
+                            impl_->placeholders(1, kColumnCount) + ") ON CONFLICT DO NOTHING RETURNING name";
     return c.query(sql, values(row), [&changed](std::vector<Value>&) { changed = true; });
   });
 }
@@ -204,13 +209,14 @@ ControlTable::Write ControlTable::update(const KeyRow& row) {
     // revision.
     auto all = values(row);
     std::vector<Value> v;
-    v.reserve(17);
-    for (int i : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 16, 17, 18}) v.push_back(std::move(all[i]));  // 18: revision
+    v.reserve(19);
+    for (int i : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 16, 17, 18, 19, 20}) v.push_back(std::move(all[i]));  // 18: revision
     const std::string sql =
         "UPDATE api_keys SET digest = " + p(2) + ", masked = " + p(3) + ", tenant = " + p(4) + ", tier = " + p(5) +
         ", models = " + p(6) + ", role = " + p(7) + ", max_in_flight = " + p(8) + ", priority = " + p(9) +
         ", max_priority = " + p(10) + ", guardrails = " + p(11) + ", expires_ms = " + p(12) + ", enabled = " + p(13) +
         ", updated_ms = " + p(14) + ", old_digest = " + p(15) + ", old_until_ms = " + p(16) +
+        ", budget_tokens = " + p(18) + ", budget_per = " + p(19) +
         ", revision = revision + 1 WHERE name = " + p(1) + " AND revision = " + p(17) + " RETURNING name";
     std::string e = c.query(sql, v, [&changed](std::vector<Value>&) { changed = true; });
     if (e.empty() && !changed) {  // gone, or changed by someone else meanwhile?

@@ -28,6 +28,8 @@ struct KeyRow {
   std::int64_t max_in_flight = -1;  // -1: concurrency.per_key
   std::string priority, max_priority, guardrails;  // "" = unset
   std::int64_t expires_ms = -1;     // -1: never
+  std::int64_t budget_tokens = -1;  // tokens per budget_per; -1: no budget (migration 7)
+  std::string budget_per;           // "minute", "hour", "day" or "month"; "" with no budget
   bool enabled = true;
   std::int64_t created_ms = 0, updated_ms = 0;
   std::string created_by;          // the admin key's name

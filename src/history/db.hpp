@@ -112,7 +112,7 @@ std::string mask_postgres_url(std::string_view url);
 // connection details).
 std::string scrub_password(std::string text, std::string_view url);
 
-inline constexpr int kSchemaVersion = 6;
+inline constexpr int kSchemaVersion = 7;
 // Applies the migrations not yet recorded in schema_migrations (idempotent, safe when
 // several instances start at once), up to `up_to` (the tests make older schemas). Sets
 // `version` to the schema version afterwards.

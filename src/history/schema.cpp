@@ -208,7 +208,14 @@ CREATE TABLE audit (
 CREATE INDEX audit_unix_ms ON audit (unix_ms);
 )";
 
+// Migration 7: a stored key's own token budget (tokens per period; none when null).
+constexpr std::string_view kMigration7 = R"(
+ALTER TABLE api_keys ADD COLUMN budget_tokens BIGINT;
+ALTER TABLE api_keys ADD COLUMN budget_per TEXT;
+)";
+
 std::string migration_sql(Dialect d, int version) {
+  if (version == 7) return std::string(kMigration7);
   if (version == 6) return std::string(kMigration6);
   if (version == 5) return std::string(kMigration5);
   if (version == 4) return std::string(kMigration4);

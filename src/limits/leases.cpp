@@ -191,6 +191,16 @@ void LeaseTable::drain(std::vector<Pending>& out, Clock::time_point now) {
   released_.clear();
 }
 
+void LeaseTable::forget() {
+  on_owner_thread();
+  for (auto& s : slots_) s->units = Units{};
+  for (auto it = quota_.begin(); it != quota_.end();) {
+    auto next = std::next(it);
+    retire(it->second);  // (may erase it)
+    it = next;
+  }
+}
+
 bool LeaseTable::busy() const {
   return !quota_.empty() || !released_.empty();
 }

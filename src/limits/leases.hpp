@@ -53,7 +53,8 @@ class LeaseTable {
   // The slot of a counter key, made on first use. A check that carries its slot
   // (Check::slot, set by the worker's plan cache) is found without hashing its key; one
   // without is looked up by key. Slots are never removed: counter keys come from the
-  // configuration (keys, tiers, tenants, models), so they are bounded.
+  // configuration (keys, tiers, tenants, models), so they are bounded (but for reloads
+  // that rename limits: each adds the new names' slots).
   std::uint32_t slot(std::string_view key);
 
   // Admits a request from the leases of all its checks, or takes nothing (ok false). Fills
@@ -95,6 +96,10 @@ class LeaseTable {
   void drain(std::vector<Pending>& out, Clock::time_point now = Clock::now());
   // Whether drain() may find something (token leases exist, or some were given back).
   bool busy() const;
+  // The limits changed (a reload): units held are dropped (counted in Redis, never used:
+  // a small under-admission) and token leases retired (given back once their requests
+  // settled), so that a lowered limit is not passed on units taken under the old one.
+  void forget();
 
   // For tests.
   std::size_t quota_leases() const;

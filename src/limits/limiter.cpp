@@ -267,7 +267,8 @@ std::shared_ptr<const Limiter::Rules> Limiter::make_rules(std::shared_ptr<const 
   auto r = std::make_shared<Rules>();
   r->cfg = std::move(cfg);
   const auto& rl = r->limits();
-  r->active = rl.any();
+  // (The key store's keys may carry budgets of their own.)
+  r->active = rl.any() || r->cfg->key_store.enabled;
   // The rule's name (else its index), algorithm and window name its counters: a changed
   // rule starts afresh, a renamed or moved one too unless it has a name.
   for (std::size_t i = 0; i < rl.requests.size(); ++i) {
@@ -370,18 +371,31 @@ std::shared_ptr<const Limiter::Plan> Limiter::plan(std::shared_ptr<const Rules> 
     p->checks.push_back(c);
     p->quotas.push_back(&l);
   }
+  // The key's own budget (a stored key's): a token quota of scope key, named apart from
+  // the configured ones.
+  if (key.budget_tokens > 0) {
+    auto& l = p->budget;
+    l.id = "budget";
+    l.scope = config::LimitScope::key;
+    l.limit = key.budget_tokens;
+    l.per = key.budget_per;
+    l.on_redis_down = rl.on_redis_down == config::DownPolicy::inherit ? config::DownPolicy::open : rl.on_redis_down;
+    Check c;
+    c.kind = Kind::quota;
+    c.tokens = true;
+    c.limit = l.limit;
+    c.window_ms = period_ms(l.per);
+    c.cost = 0;
+    c.extra = rl.reservation_ttl.count();
+    p->keys.push_back(counter_key(prefix, l.scope, key, model, "qb." + std::string(to_string(l.per))));
+    c.on_redis_down = l.on_redis_down;
+    c.id = &l.id;
+    p->checks.push_back(c);
+    p->quotas.push_back(&l);
+  }
   // The keys are complete: the views cannot move any more.
   for (std::size_t i = 0; i < p->checks.size(); ++i) p->checks[i].key = p->keys[i];
   return p;
-}
-
-void WorkerLimiter::refresh() {
-  // (The plans in use stay alive with the requests that hold them.)
-  if (const auto gen = owner_.generation_.load(std::memory_order_acquire); gen != generation_ || !rules_) {
-    rules_ = owner_.rules();
-    generation_ = gen;
-    plans_.clear();
-  }
 }
 
 void WorkerLimiter::checks_for(const config::ApiKey& key, std::string_view model, std::int64_t tokens,
@@ -397,17 +411,21 @@ void WorkerLimiter::checks_for(const config::ApiKey& key, std::string_view model
       break;
     }
   }
-  if (cached && (cached->tier != key.tier || cached->tenant != key.tenant)) {
+  if (cached && (cached->tier != key.tier || cached->tenant != key.tenant || cached->budget_tokens != key.budget_tokens ||
+                 cached->budget_per != key.budget_per)) {
     cached->plan = owner_.plan(rules_, key, model);  // the key changed (a reload, the key store)
     cached->tier = key.tier;
     cached->tenant = key.tenant;
+    cached->budget_tokens = key.budget_tokens;
+    cached->budget_per = key.budget_per;
     cached->slots.clear();
     if (redis_) {
       for (const auto& c : cached->plan->checks) cached->slots.push_back(leases_->slot(c.key));
     }
   }
   if (!cached) {
-    CachedPlan fresh{std::string(model), key.tier, key.tenant, owner_.plan(rules_, key, model), {}};
+    CachedPlan fresh{std::string(model), key.tier, key.tenant, key.budget_tokens, key.budget_per,
+                     owner_.plan(rules_, key, model), {}};
     if (redis_) {
       for (const auto& c : fresh.plan->checks) fresh.slots.push_back(leases_->slot(c.key));
     }
@@ -448,6 +466,19 @@ Limiter::Status Limiter::status() const {
   Status s;
   s.configured = std::string(config::to_string(cfg_->rate_limits.backend));
   const auto now = rules();
+  {
+    // (Counted with no limit in force too: the workers hold their connections.)
+    std::lock_guard lock(mu_);
+    for (const auto* w : workers_) {
+      if (const auto* r = w->redis()) {
+        ++s.connections;
+        if (r->up()) ++s.connections_up;
+        auto e = r->last_error();
+        if (!e.empty()) s.last_error = std::move(e);
+        s.reconnects += r->reconnects();
+      }
+    }
+  }
   if (!now->active) {
     s.active = "none";
     s.reason = "no limits configured";
@@ -457,16 +488,6 @@ Limiter::Status Limiter::status() const {
     s.active = "memory";
     s.reason = "configured";
     return s;
-  }
-  std::lock_guard lock(mu_);
-  for (const auto* w : workers_) {
-    if (const auto* r = w->redis()) {
-      ++s.connections;
-      if (r->up()) ++s.connections_up;
-      auto e = r->last_error();
-      if (!e.empty()) s.last_error = std::move(e);
-      s.reconnects += r->reconnects();
-    }
   }
   if (s.connections > 0 && s.connections_up == s.connections) {
     s.active = "redis";
@@ -554,6 +575,20 @@ struct WorkerLimiter::SettleQueue {
     return dropped;
   }
 };
+
+void WorkerLimiter::refresh() {
+  // (The plans in use stay alive with the requests that hold them.)
+  if (const auto gen = owner_.generation_.load(std::memory_order_acquire); gen != generation_ || !rules_) {
+    const bool reload = rules_ != nullptr;
+    rules_ = owner_.rules();
+    generation_ = gen;
+    plans_.clear();
+    if (reload && redis_) {
+      leases_->forget();  // (units taken under the old limits)
+      if (leases_->busy() && !settles_->flushing) flush_settlements();
+    }
+  }
+}
 
 WorkerLimiter::WorkerLimiter(Limiter& owner, net::any_io_executor ex)
     : owner_(owner), ex_(std::move(ex)), leases_(std::make_unique<LeaseTable>()) {
@@ -851,10 +886,12 @@ void WorkerLimiter::settle(Admission& a, std::int64_t actual) {
 // released by an admission; the late settlement then only charges the usage). A batch
 // whose outcome is unknown or that Redis refused is dropped and counted in settle_errors.
 void WorkerLimiter::flush_settlements() {
+  refresh();
+  if (settles_->flushing) return;  // (a reload's flush, just started by refresh())
   settles_->flushing = true;
   net::co_spawn(ex_, flush_loop(settles_, redis_, stats_, owner_.settle_script_.get(), leases_.get(),
                                 owner_.cfg_->redis.retry_interval,
-                                std::to_string((rules_ ? rules_ : owner_.rules())->limits().reservation_ttl.count())),
+                                std::to_string(rules_->limits().reservation_ttl.count())),
                 net::detached);
 }
 

@@ -91,6 +91,7 @@ class Limiter {
     std::vector<std::string> keys;
     std::vector<Check> checks;  // quota checks cost 0 here: the request's tokens are set per request
     std::vector<const config::TokenLimit*> quotas;  // per check: its token limit, or null
+    config::TokenLimit budget;  // the key's own budget (ApiKey::budget_tokens), when it has one
   };
   std::shared_ptr<const Plan> plan(std::shared_ptr<const Rules> rules, const config::ApiKey& key,
                                    std::string_view model) const;
@@ -270,6 +271,8 @@ class WorkerLimiter {
   std::shared_ptr<const Limiter::Rules> rules_;  // the limits this worker plans on
   struct CachedPlan {
     std::string model, tier, tenant;
+    std::int64_t budget_tokens = 0;
+    config::QuotaPeriod budget_per = config::QuotaPeriod::month;
     std::shared_ptr<const Limiter::Plan> plan;
     std::vector<std::uint32_t> slots;  // per check: its counter's slot in leases_
   };

@@ -283,9 +283,9 @@ describe('reload', () => {
       const statuses = [];
       for (let i = 0; i < 2; i++) statuses.push((await chat(gw, { model: 'wide', messages: USER, max_tokens: 2 })).status);
       assert.deepEqual(statuses, [200, 429]);
-      const later = await reload(gw, { ...limited, rate_limits: { ...limited.rate_limits, backend: 'auto' } });
+      const later = await reload(gw, { ...limited, timeouts: { total: '5m' }, rate_limits: { ...limited.rate_limits, reservation_ttl: '10m' } });
       assert.equal(later.reloaded, true);
-      assert.match(later.message, /changed in the file but in force only after a restart: rate_limits\.backend$/);
+      assert.match(later.message, /changed in the file but in force only after a restart: timeouts$/);
     });
   });
 });

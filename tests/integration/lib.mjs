@@ -350,7 +350,9 @@ export async function startGateway(config, { env, args = [] } = {}) {
 // listener. Resolves to POST /admin/reload's answer ({reloaded, message}); a refusal too.
 export async function reloadWith(gw, cfg) {
   const now = fs.readFileSync(gw.configPath, 'utf8');
-  fs.writeFileSync(gw.configPath, now.slice(0, now.indexOf('keys:')) + toYaml(cfg));
+  // (startGateway's timeouts, as it wrote them: a reload that changes them is told so.)
+  const body = { ...cfg, timeouts: { shutdown_grace: '2s', ...(cfg.timeouts ?? {}) } };
+  fs.writeFileSync(gw.configPath, now.slice(0, now.indexOf('keys:')) + toYaml(body));
   const r = await rawRequest({ port: gw.adminPort, method: 'POST', path: '/admin/reload', body: '' });
   return { status: r.status, ...JSON.parse(r.body) };
 }

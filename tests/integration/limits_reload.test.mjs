@@ -65,6 +65,13 @@ describe('rate limits reloaded, in memory', () => {
     assert.match(broken.error.message, /name is 1 to 64 letters/);
     assert.deepEqual(await statuses(gw, 2), [200, 200], 'still no limit');
 
+    const backend = await reloadWith(gw, { ...base, rate_limits: { ...base.rate_limits, backend: 'redis' } });
+    assert.equal(backend.status, 422);
+    assert.match(backend.error.message, /rate_limits\.backend changes only with a restart \(running memory, the file says redis\)/);
+    const ttl = await reloadWith(gw, { ...base, timeouts: { total: '30s' }, rate_limits: { ...base.rate_limits, reservation_ttl: '1m' } });
+    assert.equal(ttl.status, 422);
+    assert.match(ttl.error.message, /reservation_ttl \(60000 ms\) is below the running timeouts\.total/);
+
     const twice = await reloadWith(gw, {
       ...base,
       rate_limits: {
@@ -109,6 +116,8 @@ describe('rate limits reloaded, in Redis', () => {
 
   test('limits added by a reload count in Redis; a token quota reserved before a reload is settled after it', async () => {
     assert.equal((await gw.infra()).rate_limiter.active, 'none');
+    // The workers hold their connections with no limit in force: /infra says them up.
+    await waitFor(async () => (await gw.infra()).rate_limiter.redis?.up === true, { what: 'Redis seen up with no limit' });
     const quota = { name: 'daily', scope: 'tenant', limit: 1000000, per: 'day', lease: 0 };
     const r = await reloadWith(gw, base({ requests: [{ name: 'per-key', scope: 'key', key: 'app', limit: 2, window: '1h', lease: 0 }], tokens: [quota] }));
     assert.equal(r.reloaded, true, r.message);

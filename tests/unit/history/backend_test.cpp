@@ -931,6 +931,8 @@ TEST_P(HistoryTest, TheControlTableKeepsKeysAndDrainsAndCountsItsChanges) {
   r.priority = "premium";
   r.guardrails = "strict";
   r.expires_ms = 1'900'000'000'000;
+  r.budget_tokens = 5'000'000;
+  r.budget_per = "month";
   r.created_ms = r.updated_ms = 1'800'000'000'000;
   r.created_by = "admin";
   ASSERT_EQ(t->insert(r), ControlTable::Write::ok) << t->error();
@@ -958,8 +960,12 @@ TEST_P(HistoryTest, TheControlTableKeepsKeysAndDrainsAndCountsItsChanges) {
   EXPECT_TRUE(got.enabled);
   EXPECT_EQ(got.created_by, "admin");
   EXPECT_EQ(got.old_until_ms, -1);
+  EXPECT_EQ(got.budget_tokens, 5'000'000);
+  EXPECT_EQ(got.budget_per, "month");
 
   KeyRow changed = got;
+  changed.budget_tokens = -1;  // the budget removed
+  changed.budget_per.clear();
   changed.enabled = false;
   changed.old_digest = r.digest;
   changed.digest = std::string(64, 'b');
@@ -980,6 +986,8 @@ TEST_P(HistoryTest, TheControlTableKeepsKeysAndDrainsAndCountsItsChanges) {
   EXPECT_EQ(rows.front().old_digest, r.digest);
   EXPECT_EQ(rows.front().old_until_ms, 1'800'000'100'000);
   EXPECT_EQ(rows.front().expires_ms, -1);
+  EXPECT_EQ(rows.front().budget_tokens, -1);
+  EXPECT_EQ(rows.front().budget_per, "");
   EXPECT_EQ(rows.front().created_by, "admin");
   EXPECT_EQ(rows.front().tier, "gold") << "the stale change was not written";
   EXPECT_EQ(rows.front().revision, got.revision + 1);
