@@ -193,7 +193,10 @@ void LeaseTable::drain(std::vector<Pending>& out, Clock::time_point now) {
 
 void LeaseTable::forget() {
   on_owner_thread();
-  for (auto& s : slots_) s->units = Units{};
+  for (auto& s : slots_) {
+    s->units = Units{};
+    s->current = nullptr;  // (a retired lease hands out nothing more)
+  }
   for (auto it = quota_.begin(); it != quota_.end();) {
     auto next = std::next(it);
     retire(it->second);  // (may erase it)

@@ -286,4 +286,38 @@ TEST(LeaseTable, AChangeFromASecondThreadIsCaughtInBuildsWithAssertions) {
 }
 
 }  // namespace
+// A reload changed the limits: units held admit nothing more, token leases are retired
+// (given back once their requests settled), and new ones serve again.
+TEST(LeaseTableTest, ForgetDropsUnitsAndRetiresTokenLeases) {
+  LeaseTable t;
+  const std::vector<Check> req{request_check(10)};
+  const std::vector<Check> tok{token_check(100, 1000)};
+  t.add(req[0], granted(10), Clock::now());
+  t.add_quota(tok[0], granted(1000), "held", nullptr, Clock::now());
+  t.add_quota(tok[0], granted(1000), "idle", nullptr, Clock::now());  // retires "held"
+  Admission running;
+  ASSERT_TRUE(t.take(tok, running).ok);  // draws on "idle"
+  t.forget();
+  Admission a;
+  EXPECT_FALSE(t.take(req, a).ok) << "no unit left to admit on";
+  EXPECT_EQ(t.units(kReq), 0);
+  Admission b;
+  EXPECT_FALSE(t.take(tok, b).ok) << "no lease hands out";
+  std::vector<LeaseTable::Pending> out;
+  t.drain(out);
+  ASSERT_EQ(out.size(), 1u) << "the idle retired lease is given back";
+  EXPECT_EQ(out[0].id, "held");
+  EXPECT_TRUE(out[0].give_back);
+  t.settle(running.reserved[0], 30);  // its last request settles: given back too
+  out.clear();
+  t.drain(out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].id, "idle");
+  EXPECT_EQ(out[0].actual, 30);
+  EXPECT_FALSE(t.busy());
+  t.add(req[0], granted(10), Clock::now());
+  Admission c;
+  EXPECT_TRUE(t.take(req, c).ok) << "units taken after the reload serve";
+}
+
 }  // namespace sluice::limits
