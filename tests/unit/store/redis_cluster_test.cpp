@@ -276,10 +276,9 @@ TEST_F(RedisClusterTest, ANodeDownFailsItsSlotsAtOnceAndTheOthersServe) {
     // The client notices (its connection to node 2 is lost): down, and says which node.
     CO_REQUIRE(co_await wait_until([&] { return !c.up(); }, 10s), "still up");
     EXPECT_NE(c.last_error().find(std::to_string(nodes_[2]->port())), std::string::npos) << c.last_error();
-    const auto t0 = Clock::now();
     auto lost = co_await c.command("SET", key_of[2], "x");
-    EXPECT_FALSE(lost.ok()) << show(lost);
-    EXPECT_LT(Clock::now() - t0, 1500ms) << "a command for a node down fails at once, not after a timeout";
+    // Failed at once, unsent ("not connected"), not after a timeout.
+    EXPECT_TRUE(!lost.ok() && lost.error.starts_with("not connected")) << show(lost);
     // (The cluster marks the slots' node failed after its node timeout, 5 s: until then the
     // others still serve their own slots.)
     for (int n = 0; n < 2; ++n) {
