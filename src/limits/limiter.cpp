@@ -355,9 +355,8 @@ std::shared_ptr<const Limiter::Plan> Limiter::plan(std::shared_ptr<const Rules> 
     p->checks.push_back(c);
     p->quotas.push_back(nullptr);
   }
-  for (std::size_t i = 0; i < rl.tokens.size(); ++i) {
-    const auto& l = rl.tokens[i];
-    if (!matches(l.when, key, model)) continue;
+  // A token quota's check, counting under `rule`.
+  auto quota = [&](const config::TokenLimit& l, const std::string& rule) {
     Check c;
     c.kind = Kind::quota;
     c.tokens = true;
@@ -365,11 +364,14 @@ std::shared_ptr<const Limiter::Plan> Limiter::plan(std::shared_ptr<const Rules> 
     c.window_ms = period_ms(l.per);
     c.cost = 0;
     c.extra = rl.reservation_ttl.count();
-    p->keys.push_back(counter_key(prefix, l.scope, key, model, names[rl.requests.size() + i]));
+    p->keys.push_back(counter_key(prefix, l.scope, key, model, rule));
     c.on_redis_down = l.on_redis_down;
     c.id = &l.id;
     p->checks.push_back(c);
     p->quotas.push_back(&l);
+  };
+  for (std::size_t i = 0; i < rl.tokens.size(); ++i) {
+    if (matches(rl.tokens[i].when, key, model)) quota(rl.tokens[i], names[rl.requests.size() + i]);
   }
   // The key's own budget (a stored key's): a token quota of scope key, named apart from
   // the configured ones.
@@ -380,18 +382,7 @@ std::shared_ptr<const Limiter::Plan> Limiter::plan(std::shared_ptr<const Rules> 
     l.limit = key.budget_tokens;
     l.per = key.budget_per;
     l.on_redis_down = rl.on_redis_down == config::DownPolicy::inherit ? config::DownPolicy::open : rl.on_redis_down;
-    Check c;
-    c.kind = Kind::quota;
-    c.tokens = true;
-    c.limit = l.limit;
-    c.window_ms = period_ms(l.per);
-    c.cost = 0;
-    c.extra = rl.reservation_ttl.count();
-    p->keys.push_back(counter_key(prefix, l.scope, key, model, "qb." + std::string(to_string(l.per))));
-    c.on_redis_down = l.on_redis_down;
-    c.id = &l.id;
-    p->checks.push_back(c);
-    p->quotas.push_back(&l);
+    quota(l, "qb." + std::string(to_string(l.per)));
   }
   // The keys are complete: the views cannot move any more.
   for (std::size_t i = 0; i < p->checks.size(); ++i) p->checks[i].key = p->keys[i];
