@@ -196,6 +196,8 @@ describe('web console', { skip }, () => {
     await form.locator('input[name=name]').fill('ui-key');
     await form.locator('input[name=tenant]').fill('ui-team');
     await form.locator('input[name=expires_in]').fill('30d');
+    await form.locator('input[name=budget_tokens]').fill('1000000');
+    await form.locator('select[name=budget_per]').selectOption('day');
     await form.getByRole('button', { name: 'Create', exact: true }).click();
     const secret = (await page.locator('#new-secret').textContent()).trim();
     assert.match(secret, /^sk-[a-z2-7]{52}$/);
@@ -204,6 +206,9 @@ describe('web console', { skip }, () => {
     assert.equal(await page.locator('#new-secret').count(), 0, 'the secret is gone once dismissed');
     assert.equal((await page.locator('#keys').textContent()).includes(secret), false, 'the list shows it masked');
     for (let i = 0; i < 2; i++) assert.equal((await chat(gw, secret)).status, 200);
+    await row(page, '#keys', 'ui-key').filter({ hasText: '1000000 tokens / day' }).waitFor();
+    const stored = await request(`${gw.url}/admin/keys/ui-key`, { key: ADMIN });
+    assert.deepEqual(stored.json.budget, { tokens: 1000000, per: 'day' });
 
     // Disabled: refused. Enabled: served again.
     await row(page, '#keys', 'ui-key').getByRole('button', { name: 'Disable', exact: true }).click();

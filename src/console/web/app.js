@@ -538,6 +538,8 @@ function buildKeys(root, again) {
       models: h('input', { name: 'models', placeholder: '* (all)' }),
       expires: h('input', { name: 'expires_in', placeholder: 'never (90d, 12h)' }),
       inflight: h('input', { name: 'max_in_flight', type: 'number', min: 0, placeholder: 'default' }),
+      budget: h('input', { name: 'budget_tokens', type: 'number', min: 1, placeholder: 'none' }),
+      per: h('select', { name: 'budget_per' }, ['month', 'day', 'hour', 'minute'].map((p) => h('option', { value: p }, p))),
     };
     const field = (label, el) => h('label', { class: 'field' }, label, el);
     root.append(
@@ -555,6 +557,7 @@ function buildKeys(root, again) {
             if (f.models.value.trim()) body.models = f.models.value.split(',').map((m) => m.trim()).filter(Boolean);
             if (f.expires.value.trim()) body.expires_in = f.expires.value.trim();
             if (f.inflight.value !== '') body.max_in_flight = Number(f.inflight.value);
+            if (f.budget.value !== '') body.budget = { tokens: Number(f.budget.value), per: f.per.value };
             const r = await change(msg, `Created ${body.name}`, () => api('/admin/keys', { method: 'POST', body }));
             if (r) {
               showSecret(r.data.name, r.data.secret, 'Created');
@@ -570,6 +573,8 @@ function buildKeys(root, again) {
         field('Models (comma-separated)', f.models),
         field('Expires in', f.expires),
         field('Max in flight', f.inflight),
+        field('Token budget', f.budget),
+        field('per', f.per),
         h('button', { class: 'primary', type: 'submit' }, 'Create'),
       ),
     );
@@ -620,6 +625,7 @@ function buildKeys(root, again) {
           { label: 'Role', cell: (k) => k.role },
           { label: 'Models', cell: (k) => k.models.join(', ') },
           { label: 'State', cell: (k) => (k.enabled ? badge('enabled', 'ok') : badge('disabled', 'bad')) },
+          { label: 'Budget', cell: (k) => (k.budget ? `${k.budget.tokens} tokens / ${k.budget.per}` : '–') },
           { label: 'Expires', cell: (k) => (k.expires_ms ? fmt.time(k.expires_ms) : 'never') },
           { label: 'Last used', cell: (k) => (k.last_used_ms ? fmt.time(k.last_used_ms) : '–') },
           {
