@@ -75,8 +75,9 @@ std::optional<config::QuotaPeriod> period_from_name(std::string_view s) {
   return std::nullopt;
 }
 
+// (What is shown is what is enforced: to_stored() takes the same.)
 json::value budget_json(std::int64_t tokens, std::string_view per) {
-  if (tokens <= 0) return nullptr;
+  if (tokens <= 0 || !period_from_name(per)) return nullptr;
   return json::object{{"tokens", tokens}, {"per", per}};
 }
 

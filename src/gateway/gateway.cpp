@@ -407,6 +407,7 @@ class GatewayImpl final : public Gateway {
     unapplied(!res.config->rate_limits.tokens.empty() && !shared_.count_prompts,
               "exact prompt counting for token limits (prompts are bounded by their bytes until then)");
     unapplied(!(res.config->timeouts == was.timeouts), "timeouts");
+    unapplied(res.config->key_store.enabled != was.key_store.enabled, "key_store");
     unapplied(!(res.config->redis == was.redis), "redis");
     unapplied(res.config->listen_host != was.listen_host || res.config->listen_port != was.listen_port, "listen");
     unapplied(res.config->workers != was.workers, "workers");
@@ -469,7 +470,12 @@ class GatewayImpl final : public Gateway {
   // A new set of keys in force, and the gate's key slots following their limits.
   void install_keys(std::shared_ptr<const keys::KeySet> set) {
     std::vector<const config::ApiKey*> limits;
-    for (const auto& e : set->entries()) limits.push_back(&e->key);
+    bool budgets = false;
+    for (const auto& e : set->entries()) {
+      limits.push_back(&e->key);
+      budgets = budgets || e->key.budget_tokens > 0;
+    }
+    limiter_->set_budgets(budgets);  // (before the keys: a new budgeted key finds it on)
     keys_->install(set);
     gate_->update_keys(limits);
   }

@@ -267,8 +267,7 @@ std::shared_ptr<const Limiter::Rules> Limiter::make_rules(std::shared_ptr<const 
   auto r = std::make_shared<Rules>();
   r->cfg = std::move(cfg);
   const auto& rl = r->limits();
-  // (The key store's keys may carry budgets of their own.)
-  r->active = rl.any() || r->cfg->key_store.enabled;
+  r->active = rl.any();
   // The rule's name (else its index), algorithm and window name its counters: a changed
   // rule starts afresh, a renamed or moved one too unless it has a name.
   for (std::size_t i = 0; i < rl.requests.size(); ++i) {
@@ -377,11 +376,11 @@ std::shared_ptr<const Limiter::Plan> Limiter::plan(std::shared_ptr<const Rules> 
   // the configured ones.
   if (key.budget_tokens > 0) {
     auto& l = p->budget;
-    l.id = "budget";
+    l.id = "key budget";
     l.scope = config::LimitScope::key;
     l.limit = key.budget_tokens;
     l.per = key.budget_per;
-    l.on_redis_down = rl.on_redis_down == config::DownPolicy::inherit ? config::DownPolicy::open : rl.on_redis_down;
+    l.on_redis_down = rl.on_redis_down;
     quota(l, "qb." + std::string(to_string(l.per)));
   }
   // The keys are complete: the views cannot move any more.
@@ -457,6 +456,7 @@ Limiter::Status Limiter::status() const {
   Status s;
   s.configured = std::string(config::to_string(cfg_->rate_limits.backend));
   const auto now = rules();
+  const bool budgets = budgets_.load(std::memory_order_relaxed);
   {
     // (Counted with no limit in force too: the workers hold their connections.)
     std::lock_guard lock(mu_);
@@ -470,7 +470,7 @@ Limiter::Status Limiter::status() const {
       }
     }
   }
-  if (!now->active) {
+  if (!now->active && !budgets) {
     s.active = "none";
     s.reason = "no limits configured";
     return s;

@@ -69,7 +69,7 @@ class Limiter {
   struct Rules {
     std::shared_ptr<const config::Config> cfg;
     std::vector<std::string> names;  // counter names: per request limit, then per token limit
-    bool active = false;             // any limit
+    bool active = false;             // any limit of the file
     const config::RateLimits& limits() const { return cfg->rate_limits; }
   };
   std::shared_ptr<const Rules> rules() const;
@@ -79,8 +79,13 @@ class Limiter {
   // counters when its name (or, unnamed, its position), algorithm and window stay.
   void reconfigure(std::shared_ptr<const config::Config> cfg);
 
-  // Whether any limit is configured (no: admission is free).
-  bool active() const { return active_.load(std::memory_order_relaxed); }
+  // Whether any limit is in force: the file's, or a key's budget (no: admission is free).
+  bool active() const {
+    return active_.load(std::memory_order_relaxed) || budgets_.load(std::memory_order_relaxed);
+  }
+  // Whether a key in force has a budget (ApiKey::budget_tokens): said before the keys are
+  // installed, so that a request of a new budgeted key finds the limiter on.
+  void set_budgets(bool any) { budgets_.store(any, std::memory_order_relaxed); }
   bool wants_redis() const { return wants_redis_; }
 
   // The checks that apply to requests of `key` for `model`: built once per pair (counter
@@ -157,6 +162,7 @@ class Limiter {
   std::shared_ptr<const Rules> rules_;         // (mu_)
   std::atomic<std::uint64_t> generation_{0};   // bumped by each reconfigure
   std::atomic<bool> active_{false};
+  std::atomic<bool> budgets_{false};
   bool wants_redis_ = false;
   LocalCounters local_;
   int worker_count_ = 1;  // workers the server runs
