@@ -40,13 +40,18 @@ describe('a stored key with a budget of its own', () => {
     }
     assert.ok(refused, `never refused (${spent} tokens spent)`);
     assert.equal(refused.status, 429, refused.text);
-    assert.match(refused.json.error.message, /token limit budget reached/);
+    assert.match(refused.json.error.message, /token limit key budget reached/);
     assert.ok(spent <= 100 && spent > 50, `${spent} tokens spent of 100`);
     // Another key is not metered by it.
     const other = await admin('POST', '', { name: 'free', tenant: 'acme' });
     assert.equal(other.json.budget, null);
     assert.equal((await ask(other.json.secret)).status, 200);
 
+    // A change of another field keeps the budget.
+    const kept = await admin('PATCH', '/metered', { tier: 'gold' });
+    assert.equal(kept.status, 200, kept.text);
+    assert.deepEqual(kept.json.budget, { tokens: 100, per: 'day' });
+    assert.equal((await ask(secret)).status, 429, 'still spent');
     // Raised: the count goes on against the new budget.
     const raised = await admin('PATCH', '/metered', { budget: { tokens: 1000, per: 'day' } });
     assert.equal(raised.status, 200, raised.text);
