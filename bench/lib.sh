@@ -218,6 +218,7 @@ workers: $WORKERS
 access_log: $TMP/$name.access.log
 timeouts:
   shutdown_grace: 1s
+  drain_delay: 0s
 admin:
   public_status: true   # the bench reads /metrics and /infra on loopback
 keys:

@@ -53,7 +53,7 @@ const gw = await startGateway({
   ],
   params: { max_tokens: { min: 1, max: 100000, integer: true } },
   concurrency: { queue_size: 64, max_wait: { vip: '3s', premium: '3s', standard: '3s' } },
-  timeouts: { first_token: '3s', idle: '3s', total: '20s', heartbeat: '2s', client_write: '5s' },
+  timeouts: { first_token: '3s', idle: '3s', total: '20s', heartbeat: '2s', client_write: '5s', drain_delay: '0s' },
   history: { backend: 'none' },
   models: [
     { alias: 'fast', provider: 'openai', base_url: `${sim.url}/v1`, model: 'fast' },

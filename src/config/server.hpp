@@ -22,6 +22,10 @@ struct Timeouts {
   Millis heartbeat{15000};     // ": keep-alive" comment while the upstream is silent
   Millis client_write{30000};  // a client that takes no byte of a reply for this long is dropped
   Millis shutdown_grace{30000};
+  // On SIGTERM, before the listeners close: /ready answers 503 while requests are still
+  // accepted and served, so a load balancer takes the instance out before anything is
+  // refused. (SIGINT, or a second signal, skips it.)
+  Millis drain_delay{5000};
   bool operator==(const Timeouts&) const = default;
 };
 

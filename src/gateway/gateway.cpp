@@ -311,6 +311,9 @@ class GatewayImpl final : public Gateway {
     return s + "\n";
   }
 
+  // Phase 1 of a shutdown: /ready says draining, the listeners still serve.
+  void begin_drain() { shared_.draining.store(true); }
+
   void shutdown() override {
     const auto grace = shared_.cfg->timeouts.shutdown_grace;
     const auto margin = std::min<std::chrono::milliseconds>(grace / 2, std::chrono::milliseconds(1000));
@@ -596,6 +599,23 @@ int run_serve(const std::string& path, bool takeover) {
     sigwait(&set, &sig);
     if (sig != SIGHUP) break;
     gw->reload(path);  // SIGHUP: keys, routes and backends from the file again
+  }
+  // Phase 1 (SIGTERM): /ready answers 503 while the listeners still accept and serve, for
+  // drain_delay, so that a load balancer stops sending first; SIGINT or a second signal
+  // ends it at once (a SIGHUP meanwhile is ignored).
+  if (const auto delay = res.config->timeouts.drain_delay; sig == SIGTERM && delay.count() > 0) {
+    std::cerr << "sluice: signal " << sig << ", /ready answers 503 for " << delay.count()
+              << " ms before the listeners close" << std::endl;
+    impl->begin_drain();
+    const auto until = std::chrono::steady_clock::now() + delay;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(until - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      timespec ts{static_cast<time_t>(left.count() / 1'000'000'000), static_cast<long>(left.count() % 1'000'000'000)};
+      siginfo_t info{};
+      const int got = sigtimedwait(&set, &info, &ts);
+      if (got == SIGTERM || got == SIGINT) break;
+    }
   }
   std::cerr << "sluice: signal " << sig << ", draining (grace "
             << res.config->timeouts.shutdown_grace.count() << " ms)" << std::endl;

@@ -289,7 +289,8 @@ export async function startGateway(config, { env, args = [] } = {}) {
     ...config,
   };
   if (cfg.admin === null) delete cfg.admin;
-  cfg.timeouts = { shutdown_grace: '2s', ...(config.timeouts ?? {}) };
+  // (No drain delay by default: a stop() would wait it out; the shutdown tests set one.)
+  cfg.timeouts = { shutdown_grace: '2s', drain_delay: '0s', ...(config.timeouts ?? {}) };
   const yaml = toYaml(cfg);
   const configPath = path.join(dir, 'sluice.yaml');
   fs.writeFileSync(configPath, yaml);
@@ -351,7 +352,7 @@ export async function startGateway(config, { env, args = [] } = {}) {
 export async function reloadWith(gw, cfg) {
   const now = fs.readFileSync(gw.configPath, 'utf8');
   // (startGateway's timeouts, as it wrote them: a reload that changes them is told so.)
-  const body = { ...cfg, timeouts: { shutdown_grace: '2s', ...(cfg.timeouts ?? {}) } };
+  const body = { ...cfg, timeouts: { shutdown_grace: '2s', drain_delay: '0s', ...(cfg.timeouts ?? {}) } };
   fs.writeFileSync(gw.configPath, now.slice(0, now.indexOf('keys:')) + toYaml(body));
   const r = await rawRequest({ port: gw.adminPort, method: 'POST', path: '/admin/reload', body: '' });
   return { status: r.status, ...JSON.parse(r.body) };

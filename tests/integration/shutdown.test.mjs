@@ -3,6 +3,7 @@
 import { afterEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
+  KEY,
   USER,
   contentEvents,
   keysAll,
@@ -103,6 +104,49 @@ describe('SIGTERM', () => {
     assert.equal(line.status, 200);
     assert.equal(line.reason, 'ok');
     assert.equal(line.completion_tokens, 20);
+  });
+
+  test('drain_delay: /ready says draining while new requests are still served, then it stops as before', async () => {
+    gw = await startGateway({
+      ...config('10s', { ttft: '5ms', inter_token: '1ms' }),
+      timeouts: { shutdown_grace: '10s', drain_delay: '3s' },
+    });
+    const port = gw.port;
+    assert.equal((await rawRequest({ port, path: '/ready' })).status, 200);
+    gw.child.stopping = true;
+    gw.child.kill('SIGTERM');
+    // Phase 1: out of the load balancer's rotation, still serving new connections.
+    const ready = await waitFor(async () => {
+      const r = await rawRequest({ port, path: '/ready' });
+      return r.status === 503 && r;
+    }, { timeout: 2000, interval: 20, what: '/ready to say draining' });
+    assert.equal(JSON.parse(ready.body).status, 'draining');
+    const chat = await rawRequest({
+      port,
+      method: 'POST',
+      path: '/v1/chat/completions',
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'demo', messages: USER, max_tokens: 3 }),
+    });
+    assert.equal(chat.status, 200, 'a new connection during the drain delay is served');
+    // Then phase 2 as before: the listeners close, and it exits 0.
+    await refused(port, 10000);
+    const exit = await withTimeout(gw.exited, 15000, 'the gateway to exit');
+    assert.equal(exit.code, 0);
+    assert.match(gw.output.stderr, /\/ready answers 503 for 3000 ms before the listeners close/);
+    assert.match(gw.output.stderr, /sluice: stopped/);
+  });
+
+  test('SIGINT skips the drain delay', async () => {
+    gw = await startGateway({
+      ...config('10s', { ttft: '5ms', inter_token: '1ms' }),
+      timeouts: { shutdown_grace: '10s', drain_delay: '60s' },
+    });
+    gw.child.stopping = true;
+    gw.child.kill('SIGINT');
+    const exit = await withTimeout(gw.exited, 20000, 'the gateway to exit (not after the 60 s delay)');
+    assert.equal(exit.code, 0);
+    assert.doesNotMatch(gw.output.stderr, /before the listeners close/);
   });
 
   test('idle: exits 0 promptly', async () => {

@@ -67,6 +67,12 @@ const Table<Timeouts>& timeouts_table() {
               .banner("client_write"),
           duration("shutdown_grace", &Timeouts::shutdown_grace, Millis{0}, "Drain time at shutdown.")
               .banner("shutdown_grace"),
+          duration("drain_delay", &Timeouts::drain_delay, Millis{0},
+                   "On SIGTERM, before the listeners close: `/ready` answers 503 `draining` while requests are still "
+                   "accepted and served, so that a load balancer or a Kubernetes endpoint controller takes the "
+                   "instance out before a connection is refused; then `shutdown_grace` applies. SIGINT, or a second "
+                   "SIGTERM, skips it.")
+              .banner("drain_delay"),
       }};
   return t;
 }
