@@ -197,10 +197,14 @@ net::awaitable<std::vector<WorkerLimiter::AdmitCall>> WorkerLimiter::admit_calls
     calls.push_back(AdmitCall{std::move(g), {}, {}, false});
   }
   std::vector<std::vector<std::string>> keys(calls.size()), args(calls.size());
-  for (std::size_t c = 0; c < calls.size(); ++c) {
-    std::vector<Check> part;
-    for (auto i : calls[c].checks) part.push_back(checks[i]);
-    script_args(part, id, lease, record_ms, keys[c], args[c]);
+  if (calls.size() == 1) {
+    script_args(checks, id, lease, record_ms, keys[0], args[0]);  // (no cluster: in order, no copy)
+  } else {
+    for (std::size_t c = 0; c < calls.size(); ++c) {
+      std::vector<Check> part;
+      for (auto i : calls[c].checks) part.push_back(checks[i]);
+      script_args(part, id, lease, record_ms, keys[c], args[c]);
+    }
   }
   auto results = co_await eval_all(std::move(redis), script, std::move(keys), std::move(args));
   for (std::size_t c = 0; c < calls.size(); ++c) {

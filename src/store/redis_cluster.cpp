@@ -39,6 +39,7 @@ constexpr auto nothrow = net::as_tuple(net::use_awaitable);
 namespace {
 
 constexpr std::size_t kSlots = 16384;
+const std::vector<std::string> kNone;  // no argv (a script), or no script keys and args
 constexpr int kMaxRedirects = 5;
 
 // CRC16/XMODEM (polynomial 0x1021, initial 0), as the Redis Cluster specification's.
@@ -490,7 +491,6 @@ awaitable<std::vector<RedisResult>> routed_all(std::shared_ptr<RedisConnection::
   fan->done.expires_at(net::steady_timer::time_point::max());
   for (std::size_t i = 0; i < parts.size(); ++i) {
     auto one = [fan, c, i, part = std::move(parts[i]), slot = slots[i]]() -> awaitable<void> {
-      static const std::vector<std::string> kNone;
       try {
         fan->results[i] = co_await routed(c, part, slot, nullptr, kNone, kNone);
       } catch (const std::exception& e) {
@@ -619,7 +619,6 @@ awaitable<RedisResult> cluster_command(ClusterPtr c, std::vector<std::string> ar
     } else if (slot == -2) {
       r = error_reply("CROSSSLOT Keys in request don't hash to the same slot (sluice: a script's keys share one hash tag)");
     } else {
-      static const std::vector<std::string> kNone;
       r = co_await routed(c, argv, slot, nullptr, kNone, kNone);
     }
   }
@@ -643,7 +642,6 @@ awaitable<RedisResult> cluster_eval(ClusterPtr c, const RedisScript& script, std
   } else if (slot == -2) {
     r = error_reply("CROSSSLOT Keys in request don't hash to the same slot (sluice: a script's keys share one hash tag)");
   } else {
-    static const std::vector<std::string> kNone;
     r = co_await routed(c, kNone, slot, &script, keys, args);
   }
   if (!r.ok()) c->n_failures.fetch_add(1, std::memory_order_relaxed);
