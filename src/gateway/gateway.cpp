@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 #include <iostream>
 
@@ -312,7 +313,10 @@ class GatewayImpl final : public Gateway {
   }
 
   // Phase 1 of a shutdown: /ready says draining, the listeners still serve.
-  void begin_drain() { shared_.draining.store(true); }
+  void begin_drain() {
+    shared_.draining.store(true);
+    server_->begin_drain();
+  }
 
   void shutdown() override {
     const auto grace = shared_.cfg->timeouts.shutdown_grace;
@@ -587,6 +591,16 @@ int run_serve(const std::string& path, bool takeover) {
     return 1;
   }
   auto* impl = static_cast<GatewayImpl*>(gw.get());
+  if (takeover) {
+    // The old process's listeners close after its drain delay; what the kernel queued on
+    // them then is moved to ours only with this setting (docs/deploy.md, "In-place upgrade").
+    std::ifstream migrate{"/proc/sys/net/ipv4/tcp_migrate_req"};
+    int on = 0;
+    if (migrate >> on && on == 0) {
+      std::cerr << "sluice: sharing the port; net.ipv4.tcp_migrate_req is 0, so a connection queued on the old "
+                   "process's listener as it closes may be reset (sysctl -w net.ipv4.tcp_migrate_req=1)\n";
+    }
+  }
   std::cerr << "sluice " << "serving as " << impl->instance() << "\n" << config::describe(*res.config)
             << impl->limiter_banner() << impl->records_banner() << impl->connections_banner();
   if (impl->admin_port() != 0) {

@@ -81,6 +81,9 @@ struct Session {
   Session* idle_prev = nullptr;
   Session* idle_next = nullptr;
   bool in_idle_list = false;
+  // No request read yet: a connection accepted just before (or while) the listeners
+  // close is given a moment to send its request instead of being closed as idle.
+  bool fresh = true;
 
   Session(Worker& w, tcp::socket s) : worker(w), stream(std::move(s)) {}
 };
@@ -139,6 +142,7 @@ struct ServerImpl final : Server {
   std::uint16_t bound_port = 0;
   std::once_flag shutdown_once;
   std::atomic<bool> hard_stopped{false};
+  std::atomic<bool> closing_keep_alive{false};  // begin_drain(): every response says Connection: close
   // One count for all workers: SO_REUSEPORT spreads connections by a hash of their
   // addresses, not by load, so a per-worker share of the cap would refuse on one worker
   // while another has room; and the file descriptors it protects are the process's. It
@@ -154,6 +158,7 @@ struct ServerImpl final : Server {
   }
 
   std::uint16_t port() const override { return bound_port; }
+  void begin_drain() override { closing_keep_alive.store(true, std::memory_order_relaxed); }
   void shutdown(std::chrono::milliseconds grace) override;
   void join() override {
     for (auto& w : workers) {
@@ -369,7 +374,7 @@ class ExchangeImpl final : public Exchange {
 std::string ExchangeImpl::format_head(int status, std::string_view content_type, const HeaderList& headers,
                                       std::int64_t content_length) {
   const auto& opts = s_.worker.server.opts;
-  if (s_.worker.draining) keep_alive_ = false;
+  if (s_.worker.draining || s_.worker.server.closing_keep_alive.load(std::memory_order_relaxed)) keep_alive_ = false;
   std::string h;
   std::size_t size = 160 + opts.server_name.size() + content_type.size();
   for (const auto& [k, v] : opts.extra_headers) size += k.size() + v.size() + 4;
@@ -484,7 +489,7 @@ awaitable<void> run_session(Worker& w, tcp::socket sock) {
     bool first = true;
     for (;;) {
       s.idle = true;
-      if (w.draining) break;
+      if (w.draining && !first) break;
       if (s.buffer.size() == 0) {
         // Waiting for the first byte of the next request: idle, so closed first at the
         // connection cap. A connection that has never sent anything gets a shorter wait.
@@ -496,6 +501,7 @@ awaitable<void> run_session(Worker& w, tcp::socket sock) {
         s.buffer.commit(n);
       }
       first = false;
+      s.fresh = false;
       s.idle = false;
       bhttp::request_parser<bhttp::string_body> parser;
       parser.header_limit(static_cast<std::uint32_t>(opts.max_header_bytes));
@@ -645,9 +651,27 @@ bool shed_one(Worker& w) {
   return fd >= 0 && w.reserve_fd >= 0;
 }
 
-awaitable<void> accept_loop(Worker& w) {
+// A connection just accepted: served, or refused when the connection cap is reached and no
+// idle connection can make room.
+void admit(Worker& w, tcp::socket sock) {
   auto& server = w.server;
   const auto cap = static_cast<std::int64_t>(server.opts.max_connections);
+  const auto open = server.open_connections.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (cap > 0 && open > cap && !make_room(w)) {
+    server.open_connections.fetch_sub(1, std::memory_order_relaxed);
+    server.refused_connections.fetch_add(1, std::memory_order_relaxed);
+    if (w.refusing < kMaxRefusing) {
+      net::co_spawn(w.ioc, refuse(w, std::move(sock)), net::detached);
+    } else {
+      beast::error_code ignored;
+      sock.close(ignored);
+    }
+    return;
+  }
+  net::co_spawn(w.ioc, run_session(w, std::move(sock)), net::detached);
+}
+
+awaitable<void> accept_loop(Worker& w) {
   for (;;) {
     auto [ec, sock] = co_await w.acceptor->async_accept(nothrow);
     if (ec) {
@@ -664,19 +688,28 @@ awaitable<void> accept_loop(Worker& w) {
       }
       continue;
     }
-    const auto open = server.open_connections.fetch_add(1, std::memory_order_relaxed) + 1;
-    if (cap > 0 && open > cap && !make_room(w)) {
-      server.open_connections.fetch_sub(1, std::memory_order_relaxed);
-      server.refused_connections.fetch_add(1, std::memory_order_relaxed);
-      if (w.refusing < kMaxRefusing) {
-        net::co_spawn(w.ioc, refuse(w, std::move(sock)), net::detached);
-      } else {
-        beast::error_code ignored;
-        sock.close(ignored);
-      }
+    admit(w, std::move(sock));
+  }
+}
+
+// At shutdown, before a listener closes: the connections the kernel has already queued on
+// it would be reset by the close, so they are accepted and served (their responses say
+// `Connection: close`). A connection arriving between the last accept and the close is
+// still reset, unless another listener shares the port and the kernel migrates the queue
+// to it (net.ipv4.tcp_migrate_req = 1; docs/deploy.md).
+void take_pending(Worker& w) {
+  const int fd = w.acceptor->native_handle();
+  for (int taken = 0; taken < 4096; ++taken) {
+    const int c = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (c < 0) return;  // EAGAIN: the queue is empty (or out of descriptors: nothing more to do)
+    beast::error_code ec;
+    tcp::socket sock{w.ioc};
+    sock.assign(w.acceptor->local_endpoint(ec).protocol(), c, ec);
+    if (ec) {
+      ::close(c);
       continue;
     }
-    net::co_spawn(w.ioc, run_session(w, std::move(sock)), net::detached);
+    admit(w, std::move(sock));
   }
 }
 
@@ -721,9 +754,14 @@ std::unique_ptr<tcp::acceptor> make_acceptor(net::io_context& ioc, const tcp::en
 // session is left, so every coroutine ends normally and nothing is torn down mid-flight.
 awaitable<void> drain(Worker& w, std::chrono::milliseconds grace) {
   w.draining = true;
+  take_pending(w);
   beast::error_code ec;
   w.acceptor->close(ec);
-  const auto deadline = std::chrono::steady_clock::now() + grace;
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + grace;
+  // A connection that has sent nothing yet is closed as idle only after this: one accepted
+  // just now is most likely sending its request.
+  const auto fresh_until = start + std::min(grace, std::chrono::milliseconds(1000));
   net::steady_timer t{w.ioc};
   while (!w.sessions.empty()) {
     const auto now = std::chrono::steady_clock::now();
@@ -735,7 +773,7 @@ awaitable<void> drain(Worker& w, std::chrono::milliseconds grace) {
     for (Session* s : w.sessions) {
       // shutdown() (not cancel()) so pending reads see EOF: handlers watching for the
       // client leaving treat it as gone and stop their upstream work.
-      if (s->idle || now >= deadline) s->stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+      if ((s->idle && (!s->fresh || now >= fresh_until)) || now >= deadline) s->stream.socket().shutdown(tcp::socket::shutdown_both, ec);
     }
     t.expires_after(std::chrono::milliseconds(20));
     co_await t.async_wait(nothrow);

@@ -130,8 +130,13 @@ class Server {
   // Binds the listeners (throws std::system_error on failure) and starts the threads.
   static std::unique_ptr<Server> start(ServerOptions options, HandlerFactory factory);
   virtual std::uint16_t port() const = 0;
-  // Thread-safe. Stops accepting, closes idle connections, lets in-flight requests run
-  // for at most `grace`, then stops the loops.
+  // Thread-safe. The first phase of a shutdown: the listeners still accept and serve, but
+  // every response from now on says `Connection: close`, so keep-alive clients reconnect
+  // (through their load balancer, to another instance) instead of staying on this one.
+  virtual void begin_drain() = 0;
+  // Thread-safe. Stops accepting (connections already queued on the listeners are taken
+  // and served first), closes idle connections, lets in-flight requests run for at most
+  // `grace`, then stops the loops.
   virtual void shutdown(std::chrono::milliseconds grace) = 0;
   // Blocks until every worker thread has exited.
   virtual void join() = 0;
