@@ -22,6 +22,7 @@
 #include "config/keys.hpp"
 #include "config/models.hpp"
 #include "config/params.hpp"
+#include "common/address.hpp"
 #include "config/records.hpp"
 #include "config/routing.hpp"
 #include "config/server.hpp"
@@ -33,6 +34,9 @@ struct Config {
   std::string listen_host = "127.0.0.1";
   std::uint16_t listen_port = 8080;
   int workers = 0;             // 0 = number of cores
+  // Proxies whose X-Forwarded-For names the client (common/address.hpp); none: the
+  // connection's address is the client.
+  std::vector<IpNetwork> trusted_proxies;
   std::size_t max_body_bytes = 1 << 20;
   std::size_t max_header_bytes = 16 << 10;
   std::size_t max_upstream_response_bytes = 16 << 20;

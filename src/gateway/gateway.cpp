@@ -418,6 +418,7 @@ class GatewayImpl final : public Gateway {
     unapplied(!(res.config->redis == was.redis), "redis");
     unapplied(res.config->listen_host != was.listen_host || res.config->listen_port != was.listen_port, "listen");
     unapplied(res.config->workers != was.workers, "workers");
+    unapplied(res.config->trusted_proxies != was.trusted_proxies, "trusted_proxies");
     if (!later.empty()) done += "; changed in the file but in force only after a restart: " + later;
     std::cerr << "sluice: reloaded " << path << ": " << done << std::endl;
     return {true, std::move(done)};

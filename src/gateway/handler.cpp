@@ -151,6 +151,7 @@ class WorkerHandler final : public LiveSource {
         cfg_(*g.cfg),
         table_(g.router->table()),
         keys_(*g.keys),
+        proxies_(cfg_.trusted_proxies),
         client_(http::Client::create(ex, cfg_.upstream_pool_per_host)),
         cut_timer_(ex) {
     if (g.cache) cache_ = g.cache->for_worker(ex);  // (also on the admin listener: /admin/cache)
@@ -185,6 +186,8 @@ class WorkerHandler final : public LiveSource {
     ctx.rec.method = req.method();
     ctx.rec.path = recorded_text(req.path());
     ctx.rec.instance = g_.instance;
+    ctx.rec.client = proxies_.empty() ? std::string(req.peer())
+                                      : proxies_.client(req.peer(), req.header_list("x-forwarded-for"));
 
     const auto path = req.path();
     const auto method = req.method();
@@ -1962,6 +1965,7 @@ class WorkerHandler final : public LiveSource {
   const config::Config& cfg_;
   std::shared_ptr<const RoutingTable> table_;
   keys::Registry::Reader keys_;  // the keys in force, as this worker last saw them
+  TrustedProxies proxies_;  // trusted_proxies: whose X-Forwarded-For names the client
   std::uint64_t rng_ = std::random_device{}() | 1;  // canary split
   std::uint64_t live_rng_ = [] {
     std::random_device rd;

@@ -33,6 +33,7 @@ struct Row {
   std::string cache;  // migration 4
   std::int64_t saved_tokens = -1;
   std::string guard;
+  std::string client;  // migration 8
 };
 
 using Member = std::variant<std::int64_t Row::*, double Row::*, std::string Row::*, bool Row::*>;
@@ -112,7 +113,7 @@ std::string mask_postgres_url(std::string_view url);
 // connection details).
 std::string scrub_password(std::string text, std::string_view url);
 
-inline constexpr int kSchemaVersion = 7;
+inline constexpr int kSchemaVersion = 8;
 // Applies the migrations not yet recorded in schema_migrations (idempotent, safe when
 // several instances start at once), up to `up_to` (the tests make older schemas). Sets
 // `version` to the schema version afterwards.

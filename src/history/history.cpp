@@ -106,6 +106,7 @@ void fill_row(Row& row, const telemetry::RequestRecord& r) {
   assign_clean(row.cache, r.cache);
   row.saved_tokens = r.saved_tokens;
   assign_clean(row.guard, r.guard);
+  assign_clean(row.client, r.client);
 }
 
 void append_number(std::string& out, double v) {

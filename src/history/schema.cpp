@@ -10,7 +10,7 @@
 namespace sluice::history {
 
 std::span<const Column> columns() {
-  static const std::array<Column, 36> kColumns{{
+  static const std::array<Column, 37> kColumns{{
       {"unix_ms", &Row::unix_ms, false},
       {"request_id", &Row::request_id, false},
       {"method", &Row::method, false},
@@ -47,6 +47,7 @@ std::span<const Column> columns() {
       {"cache", &Row::cache, true},
       {"saved_tokens", &Row::saved_tokens, true},
       {"guard", &Row::guard, true},
+      {"client", &Row::client, true},
   }};
   return kColumns;
 }
@@ -214,7 +215,13 @@ ALTER TABLE api_keys ADD COLUMN budget_tokens BIGINT;
 ALTER TABLE api_keys ADD COLUMN budget_per TEXT;
 )";
 
+// Migration 8: the client's address (trusted_proxies: through X-Forwarded-For).
+constexpr std::string_view kMigration8 = R"(
+ALTER TABLE requests ADD COLUMN client TEXT;
+)";
+
 std::string migration_sql(Dialect d, int version) {
+  if (version == 8) return std::string(kMigration8);
   if (version == 7) return std::string(kMigration7);
   if (version == 6) return std::string(kMigration6);
   if (version == 5) return std::string(kMigration5);

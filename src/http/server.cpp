@@ -39,7 +39,8 @@ namespace {
 
 class RequestImpl final : public Request {
  public:
-  explicit RequestImpl(const bhttp::request<bhttp::string_body>& m) : m_(m) {}
+  RequestImpl(const bhttp::request<bhttp::string_body>& m, std::string_view peer) : m_(m), peer_(peer) {}
+  std::string_view peer() const override { return peer_; }
   std::string_view method() const override {
     auto v = m_.method_string();
     return {v.data(), v.size()};
@@ -66,6 +67,7 @@ class RequestImpl final : public Request {
 
  private:
   const bhttp::request<bhttp::string_body>& m_;
+  std::string_view peer_;
 };
 
 struct Worker;
@@ -84,6 +86,7 @@ struct Session {
   // No request read yet: a connection accepted just before (or while) the listeners
   // close is given a moment to send its request instead of being closed as idle.
   bool fresh = true;
+  std::string peer;  // the remote address, read at the first request
 
   Session(Worker& w, tcp::socket s) : worker(w), stream(std::move(s)) {}
 };
@@ -469,6 +472,16 @@ awaitable<void> linger(Session& s) {
   }
 }
 
+// "10.0.0.1", "::1" (an IPv4-mapped IPv6 address as IPv4); "" when the socket has none.
+std::string peer_address(const tcp::socket& sock) {
+  beast::error_code ec;
+  const auto ep = sock.remote_endpoint(ec);
+  if (ec) return {};
+  auto a = ep.address();
+  if (a.is_v6() && a.to_v6().is_v4_mapped()) a = net::ip::make_address_v4(net::ip::v4_mapped, a.to_v6());
+  return a.to_string();
+}
+
 awaitable<void> run_session(Worker& w, tcp::socket sock) {
   Session s{w, std::move(sock)};
   w.sessions.insert(&s);
@@ -564,7 +577,8 @@ awaitable<void> run_session(Worker& w, tcp::socket sock) {
       }
       s.stream.expires_never();
       const auto& msg = parser.get();
-      RequestImpl req{msg};
+      if (s.peer.empty()) s.peer = peer_address(s.stream.socket());
+      RequestImpl req{msg, s.peer};
       ExchangeImpl ex{s, req, msg.keep_alive(), msg.version() == 10, head_only};
       bool threw = false;
       try {

@@ -33,6 +33,8 @@ class Request {
   // lines, RFC 9110 5.3); the one line's value when there is one.
   virtual std::string header_list(std::string_view name) const { return std::string(header(name)); }
   std::string_view path() const;                  // target without the query
+  // The connection's remote address ("10.0.0.1", "::1"; IPv4-mapped IPv6 as IPv4).
+  virtual std::string_view peer() const { return {}; }
 };
 
 struct Response {

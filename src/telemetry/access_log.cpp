@@ -69,6 +69,7 @@ void append_json(std::string& o, const RequestRecord& r) {
   o.push_back('"');
   field(o, ",\"request_id\":", r.request_id);
   field(o, ",\"instance\":", r.instance);
+  if (!r.client.empty()) field(o, ",\"client\":", r.client);
   field(o, ",\"method\":", r.method);
   field(o, ",\"path\":", r.path);
   field(o, ",\"key_id\":", r.key_masked);

@@ -18,6 +18,7 @@ struct RequestRecord {
   std::int64_t unix_ms = 0;        // when the request arrived (wall clock)
   std::string request_id;
   std::string method;
+  std::string client;              // the client's address (its proxies' X-Forwarded-For when trusted)
   std::string path;
   std::string_view key_name;       // configured key id, e.g. "prod-app"
   std::string key_masked;          // e.g. "sk-prod-***1a2b"

@@ -242,3 +242,57 @@ describe('the log as a whole', () => {
     }
   });
 });
+
+describe('client address', () => {
+  const send = (g, headers, id) =>
+    request(`${g.url}/v1/chat/completions`, {
+      method: 'POST',
+      key: KEY,
+      headers: { ...headers, 'x-request-id': id },
+      body: { model: 'demo', messages: USER, max_tokens: 2 },
+    });
+  const config = (extra) => ({
+    instance: 'it-client',
+    keys: [{ name: 'test-app', key: KEY, tenant: 'acme', models: ['*'] }],
+    models: [{ alias: 'demo', provider: 'simulated', sim: { ttft: '1ms', inter_token: '1ms', jitter: 0 } }],
+    ...extra,
+  });
+
+  test('from a trusted proxy, X-Forwarded-For names the client in the log and the history', async () => {
+    const g = await startGateway(config({ trusted_proxies: ['10.0.0.0/8', '127.0.0.1'] }));
+    try {
+      // The rightmost address a trusted proxy did not add is the client; what the client
+      // wrote further left is not believed.
+      assert.equal((await send(g, { 'x-forwarded-for': '198.51.100.9, 203.0.113.7, 10.1.2.3' }, 'xff-1')).status, 200);
+      assert.equal((await send(g, {}, 'xff-2')).status, 200);
+      assert.equal((await send(g, { 'x-forwarded-for': 'not-an-address' }, 'xff-3')).status, 200);
+      assert.equal((await g.logFor('xff-1')).client, '203.0.113.7');
+      assert.equal((await g.logFor('xff-2')).client, '127.0.0.1');
+      assert.equal((await g.logFor('xff-3')).client, '127.0.0.1');
+      const rows = await waitFor(async () => {
+        const r = await request(`${g.url}/history?limit=10`, { key: KEY });
+        const found = r.json?.rows ?? r.json?.data ?? r.json;
+        return Array.isArray(found) && found.length >= 3 && found;
+      }, { what: 'the history rows' });
+      assert.equal(rows.find((r) => r.request_id === 'xff-1')?.client, '203.0.113.7');
+      assert.equal(rows.find((r) => r.request_id === 'xff-2')?.client, '127.0.0.1');
+    } finally {
+      await g.stop();
+    }
+  });
+
+  test('without trusted proxies the header is ignored', async () => {
+    const g = await startGateway(config({}));
+    try {
+      assert.equal((await send(g, { 'x-forwarded-for': '203.0.113.7' }, 'xff-4')).status, 200);
+      assert.equal((await g.logFor('xff-4')).client, '127.0.0.1');
+    } finally {
+      await g.stop();
+    }
+  });
+
+  test('a bad network is refused at start, naming it', async () => {
+    await assert.rejects(startGateway(config({ trusted_proxies: ['10.0.0.0/33'] })), /trusted_proxies\[0\][^\n]*prefix length \(0 to 32\)/);
+    await assert.rejects(startGateway(config({ trusted_proxies: ['lb.internal'] })), /trusted_proxies\[0\][^\n]*not an IP address/);
+  });
+});

@@ -3,6 +3,7 @@
 // also names the section each other key belongs to.
 #include <string>
 
+#include "common/address.hpp"
 #include "config/schema.hpp"
 
 namespace sluice::config::detail {
@@ -206,6 +207,26 @@ const Table<Config>& root_table() {
                                   l.report(check_host_port(trim(s), c.listen_host, c.listen_port), p, n);
                          })
               .from_env("SLUICE_LISTEN", "(`host:port`, IPv6 as `[addr]:port`)"),
+          custom<Config>("trusted_proxies", "list of strings", "none",
+                         "Networks of the proxies in front of the gateway (`10.0.0.0/8`, `2001:db8::/32`, or one "
+                         "address): from a connection of theirs, the client's address is read from "
+                         "`X-Forwarded-For`, right to left, as far as trusted proxies added it. The access log, the "
+                         "history and the events record it as `client`. Without it the connection's own address "
+                         "is the client and the header is ignored. Needs a restart.",
+                         [](Loader& l, const YAML::Node& n, const std::string& p, Config& c) {
+                           if (!n.IsSequence()) {
+                             l.fail(p, n, std::string("expected a list of networks, got ") + kind_of(n));
+                             return false;
+                           }
+                           for (std::size_t i = 0; i < n.size(); ++i) {
+                             std::string s;
+                             if (!l.get_string(n[i], index(p, i), s)) continue;
+                             IpNetwork net;
+                             if (auto e = IpNetwork::parse(s, net); !e.empty()) l.fail(index(p, i), n[i], e);
+                             else c.trusted_proxies.push_back(net);
+                           }
+                           return true;
+                         }),
           integer("workers", &Config::workers, 0, 1024, "Event-loop threads; 0 = one per CPU core.")
               .from_env("SLUICE_WORKERS", "(0–1024)"),
           group("limits", limits_table(), "Size limits and connection caps."),
