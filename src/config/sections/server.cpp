@@ -153,7 +153,8 @@ const Table<Config>& admin_table() {
                            std::string s;
                            return l.get_string(n, p, s) &&
                                   l.report(check_host_port(trim(s), c.admin_listen_host, c.admin_listen_port), p, n);
-                         }),
+                         })
+              .from_env("SLUICE_ADMIN_LISTEN", "(`host:port`; one per instance on a shared host)"),
           boolean("public_status", &Config::public_status,
                   "Serve `/metrics` and `/infra` on the main listener without an admin key."),
           boolean("console", &Config::console,
@@ -332,6 +333,7 @@ void read_root(Loader& l, const YAML::Node& root, Config& c) {
 
 void server_env(Loader& l, Config& c) {
   root_table().apply_env(l, c);
+  admin_table().apply_env(l, c);
   // HOST and PORT, for platforms that set them (after SLUICE_LISTEN).
   if (auto v = l.getenv("HOST")) {
     std::string_view h = trim(*v);
@@ -384,6 +386,7 @@ void server_env_reference(std::vector<EnvDoc>& out) {
                    "an IPv6 address may be given with or without brackets)"});
     out.push_back({"PORT", "the listen port only, 0–65535 (applied after `SLUICE_LISTEN`)"});
   }
+  admin_table().env_doc(out, "admin");
 }
 
 void server_reference(std::vector<TableDoc>& out) {

@@ -725,6 +725,30 @@ TEST_F(ConfigTest, ListenHostAndPortEnv) {
   EXPECT_EQ(r.config->listen_port, 8080);
 }
 
+TEST_F(ConfigTest, AdminListenEnv) {
+  fake_env_vars()["SLUICE_ADMIN_LISTEN"] = "127.0.0.1:9100";
+  auto r = load(kMinimal);
+  ASSERT_TRUE(r.ok()) << all_errors(r);
+  EXPECT_EQ(r.config->admin_listen_host, "127.0.0.1");
+  EXPECT_EQ(r.config->admin_listen_port, 9100);
+  fake_env_vars()["SLUICE_ADMIN_LISTEN"] = "9100";
+  r = load(kMinimal);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(error_at(r, "env SLUICE_ADMIN_LISTEN").message, HasSubstr("host:port"));
+}
+
+TEST_F(ConfigTest, TrustedProxies) {
+  auto r = load(std::string(kMinimal) + "trusted_proxies: ['10.0.0.0/8', '::1']\n");
+  ASSERT_TRUE(r.ok()) << all_errors(r);
+  ASSERT_EQ(r.config->trusted_proxies.size(), 2u);
+  EXPECT_EQ(r.config->trusted_proxies[0].bits, 8);
+  EXPECT_EQ(r.config->trusted_proxies[1].bits, 128);
+  r = load(std::string(kMinimal) + "trusted_proxies: '10.0.0.0/8'\n");
+  EXPECT_THAT(error_at(r, "trusted_proxies").message, HasSubstr("expected a list of networks"));
+  r = load(std::string(kMinimal) + "trusted_proxies: ['10.0.0.0/8', 'x/1']\n");
+  EXPECT_THAT(error_at(r, "trusted_proxies[1]").message, HasSubstr("not an IP address"));
+}
+
 TEST_F(ConfigTest, BadEnvValuesNameTheVariable) {
   fake_env_vars()["SLUICE_WORKERS"] = "lots";
   fake_env_vars()["PORT"] = "65536";
