@@ -30,8 +30,10 @@ unit-test:
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --no-tests=error
 
 # The integration suites the sanitizer build repeats: all but the browser's (the console's
-# files are static; the admin paths it drives are in admin_live and key_store).
-ASAN_SUITES ?= $(notdir $(filter-out tests/integration/console.test.mjs,$(wildcard tests/integration/*.test.mjs)))
+# files are static; the admin paths it drives are in admin_live and key_store) and the
+# fleet's (its instances run the code paths the other suites drive, five at a time: the
+# slower sanitizer build would mostly measure the machine).
+ASAN_SUITES ?= $(notdir $(filter-out tests/integration/console.test.mjs tests/integration/fleet.test.mjs,$(wildcard tests/integration/*.test.mjs)))
 
 # Unit tests, then the integration suite against the gateway and simulator, all built
 # with ASan and UBSan (a sanitizer report ends the process, which fails the tests).
