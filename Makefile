@@ -32,8 +32,8 @@ unit-test:
 # The integration suites the sanitizer build repeats: all but the browser's (the console's
 # files are static; the admin paths it drives are in admin_live and key_store) and the
 # fleet's (its instances run the code paths the other suites drive, five at a time: the
-# slower sanitizer build would mostly measure the machine).
-ASAN_SUITES ?= $(notdir $(filter-out tests/integration/console.test.mjs tests/integration/fleet.test.mjs,$(wildcard tests/integration/*.test.mjs)))
+# slower sanitizer build would mostly measure the machine) and the manifests' (k8s).
+ASAN_SUITES ?= $(notdir $(filter-out tests/integration/console.test.mjs tests/integration/fleet.test.mjs tests/integration/k8s.test.mjs,$(wildcard tests/integration/*.test.mjs)))
 
 # Unit tests, then the integration suite against the gateway and simulator, all built
 # with ASan and UBSan (a sanitizer report ends the process, which fails the tests).
