@@ -11,7 +11,7 @@ FUZZ_SECONDS ?= 600
 CACHE_BEGIN = @scripts/ccache-stats.sh begin
 CACHE_END   = @scripts/ccache-stats.sh end
 
-.PHONY: build run test unit-test asan-test integration-test fuzz-smoke fuzz bench bench-limits bench-routing bench-records clean
+.PHONY: build run test unit-test asan-test integration-test fuzz-smoke fuzz bench bench-limits bench-routing bench-records bench-cluster clean
 
 build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -70,6 +70,9 @@ bench-limits: build
 
 bench-routing: build
 	bench/routing.sh
+
+bench-cluster: build
+	bench/cluster.sh
 
 # Needs the test tools too (build/kafka-mock): configured like unit-test.
 bench-records:

@@ -3,7 +3,7 @@
 #
 #   deploy/cluster.sh up N       start N instances and nginx in front (more or fewer: as scale)
 #   deploy/cluster.sh scale N    add or remove instances until N run, without failing a request
-#   deploy/cluster.sh restart    replace every instance, one at a time, without failing a request
+#   deploy/cluster.sh restart    replace every instance in place, one at a time, without failing a request
 #   deploy/cluster.sh down       stop everything (instances drain first)
 #   deploy/cluster.sh status     one line per instance: id, pid, ports, readiness
 #
@@ -15,8 +15,8 @@
 # Safe order. Scale-out: start, wait for /ready, then add to nginx and reload. Scale-in:
 # remove from nginx, reload, wait until nginx's workers from before the reload have exited
 # (they finish the requests they were serving, streams included), then SIGTERM the instance
-# (it drains) and wait for it to exit. A restart is a scale-out by one then a scale-in of one
-# old instance, for each of them: capacity never drops below N.
+# (it drains) and wait for it to exit. A restart replaces each process in place, one at a
+# time, on its own port (cmd_restart): capacity never drops, and nginx is not reloaded.
 #
 # Settings (environment):
 #   SLUICE_BIN        the gateway binary                 (build/sluice)
@@ -86,16 +86,18 @@ wait_until() {  # wait_until SECONDS WHAT COMMAND...
 
 ready() { curl -fsS -o /dev/null --max-time 2 "http://$HOST:$(field "$1" admin_port)/ready"; }
 
-# Starts instance `id` and waits until it is ready. Its listeners take free ports: the
-# ports it got are read from its output.
+# Starts instance `id` and waits until it is ready. Its listeners take free ports (the
+# ports it got are read from its output), unless `port` is given: then it shares that port
+# with the instance serving it (--takeover, for a restart in place).
 start_one() {
-  local id="$1" d="$DIR/instances/$1"
+  local id="$1" port="${2:-0}" d="$DIR/instances/$1" takeover=()
+  [[ "$port" == 0 ]] || takeover=(--takeover)
   mkdir -p "$d"
   (
     cd "$d"
-    export SLUICE_INSTANCE="$NAME-$id" SLUICE_LISTEN="$HOST:0" SLUICE_ADMIN_LISTEN="$HOST:0" \
+    export SLUICE_INSTANCE="$NAME-$id" SLUICE_LISTEN="$HOST:$port" SLUICE_ADMIN_LISTEN="$HOST:0" \
       SLUICE_DATA_DIR="$d" SLUICE_ACCESS_LOG="$d/access.log"
-    exec setsid "$BIN" serve --config "$CONFIG" >"$d/out.log" 2>"$d/err.log" </dev/null 9>&-
+    exec setsid "$BIN" serve --config "$CONFIG" "${takeover[@]}" >"$d/out.log" 2>"$d/err.log" </dev/null 9>&-
   ) &
   echo $! >"$d/pid"
   listening() { grep -q "sluice listening on" "$d/err.log" 2>/dev/null || ! alive "$(field "$id" pid)"; }
@@ -222,21 +224,43 @@ cmd_scale() {
   for id in "${have[@]:want}"; do stop_one "$id"; done
 }
 
+# A restart in place: nginx's list and configuration do not change (a reload would close
+# its clients' keep-alive connections as their responses end, which a client sending its
+# next request at that moment sees as a reset). For each instance, the new process shares
+# its port (SO_REUSEPORT, --takeover) and is ready before the old one gets SIGTERM: the old
+# one answers with Connection: close during its drain delay while the kernel gives new
+# connections to both, then it stops listening, finishes what it serves, and exits.
 cmd_restart() {
-  local olds=() id have=() next
+  local olds=() id next port pid
   mapfile -t olds < <(running)
   (( ${#olds[@]} > 0 )) || die "restart: nothing runs (cluster.sh up N)"
+  migrate_queues
   next="$(cat "$DIR/next_id" 2>/dev/null || echo 1)"
   for id in "${olds[@]}"; do
-    start_one "$next"
-    mapfile -t have < <(running)
-    local keep=()
-    for i in "${have[@]}"; do [[ "$i" != "$id" ]] && keep+=("$i"); done
+    port="$(field "$id" port)"
+    pid="$(field "$id" pid)"
+    echo $((next + 1)) >"$DIR/next_id"
+    start_one "$next" "$port"
+    kill -TERM "$pid"
+    gone() { ! alive "$pid"; }
+    wait_until "$WAIT" "instance $id to drain" gone || kill -KILL "$pid" 2>/dev/null || true
+    rm -f "$DIR/instances/$id/pid"
+    say "instance $NAME-$id replaced by $NAME-$next on port $port"
+    sed -i "s/^$id\$/$next/" "$DIR/nginx/members"
     next=$((next + 1))
-    echo "$next" >"$DIR/next_id"
-    set_members "${keep[@]}"
-    stop_one "$id"
   done
+}
+
+# What the kernel queued on a closing listener goes to the other listener of its port only
+# with this setting (docs/deploy.md, "In-place upgrade"); set when this script may.
+migrate_queues() {
+  local f=/proc/sys/net/ipv4/tcp_migrate_req
+  [[ -r "$f" && "$(cat "$f")" == 1 ]] && return 0
+  if [[ -w "$f" ]] && echo 1 >"$f" 2>/dev/null; then
+    say "set net.ipv4.tcp_migrate_req=1: connections queued on a closing listener move to its replacement"
+  else
+    say "net.ipv4.tcp_migrate_req is 0 and cannot be set here: a connection arriving as an old listener closes may be reset"
+  fi
 }
 
 stop_nginx() {

@@ -4,8 +4,9 @@
 // rolling restart, scaling out and in, a stop without unlisting) under load.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile, spawn } from 'node:child_process';
+import { execFile, execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
+import http from 'node:http';
 import path from 'node:path';
 import { promisify } from 'node:util';
 
@@ -79,10 +80,32 @@ describe('fleet: three instances behind nginx', () => {
 
   // Steady load through nginx until stop(): `clients` loops of non-streamed requests, and
   // `streams` loops of streams; every outcome kept with when it started and who served it.
-  function load({ clients = 3, streams = 2 } = {}) {
+  function load({ clients = 3, streams = 2, keepAlive = 0 } = {}) {
     const out = { requests: [], streams: [] };
     let stopped = false;
+    const agent = new http.Agent({ keepAlive: true });
     const loops = [
+      // Clients that keep their connection to nginx between requests (a new request may
+      // be sent the moment the last response ends).
+      ...Array.from({ length: keepAlive }, async () => {
+        while (!stopped) {
+          const t = performance.now();
+          const r = await new Promise((resolve) => {
+            const req = http.request(
+              { host: '127.0.0.1', port: nginxPort, method: 'POST', path: '/v1/chat/completions', agent,
+                headers: { authorization: `Bearer ${APP}`, 'content-type': 'application/json' } },
+              (res) => {
+                res.resume();
+                res.on('end', () => resolve({ status: res.statusCode, by: res.headers['x-sluice-instance'] }));
+                res.on('error', (e) => resolve({ status: e.code ?? e.message }));
+              },
+            );
+            req.on('error', (e) => resolve({ status: e.code ?? e.message }));
+            req.end(JSON.stringify(BODY));
+          });
+          out.requests.push({ t, keepAlive: true, ...r });
+        }
+      }),
       ...Array.from({ length: clients }, async () => {
         while (!stopped) {
           const t = performance.now();
@@ -112,6 +135,7 @@ describe('fleet: three instances behind nginx', () => {
       async stop() {
         stopped = true;
         await Promise.all(loops);
+        agent.destroy();
         return out;
       },
     };
@@ -427,15 +451,21 @@ describe('fleet: three instances behind nginx', () => {
     assert.equal(all.at(-1).name, 'fleet-4', 'a new instance, a new name');
   });
 
-  check('24 rolling restart under streams and requests: no request fails', async () => {
+  check('24 rolling restart under streams and requests, keep-alive clients among them: no request fails', async () => {
     const before = await instances();
-    const l = load({ clients: 3, streams: 3 });
+    const master = Number(fs.readFileSync(path.join(dir, 'cluster', 'nginx', 'nginx.pid'), 'utf8'));
+    const workers = execFileSync('ps', ['-o', 'pid=', '--ppid', String(master)], { encoding: 'utf8' });
+    const l = load({ clients: 3, streams: 3, keepAlive: 2 });
     await waitFor(() => l.out.streams.length >= 2, { timeout: 20000, what: 'load to run' });
     await cluster('restart');
     await delay(500);
     const out = await l.stop();
     assert.ok(out.requests.length >= 50, `${out.requests.length} requests`);
+    assert.ok(out.requests.filter((r) => r.keepAlive).length >= 20);
     assert.deepEqual(failed(out.requests), []);
+    // In place: nginx was not reloaded (a reload closes its clients' keep-alive connections
+    // as their responses end, and a request sent at that moment meets a reset).
+    assert.equal(execFileSync('ps', ['-o', 'pid=', '--ppid', String(master)], { encoding: 'utf8' }), workers);
     drills.restart = { before, out };
   });
 
