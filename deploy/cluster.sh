@@ -42,6 +42,8 @@ NAME="${CLUSTER_NAME:-sluice}"
 LISTEN="${NGINX_LISTEN:-127.0.0.1:8080}"
 HOST="${INSTANCE_HOST:-127.0.0.1}"
 TIMEOUT="${REQUEST_TIMEOUT:-600s}"
+[[ "$TIMEOUT" =~ ^([0-9]+)s$ ]] || { echo "cluster: REQUEST_TIMEOUT must be seconds, like 600s (got '$TIMEOUT')" >&2; exit 2; }
+TIMEOUT_S="${BASH_REMATCH[1]}"
 WAIT="${WAIT_SECONDS:-120}"
 NGINX="${NGINX_BIN:-$(command -v nginx || echo /usr/sbin/nginx)}"
 
@@ -55,7 +57,15 @@ CONFIG="$(cd "$(dirname "$CONFIG")" && pwd)/$(basename "$CONFIG")"
 exec 9>"$DIR/lock"
 flock 9
 
-alive() { [[ -n "${1:-}" ]] && kill -0 "$1" 2>/dev/null; }
+# A pid of ours still running: alive, and still a `sluice serve` or nginx (not a reused pid).
+alive() {
+  [[ -n "${1:-}" ]] && kill -0 "$1" 2>/dev/null || return 1
+  local cmd
+  cmd="$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null || true)"
+  [[ "$cmd" == *" serve --config "* || "$cmd" == nginx* ]]
+}
+# host:port for URLs and nginx (an IPv6 host in brackets).
+at() { [[ "$HOST" == *:* ]] && echo "[$HOST]:$1" || echo "$HOST:$1"; }
 field() { cat "$DIR/instances/$1/$2" 2>/dev/null || true; }
 
 # The ids of instances whose process runs, oldest first. An instance's directory outlives
@@ -84,7 +94,7 @@ wait_until() {  # wait_until SECONDS WHAT COMMAND...
   done
 }
 
-ready() { curl -fsS -o /dev/null --max-time 2 "http://$HOST:$(field "$1" admin_port)/ready"; }
+ready() { curl -fsS -o /dev/null --max-time 2 "http://$(at "$(field "$1" admin_port)")/ready"; }
 
 # Starts instance `id` and waits until it is ready. Its listeners take free ports (the
 # ports it got are read from its output), unless `port` is given: then it shares that port
@@ -95,23 +105,29 @@ start_one() {
   mkdir -p "$d"
   (
     cd "$d"
-    export SLUICE_INSTANCE="$NAME-$id" SLUICE_LISTEN="$HOST:$port" SLUICE_ADMIN_LISTEN="$HOST:0" \
+    export SLUICE_INSTANCE="$NAME-$id" SLUICE_LISTEN="$(at "$port")" SLUICE_ADMIN_LISTEN="$(at 0)" \
       SLUICE_DATA_DIR="$d" SLUICE_ACCESS_LOG="$d/access.log"
     exec setsid "$BIN" serve --config "$CONFIG" "${takeover[@]}" >"$d/out.log" 2>"$d/err.log" </dev/null 9>&-
   ) &
   echo $! >"$d/pid"
-  listening() { grep -q "sluice listening on" "$d/err.log" 2>/dev/null || ! alive "$(field "$id" pid)"; }
+  # (kill -0, not alive(): until it has exec'd, the child is still this shell.)
+  listening() { grep -q "sluice listening on" "$d/err.log" 2>/dev/null || ! kill -0 "$(field "$id" pid)" 2>/dev/null; }
   wait_until 30 "instance $id to listen" listening || true
-  if ! alive "$(field "$id" pid)"; then
+  if ! grep -q "sluice listening on" "$d/err.log" 2>/dev/null || ! alive "$(field "$id" pid)"; then
     say "instance $id did not start:"
     tail -n 20 "$d/err.log" >&2 || true
+    kill -KILL "$(field "$id" pid)" 2>/dev/null || true
     rm -f "$d/pid"
     return 1
   fi
   sed -n 's/^sluice listening on .*:\([0-9]*\)$/\1/p' "$d/err.log" | tail -n 1 >"$d/port"
   sed -n 's/^sluice admin listening on .*:\([0-9]*\)$/\1/p' "$d/err.log" | tail -n 1 >"$d/admin_port"
-  [[ -s "$d/admin_port" ]] || die "instance $id has no admin listener: cluster.sh reads /ready there"
-  wait_until "$WAIT" "instance $id to be ready" ready "$id"
+  if [[ ! -s "$d/admin_port" ]] || ! wait_until "$WAIT" "instance $id to be ready" ready "$id"; then
+    # Not left behind half-started: it would share a port, or be counted as a member.
+    say "instance $id is not ready (no admin listener, or /ready never 200): stopped; its output: $d/err.log"
+    stop_one "$id" >/dev/null 2>&1 || true
+    return 1
+  fi
   say "instance $NAME-$id ready on $HOST:$(field "$id" port) (admin $(field "$id" admin_port), pid $(field "$id" pid))"
 }
 
@@ -142,7 +158,7 @@ write_nginx() {
   mkdir -p "$n/temp"
   : >"$n/upstreams.conf.new"
   for id in "$@"; do
-    echo "server $HOST:$(field "$id" port) max_fails=2 fail_timeout=10s;" >>"$n/upstreams.conf.new"
+    echo "server $(at "$(field "$id" port)") max_fails=2 fail_timeout=10s;" >>"$n/upstreams.conf.new"
   done
   mv "$n/upstreams.conf.new" "$n/upstreams.conf"
   printf '%s\n' "$@" >"$n/members"
@@ -154,8 +170,9 @@ daemon on;
 pid $n/nginx.pid;
 error_log $n/error.log warn;
 worker_processes 2;
-# Workers from before a reload finish their requests (streams too) within this.
-worker_shutdown_timeout $((WAIT > 10 ? WAIT - 5 : WAIT))s;
+# Workers from before a reload finish their requests (streams too) within this: as long
+# as a request may take.
+worker_shutdown_timeout $((TIMEOUT_S + 5))s;
 events { worker_connections 8192; }
 http {
     access_log $n/access.log;
@@ -186,7 +203,7 @@ set_members() {
   kill -HUP "$master"
   for pid in $old; do
     gone() { ! alive "$pid"; }
-    wait_until "$WAIT" "nginx worker $pid (before the reload) to finish its requests" gone
+    wait_until $((TIMEOUT_S + 10)) "nginx worker $pid (before the reload) to finish its requests" gone
   done
 }
 
@@ -199,10 +216,10 @@ cmd_scale() {
   if (( ${#have[@]} < want )); then
     next="$(cat "$DIR/next_id" 2>/dev/null || echo 1)"
     while (( ${#have[@]} < want )); do
-      start_one "$next"
+      echo $((next + 1)) >"$DIR/next_id"  # first: a failed start never leaves its id to reuse
+      start_one "$next" || die "scale: stopped at ${#have[@]} instances"
       have+=("$next")
       next=$((next + 1))
-      echo "$next" >"$DIR/next_id"
     done
     set_members "${have[@]}"
     return
@@ -240,13 +257,15 @@ cmd_restart() {
     port="$(field "$id" port)"
     pid="$(field "$id" pid)"
     echo $((next + 1)) >"$DIR/next_id"
-    start_one "$next" "$port"
-    kill -TERM "$pid"
-    gone() { ! alive "$pid"; }
-    wait_until "$WAIT" "instance $id to drain" gone || kill -KILL "$pid" 2>/dev/null || true
+    start_one "$next" "$port" || die "restart: $NAME-$id kept (its replacement did not start)"
+    if alive "$pid"; then
+      kill -TERM "$pid" || true
+      gone() { ! alive "$pid"; }
+      wait_until "$WAIT" "instance $id to drain" gone || kill -KILL "$pid" 2>/dev/null || true
+    fi
     rm -f "$DIR/instances/$id/pid"
     say "instance $NAME-$id replaced by $NAME-$next on port $port"
-    sed -i "s/^$id\$/$next/" "$DIR/nginx/members"
+    [[ -f "$DIR/nginx/members" ]] && sed -i "s/^$id\$/$next/" "$DIR/nginx/members"
     next=$((next + 1))
   done
 }

@@ -17,6 +17,22 @@ std::string_view trim_space(std::string_view s) {
   return s;
 }
 
+// One X-Forwarded-For element: an address, or one with a port as some proxies write it
+// ("192.0.2.1:4711", "[2001:db8::1]:4711").
+std::optional<IpAddress> parse_hop(std::string_view e) {
+  if (auto a = IpAddress::parse(e)) return a;
+  const auto colon = e.rfind(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  const auto host = e.substr(0, colon);
+  const auto port = e.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos) {
+    return std::nullopt;
+  }
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') return IpAddress::parse(host);
+  if (host.find(':') != std::string_view::npos) return std::nullopt;  // a bare IPv6 address has no port
+  return IpAddress::parse(host);
+}
+
 }  // namespace
 
 std::optional<IpAddress> IpAddress::parse(std::string_view text) {
@@ -98,7 +114,7 @@ std::string TrustedProxies::client(std::string_view peer, std::string_view forwa
     const auto entry = trim_space(comma == std::string_view::npos ? rest : rest.substr(comma + 1));
     rest = comma == std::string_view::npos ? std::string_view() : rest.substr(0, comma);
     if (entry.empty()) continue;  // "a, , b": an empty element (RFC 9110 list syntax)
-    const auto next = IpAddress::parse(entry);
+    const auto next = parse_hop(entry);
     if (!next) break;
     current = next;
   }

@@ -45,7 +45,8 @@ class TrustedProxies {
   // `forwarded_for` (X-Forwarded-For, every line joined with ", "). The list is read from
   // its right end, each hop only while the address that added it is trusted: the first
   // untrusted address is the client. An entry that is not an address stops the walk at
-  // the last address known (a client can write anything at the list's left end). With no
+  // the last address known (a client can write anything at the list's left end); an
+  // element may carry a port ("192.0.2.1:4711", "[2001:db8::1]:4711"). With no
   // trusted proxy, or a peer that is not one, the peer is the client.
   std::string client(std::string_view peer, std::string_view forwarded_for) const;
 

@@ -762,6 +762,29 @@ std::unique_ptr<tcp::acceptor> make_acceptor(net::io_context& ioc, const tcp::en
   return a;
 }
 
+// Waits until `w` has no session left: idle ones are shut down at once (fresh ones from
+// `fresh_until`), busy ones at `deadline`; false when a handler ignored its closed
+// connection for 2 s past the deadline.
+awaitable<bool> sessions_gone(Worker& w, std::chrono::steady_clock::time_point deadline,
+                              std::chrono::steady_clock::time_point fresh_until) {
+  beast::error_code ec;
+  net::steady_timer t{w.ioc};
+  while (!w.sessions.empty()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline + std::chrono::seconds(2)) co_return false;
+    for (Session* s : w.sessions) {
+      // shutdown() (not cancel()) so pending reads see EOF: handlers watching for the
+      // client leaving treat it as gone and stop their upstream work.
+      if ((s->idle && (!s->fresh || now >= fresh_until)) || now >= deadline) {
+        s->stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+      }
+    }
+    t.expires_after(std::chrono::milliseconds(20));
+    co_await t.async_wait(nothrow);
+  }
+  co_return true;
+}
+
 // Drains one worker: no new connections; idle keep-alive connections are closed at once;
 // requests in flight get `grace`, then their connections are shut down (which also ends
 // their upstream work: the handlers watch the client socket). The loop stops when no
@@ -776,23 +799,12 @@ awaitable<void> drain(Worker& w, std::chrono::milliseconds grace) {
   // A connection that has sent nothing yet is closed as idle only after this: one accepted
   // just now is most likely sending its request.
   const auto fresh_until = start + std::min(grace, std::chrono::milliseconds(1000));
-  net::steady_timer t{w.ioc};
-  while (!w.sessions.empty()) {
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline + std::chrono::seconds(2)) {
-      // A handler ignored its closed connection: stop the loop regardless.
-      w.server.hard_stopped.store(true);
-      break;
-    }
-    for (Session* s : w.sessions) {
-      // shutdown() (not cancel()) so pending reads see EOF: handlers watching for the
-      // client leaving treat it as gone and stop their upstream work.
-      if ((s->idle && (!s->fresh || now >= fresh_until)) || now >= deadline) s->stream.socket().shutdown(tcp::socket::shutdown_both, ec);
-    }
-    t.expires_after(std::chrono::milliseconds(20));
-    co_await t.async_wait(nothrow);
-  }
+  bool clean = co_await sessions_gone(w, deadline, fresh_until);
   if (w.server.opts.on_drained) co_await w.server.opts.on_drained(w.index);
+  // An accept the reactor completed just before the close may have started a session
+  // meanwhile: it is served too.
+  if (clean) clean = co_await sessions_gone(w, deadline, fresh_until);
+  if (!clean) w.server.hard_stopped.store(true);  // abandoned coroutines: exit without destructors
   w.ioc.stop();
 }
 

@@ -38,6 +38,15 @@ const FREE = 'sk-fleet-free-2222222222222222';
 const BODY = { model: 'demo', messages: [{ role: 'user', content: 'Say something.' }], max_tokens: 4 };
 const STREAM_TOKENS = 12;
 
+// A process runs: it exists and is not a zombie (an exited instance waits for init to reap it).
+function running(pid) {
+  try {
+    return fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ').at(-1)[0] !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
 describe('fleet: three instances behind nginx', () => {
   let fast, slow, redis, pg, dir, nginxPort, prom;
   let passed = 0;
@@ -65,9 +74,10 @@ describe('fleet: three instances behind nginx', () => {
       .map((m) => ({ name: m[1], id: Number(m[2]), pid: Number(m[3]), port: Number(m[4]), admin: Number(m[5]), ready: m[6] === 'ready' }));
 
   // One request on a new connection (each goes through nginx's balancing on its own).
-  const post = (port, body = BODY, { key = APP, headers = {} } = {}) =>
+  const post = (port, body = BODY, { key = APP, headers = {}, localAddress } = {}) =>
     rawRequest({
       port,
+      localAddress,
       method: 'POST',
       path: '/v1/chat/completions',
       headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
@@ -319,17 +329,28 @@ describe('fleet: three instances behind nginx', () => {
     assert.match(r.headers['x-request-id'], /^[0-9a-f]{32}$/);
   });
 
-  check("14 the client's address comes from X-Forwarded-For, trusted from nginx", async () => {
+  check("14 the client's address reaches the instance through nginx; one the client claims does not", async () => {
     const id = `fleet-xff-${Date.now()}`;
-    const r = await viaNginx(BODY, { headers: { 'x-request-id': id, 'x-forwarded-for': '203.0.113.50' } });
+    // From 127.0.0.2 (nginx is 127.0.0.1, the one trusted proxy), claiming another address.
+    const r = await viaNginx(BODY, { localAddress: '127.0.0.2', headers: { 'x-request-id': id, 'x-forwarded-for': '203.0.113.50' } });
     assert.equal(r.status, 200);
     const logPath = path.join(dir, 'cluster', 'instances', r.headers['x-sluice-instance'].split('-')[1], 'access.log');
     const line = await waitFor(
       () => fs.readFileSync(logPath, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)).find((l) => l.request_id === id),
       { what: 'the access-log line' },
     );
-    // nginx appended its own peer (127.0.0.1, trusted) to what the client sent.
-    assert.equal(line.client, '203.0.113.50');
+    // nginx, the edge, replaced the header with the client's own address.
+    assert.equal(line.client, '127.0.0.2');
+    // Straight to an instance from an untrusted address, the header is not believed either.
+    const [first] = await instances();
+    const d = await post(first.port, BODY, { localAddress: '127.0.0.3', headers: { 'x-request-id': `${id}-d`, 'x-forwarded-for': '203.0.113.50' } });
+    assert.equal(d.status, 200);
+    const log1 = path.join(dir, 'cluster', 'instances', String(first.id), 'access.log');
+    const direct = await waitFor(
+      () => fs.readFileSync(log1, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)).find((l) => l.request_id === `${id}-d`),
+      { what: 'the direct request\'s access-log line' },
+    );
+    assert.equal(direct.client, '127.0.0.3');
   });
 
   check('15 a rate limit is exact across the fleet: 10 of 15 requests pass, whichever instance counts', async () => {
@@ -354,11 +375,12 @@ describe('fleet: three instances behind nginx', () => {
     );
   });
 
-  check("17 history rows keep the client's address", async () => {
-    await waitFor(async () => (await pg.query("SELECT count(*) FROM requests WHERE client = '203.0.113.50'")).trim() === '1', {
+  check("17 history rows keep the client's address (none recorded as the address it claimed)", async () => {
+    await waitFor(async () => (await pg.query("SELECT count(*) FROM requests WHERE client IN ('127.0.0.2', '127.0.0.3')")).trim() === '2', {
       timeout: 10000,
-      what: 'the row of check 14',
+      what: 'the rows of check 14',
     });
+    assert.equal((await pg.query("SELECT count(*) FROM requests WHERE client = '203.0.113.50'")).trim(), '0');
   });
 
   check("18 any instance's /history shows the rows every instance wrote", async () => {
@@ -407,14 +429,7 @@ describe('fleet: three instances behind nginx', () => {
     await waitFor(() => l.out.streams.length >= 3 && l.out.requests.length >= 20, { timeout: 20000, what: 'load to run' });
     // Streams in flight on the victim at the time of the kill.
     process.kill(victim.pid, 'SIGKILL');
-    await waitFor(() => {
-      try {
-        process.kill(victim.pid, 0);
-        return false;
-      } catch {
-        return true;
-      }
-    }, { what: 'the instance to die' });
+    await waitFor(() => !running(victim.pid), { what: 'the instance to die' });
     const tDead = performance.now();
     await delay(3000);
     const out = await l.stop();
@@ -535,14 +550,7 @@ describe('fleet: three instances behind nginx', () => {
   check('31 ... and once it stops listening, nginx sends its requests to the others: none fails', async () => {
     const victim = drills.term;
     const l = load({ clients: 3, streams: 1 });
-    await waitFor(() => {
-      try {
-        process.kill(victim.pid, 0);
-        return false;
-      } catch {
-        return true;
-      }
-    }, { timeout: 30000, what: 'the instance to exit' });
+    await waitFor(() => !running(victim.pid), { timeout: 30000, what: 'the instance to exit' });
     await delay(1000);
     const out = await l.stop();
     assert.deepEqual(failed(out.requests), []);
@@ -571,14 +579,28 @@ describe('fleet: three instances behind nginx', () => {
     assert.equal(dup, '0');
   });
 
-  check('35 down: every instance and nginx stop; nothing listens any more', async () => {
+  check('35 an instance that cannot start leaves nothing behind: scale fails, the fleet is as it was', async () => {
+    const before = await instances();
+    const bad = path.join(dir, 'bad.yaml');
+    fs.writeFileSync(bad, 'models: []\n');
+    await assert.rejects(
+      run('bash', [CLUSTER, 'scale', '4'], { env: { ...env(), SLUICE_CONFIG: bad }, timeout: 60000 }),
+      (e) => /did not start/.test(e.stderr) && /scale: stopped at 3 instances/.test(e.stderr),
+    );
+    assert.deepEqual(await instances(), before);
+    // Its id is not reused: the next instance gets a new one.
+    await cluster('scale', '4');
+    const now = await instances();
+    assert.equal(now.length, 4);
+    assert.ok(now.at(-1).id > before.at(-1).id + 1, `ids ${now.map((i) => i.id)}`);
+  });
+
+  check('36 down: every instance and nginx stop; nothing listens any more', async () => {
     const all = await instances();
     await withTimeout(cluster('down'), 60000, 'cluster.sh down');
     assert.match(await cluster('status'), /nginx +not running/);
     assert.deepEqual(await instances(), []);
-    for (const i of all) {
-      assert.throws(() => process.kill(i.pid, 0));
-    }
+    for (const i of all) assert.ok(!running(i.pid), `${i.name} (pid ${i.pid}) still runs`);
     await assert.rejects(rawRequest({ port: nginxPort, path: '/lb-health' }), { code: 'ECONNREFUSED' });
   });
 });

@@ -436,10 +436,10 @@ export function keysAll(extra = []) {
 
 // One request on a fresh connection (no pooling), so it sees exactly what the server does
 // with a new connection. Resolves {status, headers, body}; rejects on a socket error.
-export function rawRequest({ port, method = 'GET', path: p = '/', headers = {}, body, timeout = 10000 }) {
+export function rawRequest({ port, method = 'GET', path: p = '/', headers = {}, body, timeout = 10000, localAddress }) {
   return new Promise((resolve, reject) => {
     const req = http.request(
-      { host: '127.0.0.1', port, method, path: p, headers, agent: false },
+      { host: '127.0.0.1', port, method, path: p, headers, agent: false, localAddress },
       (res) => {
         const parts = [];
         res.on('data', (d) => parts.push(d));

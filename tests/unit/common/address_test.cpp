@@ -69,6 +69,11 @@ TEST(Address, ClientIsThePeerUnlessATrustedProxyVouches) {
   EXPECT_EQ(lb.client("10.0.0.5", "203.0.113.1, garbage"), "10.0.0.5");  // a hop that is no address stops the walk
   EXPECT_EQ(lb.client("10.0.0.5", " , 203.0.113.1 , "), "203.0.113.1");
   EXPECT_EQ(lb.client("::ffff:10.0.0.5", "2001:db8::7"), "2001:db8::7");
+  // Elements with a port, as some proxies write them.
+  EXPECT_EQ(lb.client("10.0.0.5", "203.0.113.1:4711"), "203.0.113.1");
+  EXPECT_EQ(lb.client("10.0.0.5", "[2001:db8::9]:443, 10.0.0.7:80"), "2001:db8::9");
+  EXPECT_EQ(lb.client("10.0.0.5", "203.0.113.1:port"), "10.0.0.5");
+  EXPECT_EQ(lb.client("10.0.0.5", "2001:db8::9:443"), "2001:db8::9:443");  // a bare IPv6 address: no port
 }
 
 }  // namespace
