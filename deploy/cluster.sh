@@ -217,7 +217,11 @@ cmd_scale() {
     next="$(cat "$DIR/next_id" 2>/dev/null || echo 1)"
     while (( ${#have[@]} < want )); do
       echo $((next + 1)) >"$DIR/next_id"  # first: a failed start never leaves its id to reuse
-      start_one "$next" || die "scale: stopped at ${#have[@]} instances"
+      if ! start_one "$next"; then
+        # The ones started before it serve: listed, so that nothing runs unlisted.
+        (( ${#have[@]} > 0 )) && set_members "${have[@]}"
+        die "scale: stopped at ${#have[@]} instances"
+      fi
       have+=("$next")
       next=$((next + 1))
     done
