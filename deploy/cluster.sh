@@ -257,6 +257,13 @@ cmd_restart() {
   (( ${#olds[@]} > 0 )) || die "restart: nothing runs (cluster.sh up N)"
   migrate_queues
   next="$(cat "$DIR/next_id" 2>/dev/null || echo 1)"
+  # First, the binary and configuration on ports of their own: a process sharing a port
+  # takes connections from the moment it binds, ready or not, so one that would never be
+  # ready must not get there.
+  echo $((next + 1)) >"$DIR/next_id"
+  start_one "$next" || die "restart: the new process does not get ready; nothing was replaced"
+  stop_one "$next" >/dev/null
+  next=$((next + 1))
   for id in "${olds[@]}"; do
     port="$(field "$id" port)"
     pid="$(field "$id" pid)"

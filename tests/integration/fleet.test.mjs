@@ -583,13 +583,19 @@ describe('fleet: three instances behind nginx', () => {
     assert.equal(dup, '0');
   });
 
-  check('35 an instance that cannot start leaves nothing behind: scale fails, the fleet is as it was', async () => {
+  check('35 an instance that cannot start leaves nothing behind: scale and restart fail, the fleet is as it was', async () => {
     const before = await instances();
     const bad = path.join(dir, 'bad.yaml');
     fs.writeFileSync(bad, 'models: []\n');
     await assert.rejects(
       run('bash', [CLUSTER, 'scale', '4'], { env: { ...env(), SLUICE_CONFIG: bad }, timeout: 60000 }),
       (e) => /did not start/.test(e.stderr) && /scale: stopped at 3 instances/.test(e.stderr),
+    );
+    assert.deepEqual(await instances(), before);
+    // A restart onto it replaces nothing: the new process is tried on ports of its own first.
+    await assert.rejects(
+      run('bash', [CLUSTER, 'restart'], { env: { ...env(), SLUICE_CONFIG: bad }, timeout: 60000 }),
+      (e) => /restart: the new process does not get ready; nothing was replaced/.test(e.stderr),
     );
     assert.deepEqual(await instances(), before);
     // Its id is not reused: the next instance gets a new one.
