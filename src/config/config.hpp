@@ -46,6 +46,7 @@ struct Config {
   std::size_t max_connections = 0;
   int max_messages = 0;  // a chat request's messages, system messages aside; 0 = no cap
   Timeouts timeouts;
+  ListenerTls tls;  // TLS on the main listener (off by default)
   Cors cors;
   ResponsesStore responses;
   std::string access_log = "-";  // "-" = stdout, "" = off, else a file path

@@ -29,6 +29,25 @@ struct Timeouts {
   bool operator==(const Timeouts&) const = default;
 };
 
+// TLS on the main listener (off while cert_file is empty). The files are PEM; they are
+// read again at every reload (SIGHUP), so a renewed certificate takes effect without a
+// restart and without dropping a connection.
+enum class ClientCerts : std::uint8_t { require, optional };
+enum class TlsMinVersion : std::uint8_t { v1_2, v1_3 };
+struct ListenerTls {
+  std::string cert_file;       // the certificate chain, the server's own first
+  std::string key_file;        // its private key
+  std::string client_ca_file;  // set: clients present a certificate these CAs signed (mTLS)
+  ClientCerts client_certs = ClientCerts::require;
+  TlsMinVersion min_version = TlsMinVersion::v1_2;
+  // How often the files are checked for a change (then read again, as at a reload);
+  // 0 = only at reloads.
+  Millis check_interval{30000};
+
+  bool enabled() const noexcept { return !cert_file.empty(); }
+  bool operator==(const ListenerTls&) const = default;
+};
+
 // Browser clients on other origins (off while allowed_origins is empty).
 struct Cors {
   std::vector<std::string> allowed_origins;  // "https://app.example.com", or "*" for any

@@ -1,6 +1,7 @@
 #include "gateway/gateway.hpp"
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,6 +31,32 @@
 
 namespace sluice::gateway {
 namespace {
+
+// What identifies the tls section's files as they are now (a change to any of them: read
+// them again).
+std::string tls_files_signature(const config::ListenerTls& t) {
+  std::string sig;
+  for (const std::string* f : {&t.cert_file, &t.key_file, &t.client_ca_file}) {
+    struct stat st {};
+    if (f->empty() || ::stat(f->c_str(), &st) != 0) {
+      sig += "-;";
+      continue;
+    }
+    sig += std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
+           std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ";";
+  }
+  return sig;
+}
+
+// The tls section as the listener takes it.
+std::shared_ptr<http::TlsContext> tls_context(const config::ListenerTls& t) {
+  if (!t.enabled()) return nullptr;
+  return http::make_tls_context({.cert_file = t.cert_file,
+                                 .key_file = t.key_file,
+                                 .client_ca_file = t.client_ca_file,
+                                 .client_cert_required = t.client_certs == config::ClientCerts::require,
+                                 .tls13_only = t.min_version == config::TlsMinVersion::v1_3});
+}
 
 // The history's database as the store of responses (responses.store: database).
 class ResponseTableStore final : public conversations::Durable {
@@ -220,6 +247,8 @@ class GatewayImpl final : public Gateway {
     so.write_timeout = c.timeouts.client_write;
     so.takeover = takeover;
     so.first_byte_timeout = c.timeouts.client_first_byte;
+    tls_files_sig_ = tls_files_signature(c.tls);  // (before reading them: a change meanwhile is seen)
+    so.tls = tls_context(c.tls);                 // (throws naming the file that does not do)
     {
       const auto fd = raise_fd_limit();
       const int workers = c.workers > 0 ? c.workers : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -258,6 +287,7 @@ class GatewayImpl final : public Gateway {
     if (!c.admin_listen_host.empty()) {
       http::ServerOptions ao = so;
       ao.on_drained = nullptr;  // the admin listener admits no request
+      ao.tls = nullptr;         // plain HTTP, for probes and Prometheus on a private port
       ao.host = c.admin_listen_host;
       ao.port = c.admin_listen_port;
       ao.workers = 1;
@@ -373,6 +403,18 @@ class GatewayImpl final : public Gateway {
                   " ms; timeouts change only with a restart): a running request's reservation would expire under it";
       }
     }
+    // The listener's certificate is read again (renewed files); a file that does not do
+    // refuses the reload like any other error.
+    std::shared_ptr<http::TlsContext> next_tls;
+    std::string next_tls_sig;
+    if (message.empty() && res.config->tls.enabled() && shared_.cfg->tls.enabled()) {
+      try {
+        next_tls_sig = tls_files_signature(res.config->tls);
+        next_tls = tls_context(res.config->tls);
+      } catch (const std::exception& e) {
+        message = e.what();
+      }
+    }
     if (message.empty()) {
       bool swapped = false;
       try {
@@ -399,12 +441,24 @@ class GatewayImpl final : public Gateway {
       return {false, message};
     }
     keys_cfg_ = res.config;
+    if (next_tls) {
+      server_->set_tls(next_tls);
+      tls_files_sig_ = std::move(next_tls_sig);
+    }
     install_keys(next_keys);  // (after the gate: the keys' slots take its per_key)
     keys_lock.unlock();
     const auto t = router_->table();
+    std::string tls_note;
+    if (next_tls) {
+      const auto info = http::tls_info(*next_tls);
+      tls_note = ", and the listener's certificate (" + info.subject + ", expires ";
+      append_iso8601(tls_note, info.not_after * 1000);
+      tls_note += ")";
+    }
     std::string done = std::to_string(next_keys->size()) + " keys, " + std::to_string(t->routes.size()) +
                        " routes, routing table version " + std::to_string(t->version) +
-                       " (keys, models, routing, rate limits, the concurrency gate and the guardrails policies are reloaded; other sections need a restart)";
+                       " (keys, models, routing, rate limits, the concurrency gate and the guardrails policies are reloaded" +
+                       tls_note + "; other sections need a restart)";
     // What the file changed that a reload does not apply: said, not silently ignored.
     const config::Config& was = *shared_.cfg;
     std::string later;
@@ -419,9 +473,34 @@ class GatewayImpl final : public Gateway {
     unapplied(res.config->listen_host != was.listen_host || res.config->listen_port != was.listen_port, "listen");
     unapplied(res.config->workers != was.workers, "workers");
     unapplied(res.config->trusted_proxies != was.trusted_proxies, "trusted_proxies");
+    unapplied(res.config->tls.enabled() != was.tls.enabled(), res.config->tls.enabled() ? "tls (turned on)" : "tls (turned off)");
     if (!later.empty()) done += "; changed in the file but in force only after a restart: " + later;
     std::cerr << "sluice: reloaded " << path << ": " << done << std::endl;
     return {true, std::move(done)};
+  }
+
+  // The listener's certificate files changed since they were last read (a renewal by
+  // cert-manager, certbot...): they are read again, as a reload would, and a set that does
+  // not do is reported and tried again at its next change.
+  void check_tls_files() {
+    std::lock_guard lock(reload_mu_);
+    const config::ListenerTls& t = keys_cfg_->tls;  // (the file as last loaded)
+    if (!server_->tls() || !t.enabled()) return;
+    auto sig = tls_files_signature(t);
+    if (sig == tls_files_sig_) return;
+    tls_files_sig_ = std::move(sig);
+    try {
+      auto next = tls_context(t);
+      server_->set_tls(next);
+      const auto info = http::tls_info(*next);
+      std::string when;
+      append_iso8601(when, info.not_after * 1000);
+      std::cerr << "sluice: tls: the certificate files changed; new connections get " << info.subject << " (expires "
+                << when << ")" << std::endl;
+    } catch (const std::exception& e) {
+      std::cerr << "sluice: tls: the certificate files changed but do not do; the certificate in force stays: "
+                << e.what() << std::endl;
+    }
   }
 
   void join() override {
@@ -523,6 +602,7 @@ class GatewayImpl final : public Gateway {
   std::unique_ptr<telemetry::Metrics> metrics_;
   std::unique_ptr<keys::Registry> keys_;
   std::mutex reload_mu_;
+  std::string tls_files_sig_;  // of the listener's certificate files as last read (under reload_mu_)
   mutable std::mutex keys_mu_;  // what the key set is built from:
   std::shared_ptr<const config::Config> keys_cfg_;  // the file's keys (as last loaded)
   std::vector<keys::Stored> stored_;                // the store's (as last read)
@@ -610,8 +690,20 @@ int run_serve(const std::string& path, bool takeover) {
   std::cerr << "sluice listening on " << res.config->listen_host << ":" << gw->port() << std::endl;
 
   int sig = 0;
+  const auto tls_check = res.config->tls.enabled() ? res.config->tls.check_interval : std::chrono::milliseconds(0);
   for (;;) {
-    sigwait(&set, &sig);
+    if (tls_check.count() > 0) {
+      // Waking up every check_interval to look at the certificate files.
+      timespec ts{static_cast<time_t>(tls_check.count() / 1000), static_cast<long>(tls_check.count() % 1000) * 1'000'000};
+      siginfo_t info{};
+      sig = sigtimedwait(&set, &info, &ts);
+      if (sig < 0) {
+        impl->check_tls_files();
+        continue;
+      }
+    } else {
+      sigwait(&set, &sig);
+    }
     if (sig != SIGHUP) break;
     gw->reload(path);  // SIGHUP: keys, routes and backends from the file again
   }

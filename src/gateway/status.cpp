@@ -53,6 +53,16 @@ std::string render_metrics(const Shared& g) {
     metric(o, "sluice_client_connections_refused_total", "", static_cast<double>(c.refused));
     help(o, "sluice_client_connections_evicted_total", "counter", "Idle client connections closed to make room for a new one at the cap.");
     metric(o, "sluice_client_connections_evicted_total", "", static_cast<double>(c.evicted));
+    if (const auto tls = server->tls()) {
+      const auto info = http::tls_info(*tls);
+      help(o, "sluice_tls_handshake_failures_total", "counter",
+           "Client connections to the TLS listener that did not complete a handshake (failed, timed out, a client "
+           "certificate missing or refused, or plain HTTP: answered 400).");
+      metric(o, "sluice_tls_handshake_failures_total", "", static_cast<double>(c.tls_handshake_failures));
+      help(o, "sluice_tls_certificate_expiry_timestamp_seconds", "gauge",
+           "When the listener's certificate in force expires (Unix seconds): alert well before it.");
+      metric(o, "sluice_tls_certificate_expiry_timestamp_seconds", "", static_cast<double>(info.not_after));
+    }
   }
   if (g.history) {
     const auto h = g.history->status();
@@ -269,6 +279,20 @@ std::string render_infra(const Shared& g) {
   append_json_string(o, g.instance);
   o += ",\"draining\":";
   o += g.draining.load() ? "true" : "false";
+  if (const auto* server = g.server.load(std::memory_order_acquire); server && server->tls()) {
+    const auto info = http::tls_info(*server->tls());
+    o += ",\"tls\":{\"cert_file\":";
+    append_json_string(o, info.cert_file);
+    o += ",\"subject\":";
+    append_json_string(o, info.subject);
+    o += ",\"issuer\":";
+    append_json_string(o, info.issuer);
+    o += ",\"not_after\":" + std::to_string(info.not_after);
+    o += ",\"client_certs\":";
+    o += !info.client_certs ? "\"off\"" : info.client_cert_required ? "\"require\"" : "\"optional\"";
+    o += ",\"handshake_failures\":" + std::to_string(server->connection_stats().tls_handshake_failures);
+    o += "}";
+  }
   if (g.metrics) {
     // Every request ends: both go back to 0 when the load stops (the soak test).
     const auto live = g.metrics->live();

@@ -16,7 +16,9 @@
 #include "common/text.hpp"
 #include "common/thread_name.hpp"
 #include "http/beast.hpp"
+#include "http/conn_stream.hpp"
 #include "http/request_checks.hpp"
+#include "http/tls_context.hpp"
 #include "http/write_now.hpp"
 
 namespace sluice::http {
@@ -75,7 +77,8 @@ struct Worker;
 // One client connection; lives inside its session coroutine's frame.
 struct Session {
   Worker& worker;
-  beast::tcp_stream stream;
+  detail::ConnStream stream;
+  std::shared_ptr<TlsContext> tls;  // the context of its handshake (TLS listeners)
   beast::flat_buffer buffer;
   bool idle = true;  // waiting for the next request (may be closed at shutdown)
   // Links in the worker's list of sessions waiting for a request's first byte (oldest
@@ -153,11 +156,23 @@ struct ServerImpl final : Server {
   std::atomic<std::int64_t> open_connections{0};
   std::atomic<std::uint64_t> refused_connections{0};
   std::atomic<std::uint64_t> evicted_connections{0};
+  std::atomic<std::uint64_t> tls_failures{0};
+  mutable std::mutex tls_mu;
+  std::shared_ptr<TlsContext> tls_ctx;  // null: plain HTTP
 
   bool forced_stop() const override { return hard_stopped.load(); }
   ConnectionStats connection_stats() const override {
     return {open_connections.load(std::memory_order_relaxed), refused_connections.load(std::memory_order_relaxed),
-            evicted_connections.load(std::memory_order_relaxed)};
+            evicted_connections.load(std::memory_order_relaxed), tls_failures.load(std::memory_order_relaxed)};
+  }
+  void set_tls(std::shared_ptr<TlsContext> t) override {
+    if (!t) return;
+    std::lock_guard lock(tls_mu);
+    if (tls_ctx) tls_ctx = std::move(t);
+  }
+  std::shared_ptr<TlsContext> tls() const override {
+    std::lock_guard lock(tls_mu);
+    return tls_ctx;
   }
 
   std::uint16_t port() const override { return bound_port; }
@@ -263,7 +278,9 @@ class ExchangeImpl final : public Exchange {
         co_await t.async_wait(nothrow);
         co_return;
       }
-      auto [ec, n] = co_await s_.stream.socket().async_read_some(s_.buffer.prepare(4096), nothrow);
+      // (Over TLS through the TLS stream: what arrives is records to decrypt.)
+      auto [ec, n] = s_.stream.tls() ? co_await s_.stream.tls()->async_read_some(s_.buffer.prepare(4096), nothrow)
+                                     : co_await s_.stream.socket().async_read_some(s_.buffer.prepare(4096), nothrow);
       if (ec == net::error::operation_aborted) {
         // Cancelled by the caller's race; nothing was consumed.
         co_return;
@@ -295,12 +312,14 @@ class ExchangeImpl final : public Exchange {
         net::buffer(&w->peek, 1), net::socket_base::message_peek,
         net::bind_cancellation_slot(w->stop.slot(), [this, w](const boost::system::error_code& ec, std::size_t n) {
           if (!w->active || ec == net::error::operation_aborted) return;
+          Taken taken = Taken::gone;
           if (!ec && n > 0) {
             // The client sent more (a pipelined request, or a byte before leaving): move
             // what is there into the session's buffer, where the next request is read
             // from, and watch on. Nothing else reads the socket while the watch is on.
-            if (take_pipelined()) arm_watch(w);
-            return;
+            taken = take_pipelined();
+            if (taken == Taken::more) arm_watch(w);
+            if (taken != Taken::gone) return;
           }
           // EOF or an error: the client is gone.
           w->active = false;
@@ -311,21 +330,26 @@ class ExchangeImpl final : public Exchange {
         }));
   }
 
-  // Reads what the client already sent into the session buffer, without blocking. False
-  // when the client sent more than kMaxPipelined while its request runs (it is not
-  // watched further: its next request waits in the socket). An error or EOF is left for
-  // the next peek to report.
-  bool take_pipelined() {
+  // Reads what the client already sent into the session buffer, without blocking: `more`
+  // to watch on; `full` when the client sent more than kMaxPipelined while its request
+  // runs (it is not watched further: its next request waits in the socket). On a plain
+  // connection an error or EOF is left for the next peek to report; over TLS the bytes are
+  // records, read through the TLS stream (a partial record stays inside it), and an error
+  // there (the client's close_notify, a bad record) is `gone`.
+  enum class Taken { more, full, gone };
+  Taken take_pipelined() {
+    auto& sock = s_.stream.socket();
+    auto* tls = s_.stream.tls();
     for (;;) {
-      if (s_.buffer.size() >= kMaxPipelined) return false;
+      if (s_.buffer.size() >= kMaxPipelined) return Taken::full;
       boost::system::error_code ec;
-      auto& sock = s_.stream.socket();
       if (!sock.non_blocking()) sock.non_blocking(true, ec);
-      const std::size_t n = sock.read_some(s_.buffer.prepare(kMaxPipelined - s_.buffer.size()), ec);
+      const auto space = s_.buffer.prepare(kMaxPipelined - s_.buffer.size());
+      const std::size_t n = tls ? tls->read_some(space, ec) : sock.read_some(space, ec);
       s_.buffer.commit(n);
-      if (ec == net::error::would_block || ec == net::error::try_again) return true;
-      if (ec) return true;
-      if (n == 0) return true;
+      if (ec == net::error::would_block || ec == net::error::try_again) return Taken::more;
+      if (ec) return tls ? Taken::gone : Taken::more;
+      if (n == 0) return Taken::more;
     }
   }
 
@@ -466,7 +490,7 @@ awaitable<void> linger(Session& s) {
   static thread_local char sink[16384];
   std::size_t total = 0;
   while (total < (8u << 20)) {
-    auto [rec, n] = co_await s.stream.async_read_some(net::buffer(sink), nothrow);
+    auto [rec, n] = co_await s.stream.tcp().async_read_some(net::buffer(sink), nothrow);  // (TLS records unread)
     if (rec || n == 0) break;
     total += n;
   }
@@ -480,6 +504,40 @@ std::string peer_address(const tcp::socket& sock) {
   auto a = ep.address();
   if (a.is_v6() && a.to_v6().is_v4_mapped()) a = net::ip::make_address_v4(net::ip::v4_mapped, a.to_v6());
   return a.to_string();
+}
+
+// A TLS listener's connection: its first bytes (within the first-byte timeout, as idle),
+// then the handshake (within read_timeout). A client speaking plain HTTP to it gets a
+// plain 400 saying so. False when the connection is to be closed.
+awaitable<bool> accept_tls(Session& s, const std::shared_ptr<TlsContext>& ctx) {
+  Worker& w = s.worker;
+  const auto& opts = w.server.opts;
+  s.stream.expires_after(std::min(opts.first_byte_timeout, opts.keep_alive));
+  w.idle_push(&s);
+  auto [ec, n] = co_await s.stream.tcp().async_read_some(s.buffer.prepare(4096), nothrow);
+  w.idle_remove(&s);
+  if (ec || n == 0) co_return false;
+  s.buffer.commit(n);
+  s.idle = false;
+  s.fresh = false;
+  // A TLS connection opens with a handshake record (content type 22).
+  if (static_cast<const unsigned char*>(s.buffer.data().data())[0] != 0x16) {
+    w.server.tls_failures.fetch_add(1, std::memory_order_relaxed);
+    co_await write_local(s, 400, "this port speaks HTTPS only: the request was sent as plain HTTP");
+    co_await linger(s);
+    co_return false;
+  }
+  s.tls = ctx;
+  s.stream.start_tls(ctx->ctx);
+  s.stream.expires_after(opts.read_timeout);
+  auto [hec, used] = co_await s.stream.tls()->async_handshake(net::ssl::stream_base::server, s.buffer.data(), nothrow);
+  s.buffer.consume(used);
+  if (hec) {
+    w.server.tls_failures.fetch_add(1, std::memory_order_relaxed);
+    co_return false;
+  }
+  s.fresh = true;  // (the first request is still to come)
+  co_return true;
 }
 
 awaitable<void> run_session(Worker& w, tcp::socket sock) {
@@ -498,9 +556,11 @@ awaitable<void> run_session(Worker& w, tcp::socket sock) {
   beast::error_code opt_ec;
   s.stream.socket().set_option(tcp::no_delay(true), opt_ec);
 
+  bool serve = true;  // false: the TLS handshake failed
   try {
     bool first = true;
-    for (;;) {
+    if (auto ctx = w.server.tls()) serve = co_await accept_tls(s, ctx);
+    for (; serve;) {
       s.idle = true;
       if (w.draining && !first) break;
       if (s.buffer.size() == 0) {
@@ -602,6 +662,13 @@ awaitable<void> run_session(Worker& w, tcp::socket sock) {
     std::cerr << "sluice: session error: " << e.what() << "\n";
   }
   beast::error_code ignored;
+  if (serve && s.stream.tls()) {
+    // The TLS close_notify, without waiting for the client's: it is written at once (or
+    // not at all: the socket is non-blocking), and the wait for the reply ends in
+    // would_block.
+    if (!s.stream.socket().non_blocking()) s.stream.socket().non_blocking(true, ignored);
+    s.stream.tls()->shutdown(ignored);
+  }
   s.stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
   s.stream.close();
 }
@@ -822,6 +889,7 @@ void ServerImpl::shutdown(std::chrono::milliseconds grace) {
 std::unique_ptr<Server> Server::start(ServerOptions options, HandlerFactory factory) {
   auto impl = std::make_unique<ServerImpl>();
   impl->opts = std::move(options);
+  impl->tls_ctx = impl->opts.tls;
   int n = impl->opts.workers > 0 ? impl->opts.workers : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   tcp::endpoint ep{net::ip::make_address(impl->opts.host), impl->opts.port};
   if (ep.port() != 0 && !impl->opts.takeover) ensure_port_free(ep);

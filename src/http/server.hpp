@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "http/tls.hpp"
+
 namespace sluice::http {
 
 // Header lists. In a response, an entry with an empty name is a block of header lines
@@ -113,6 +115,10 @@ struct ServerOptions {
   std::string server_name = "sluice";
   HeaderList extra_headers;      // added to every response (e.g. x-sluice-instance)
   LocalReplyFormatter local_reply;  // optional
+  // Set: the listener speaks HTTPS only (make_tls_context). Limits and timeouts are the
+  // same: the handshake counts as the first request's read (first_byte_timeout for its
+  // first byte, read_timeout for the rest), and a connection is counted from its accept.
+  std::shared_ptr<TlsContext> tls;
   // Share the port with a process already listening on it (SO_REUSEPORT: an in-place
   // upgrade). Without it, a port already served is refused at start.
   bool takeover = false;
@@ -145,6 +151,12 @@ class Server {
   // True if shutdown had to stop a loop with requests still running (their coroutines
   // were abandoned; the process should exit without running destructors).
   virtual bool forced_stop() const = 0;
+  // Thread-safe. For a TLS listener: connections accepted from now on use `tls` (a renewed
+  // certificate); open ones keep the context they were accepted with. Ignored by a plain
+  // listener (TLS is chosen at start).
+  virtual void set_tls(std::shared_ptr<TlsContext> tls) = 0;
+  // The context in force (null for a plain listener).
+  virtual std::shared_ptr<TlsContext> tls() const = 0;
 
   // Client connections: open now, and since start the ones refused at the cap (or for
   // want of a file descriptor) and the idle ones closed to make room. Thread-safe.
@@ -152,6 +164,7 @@ class Server {
     std::int64_t open = 0;
     std::uint64_t refused = 0;
     std::uint64_t evicted = 0;
+    std::uint64_t tls_handshake_failures = 0;  // failed, timed out, or not TLS at all (answered 400)
   };
   virtual ConnectionStats connection_stats() const = 0;
 };

@@ -5,7 +5,10 @@
 // stream's timeout timer, queues an operation and resumes the coroutine through the loop;
 // a plain non-blocking send does the same work in one syscall. Only what the socket did
 // not take goes through the async path (with its timeout).
+#include <type_traits>
+
 #include "http/beast.hpp"
+#include "http/conn_stream.hpp"
 
 namespace sluice::http::detail {
 
@@ -22,12 +25,20 @@ std::size_t write_now(boost::asio::ip::tcp::socket& sock, const ConstBuffers& bu
 }
 
 // Writes all of `bufs`: first without blocking, the rest (if any) asynchronously within
-// the stream's expiry. Returns the error, if any.
-template <class ConstBuffers>
-boost::asio::awaitable<boost::system::error_code> write_all(boost::beast::tcp_stream& stream,
-                                                            const ConstBuffers& bufs,
+// the stream's expiry. Returns the error, if any. `Stream` is a beast::tcp_stream or a
+// client connection (ConnStream); over TLS everything goes through the TLS stream (whose
+// records are written whole: Beast's flat_stream gathers small buffers into one).
+template <class Stream, class ConstBuffers>
+boost::asio::awaitable<boost::system::error_code> write_all(Stream& stream, const ConstBuffers& bufs,
                                                             std::chrono::steady_clock::duration timeout) {
   boost::system::error_code ec;
+  if constexpr (std::is_same_v<Stream, ConnStream>) {
+    if (stream.tls()) {
+      stream.expires_after(timeout);
+      auto [tec, written] = co_await boost::asio::async_write(*stream.tls(), bufs, boost::asio::as_tuple(boost::asio::use_awaitable));
+      co_return tec;
+    }
+  }
   const std::size_t total = boost::asio::buffer_size(bufs);
   const std::size_t n = write_now(stream.socket(), bufs, ec);
   if (ec || n == total) co_return ec;

@@ -78,6 +78,70 @@ const Table<Timeouts>& timeouts_table() {
   return t;
 }
 
+// The section as a whole: a certificate needs its key and the other way round; client
+// certificates need a certificate of the server's own.
+void check_tls(Loader& l, const ListenerTls& t, const std::string& p, int line) {
+  if (t.cert_file.empty() != t.key_file.empty()) {
+    l.error(p, line, t.cert_file.empty() ? "key_file is set without cert_file" : "cert_file is set without key_file");
+  } else if (!t.client_ca_file.empty() && t.cert_file.empty()) {
+    l.error(p, line, "client_ca_file needs cert_file and key_file (the listener must speak TLS to ask for client certificates)");
+  }
+}
+
+// A PEM file of the tls section: relative to the config file's directory (to the working
+// directory from the environment), and there at load.
+Key<ListenerTls> tls_file(std::string_view name, std::string ListenerTls::*m, std::string doc) {
+  return text(name, m, std::move(doc)).with_default("none").then(
+      [m](Loader& l, const YAML::Node& n, const std::string& p, ListenerTls& t) {
+        std::string& f = t.*m;
+        if (f.empty()) {
+          l.fail(p, n, "must not be empty (omit it, or the whole tls section, for none)");
+          return true;
+        }
+        f = l.resolve_path(f);
+        if (!l.files().is_regular_file(f)) l.fail(p, n, "file not found: " + f);
+        return true;
+      });
+}
+
+const Enum<ClientCerts>& client_certs_enum() {
+  static const Enum<ClientCerts> e{"client_certs", {{"require", ClientCerts::require}, {"optional", ClientCerts::optional}}};
+  return e;
+}
+
+const Enum<TlsMinVersion>& tls_version_enum() {
+  static const Enum<TlsMinVersion> e{"TLS version", {{"1.2", TlsMinVersion::v1_2}, {"1.3", TlsMinVersion::v1_3}}};
+  return e;
+}
+
+const Table<ListenerTls>& tls_table() {
+  static const Table<ListenerTls> t{
+      "tls",
+      {
+          tls_file("cert_file", &ListenerTls::cert_file,
+                   "PEM certificate chain of the main listener, its own certificate first; set, the listener "
+                   "speaks only HTTPS. Read again at every reload (SIGHUP, `POST /admin/reload`): a renewed "
+                   "certificate serves new connections, open ones keep theirs.")
+              .from_env("SLUICE_TLS_CERT_FILE", "(relative to the working directory)"),
+          tls_file("key_file", &ListenerTls::key_file, "PEM private key of `cert_file` (unencrypted).")
+              .from_env("SLUICE_TLS_KEY_FILE", "(relative to the working directory)"),
+          tls_file("client_ca_file", &ListenerTls::client_ca_file,
+                   "PEM certificates of the CAs that sign client certificates: set, clients must present one "
+                   "they signed (mutual TLS, e.g. between a load balancer and the instances).")
+              .from_env("SLUICE_TLS_CLIENT_CA_FILE", "(relative to the working directory)"),
+          choice("client_certs", &ListenerTls::client_certs, client_certs_enum(),
+                 "With `client_ca_file`: `require` refuses a handshake without a valid client certificate; "
+                 "`optional` asks for one and refuses only an invalid one."),
+          choice("min_version", &ListenerTls::min_version, tls_version_enum(),
+                 "The oldest TLS version accepted (`\"1.2\"` or `\"1.3\"`)."),
+          duration("check_interval", &ListenerTls::check_interval, Millis{0},
+                   "How often the three files are checked for a change (modification time, size, inode: a "
+                   "Kubernetes Secret's volume swaps them by a symlink); a change reads them again, as a reload "
+                   "would, so renewed certificates are served without a signal. 0 = only at reloads."),
+      }};
+  return t;
+}
+
 const Table<Cors>& cors_table() {
   static const Table<Cors> t{
       "cors",
@@ -232,6 +296,13 @@ const Table<Config>& root_table() {
               .from_env("SLUICE_WORKERS", "(0–1024)"),
           group("limits", limits_table(), "Size limits and connection caps."),
           section("timeouts", &Config::timeouts, timeouts_table(), "Timeouts, all durations."),
+          section("tls", &Config::tls, tls_table(),
+                  "TLS on the main listener (`docs/deploy.md`); off unless `cert_file` is set. The admin listener "
+                  "stays plain HTTP.")
+              .then([](Loader& l, const YAML::Node& n, const std::string& p, Config& c) {
+                check_tls(l, c.tls, p, l.line_of(n));
+                return true;
+              }),
           section("cors", &Config::cors, cors_table(), "Browser clients on other origins; off by default."),
           section("responses", &Config::responses, responses_table(),
                   "Stored responses of the Responses API (`POST /v1/responses` with `store`)."),
@@ -334,6 +405,10 @@ void read_root(Loader& l, const YAML::Node& root, Config& c) {
 void server_env(Loader& l, Config& c) {
   root_table().apply_env(l, c);
   admin_table().apply_env(l, c);
+  const bool tls_from_env = l.getenv("SLUICE_TLS_CERT_FILE") || l.getenv("SLUICE_TLS_KEY_FILE") ||
+                            l.getenv("SLUICE_TLS_CLIENT_CA_FILE");
+  tls_table().apply_env(l, c.tls);
+  if (tls_from_env) check_tls(l, c.tls, "env SLUICE_TLS_*", 0);
   // HOST and PORT, for platforms that set them (after SLUICE_LISTEN).
   if (auto v = l.getenv("HOST")) {
     std::string_view h = trim(*v);
@@ -372,6 +447,11 @@ std::string describe_server(const Config& c) {
   out += "access log: " + (c.access_log == "-" ? std::string("stdout") : c.access_log.empty() ? std::string("off") : c.access_log) + "\n";
   out += "limits:     " + limits_table().banner(c) + "\n";
   out += "timeouts:   " + timeouts_table().banner(c.timeouts) + "\n";
+  if (c.tls.enabled()) {
+    out += "tls:        " + c.tls.cert_file + (c.tls.client_ca_file.empty() ? "" : ", client certificates " +
+           std::string(c.tls.client_certs == ClientCerts::require ? "required" : "optional") + " (" +
+           c.tls.client_ca_file + ")") + ", TLS " + (c.tls.min_version == TlsMinVersion::v1_3 ? "1.3" : "1.2+") + "\n";
+  }
   return out;
 }
 
@@ -387,12 +467,14 @@ void server_env_reference(std::vector<EnvDoc>& out) {
     out.push_back({"PORT", "the listen port only, 0–65535 (applied after `SLUICE_LISTEN`)"});
   }
   admin_table().env_doc(out, "admin");
+  tls_table().env_doc(out, "tls");
 }
 
 void server_reference(std::vector<TableDoc>& out) {
   out.push_back(root_table().doc());
   out.push_back(limits_table().doc());
   out.push_back(timeouts_table().doc());
+  out.push_back(tls_table().doc());
   out.push_back(cors_table().doc());
   out.push_back(responses_table().doc());
   out.push_back(admin_table().doc());

@@ -749,6 +749,53 @@ TEST_F(ConfigTest, TrustedProxies) {
   EXPECT_THAT(error_at(r, "trusted_proxies[1]").message, HasSubstr("not an IP address"));
 }
 
+TEST_F(ConfigTest, ListenerTls) {
+  TempDir dir;
+  dir.write("tls/gw.crt", "cert");
+  dir.write("tls/gw.key", "key");
+  dir.write("tls/ca.crt", "ca");
+  auto r = load(std::string(kMinimal) +
+                    "tls:\n  cert_file: tls/gw.crt\n  key_file: tls/gw.key\n  client_ca_file: tls/ca.crt\n"
+                    "  client_certs: optional\n  min_version: '1.3'\n  check_interval: 5s\n",
+                dir.path());
+  ASSERT_TRUE(r.ok()) << all_errors(r);
+  const auto& t = r.config->tls;
+  EXPECT_TRUE(t.enabled());
+  EXPECT_EQ(std::filesystem::path(t.cert_file), std::filesystem::path(dir.path()) / "tls/gw.crt");
+  EXPECT_EQ(std::filesystem::path(t.client_ca_file), std::filesystem::path(dir.path()) / "tls/ca.crt");
+  EXPECT_EQ(t.client_certs, ClientCerts::optional);
+  EXPECT_EQ(t.min_version, TlsMinVersion::v1_3);
+  EXPECT_EQ(t.check_interval, std::chrono::seconds(5));
+  // Off by default.
+  r = load(kMinimal);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r.config->tls.enabled());
+  // Half a pair, client CAs without a certificate, a file that is not there, bad values.
+  r = load(std::string(kMinimal) + "tls:\n  cert_file: tls/gw.crt\n", dir.path());
+  EXPECT_THAT(error_at(r, "tls").message, HasSubstr("cert_file is set without key_file"));
+  r = load(std::string(kMinimal) + "tls:\n  client_ca_file: tls/ca.crt\n", dir.path());
+  EXPECT_THAT(error_at(r, "tls").message, HasSubstr("client_ca_file needs cert_file and key_file"));
+  r = load(std::string(kMinimal) + "tls:\n  cert_file: tls/nope.crt\n  key_file: tls/gw.key\n", dir.path());
+  EXPECT_THAT(error_at(r, "tls.cert_file").message, HasSubstr("file not found: "));
+  r = load(std::string(kMinimal) + "tls:\n  cert_file: ''\n  key_file: tls/gw.key\n", dir.path());
+  EXPECT_THAT(error_at(r, "tls.cert_file").message, HasSubstr("must not be empty"));
+  r = load(std::string(kMinimal) + "tls:\n  cert_file: tls/gw.crt\n  key_file: tls/gw.key\n  min_version: '1.1'\n"
+                                   "  client_certs: maybe\n  sni: x\n",
+           dir.path());
+  error_at(r, "tls.min_version");
+  error_at(r, "tls.client_certs");
+  EXPECT_THAT(all_errors(r), HasSubstr("sni"));
+  // From the environment (relative to the working directory), checked as a whole.
+  fake_env_vars()["SLUICE_TLS_CERT_FILE"] = dir.path() + "/tls/gw.crt";
+  fake_env_vars()["SLUICE_TLS_KEY_FILE"] = dir.path() + "/tls/gw.key";
+  r = load(kMinimal);
+  ASSERT_TRUE(r.ok()) << all_errors(r);
+  EXPECT_EQ(r.config->tls.key_file, dir.path() + "/tls/gw.key");
+  fake_env_vars().erase("SLUICE_TLS_KEY_FILE");
+  r = load(kMinimal);
+  EXPECT_THAT(error_at(r, "env SLUICE_TLS_*").message, HasSubstr("cert_file is set without key_file"));
+}
+
 TEST_F(ConfigTest, BadEnvValuesNameTheVariable) {
   fake_env_vars()["SLUICE_WORKERS"] = "lots";
   fake_env_vars()["PORT"] = "65536";
