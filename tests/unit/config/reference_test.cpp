@@ -90,6 +90,7 @@ std::map<std::string, Host> hosts() {
       {"top level", {"@", "", {{"models", "[{alias: demo, provider: simulated}]"}}}},
       {"limits", {"{limits: @, " + route.substr(0) + "}", "limits", {}}},
       {"timeouts", {"{timeouts: @, " + route + "}", "timeouts", {}}},
+      {"tls", {"{tls: @, " + route + "}", "tls", {}}},
       {"cors", {"{cors: @, " + route + "}", "cors", {}}},
       {"responses", {"{responses: @, " + route + "}", "responses", {}}},
       {"admin", {"{admin: @, " + route + "}", "admin", {}}},
