@@ -4,6 +4,7 @@
 // are written once.
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <functional>
 #include <memory>
 #include <span>
@@ -15,7 +16,11 @@
 
 namespace sluice::history {
 
-// One request as stored. Negative numbers and empty strings of nullable columns are NULL.
+// A signed column's NULL (num_gpu: -1 is a value, "all layers").
+inline constexpr std::int64_t kNullInt = std::numeric_limits<std::int64_t>::min();
+
+// One request as stored. Negative numbers and empty strings of nullable columns are NULL
+// (kNullInt in a column whose values may be negative).
 struct Row {
   std::int64_t unix_ms = 0;
   std::string request_id, method, path, key_name, tenant, tier, alias, model, provider, backend;
@@ -29,7 +34,7 @@ struct Row {
   double queue_ms = -1;
   std::int64_t reserved_tokens = -1;
   double temperature = -1, top_p = -1;
-  std::int64_t max_tokens = -1, num_ctx = -1, num_gpu = -1, num_batch = -1;
+  std::int64_t max_tokens = -1, num_ctx = -1, num_gpu = kNullInt, num_batch = -1;
   std::string cache;  // migration 4
   std::int64_t saved_tokens = -1;
   std::string guard;
@@ -41,6 +46,7 @@ struct Column {
   std::string_view name;
   Member member;
   bool nullable;
+  bool negative_values = false;  // NULL is kNullInt, not any negative number
 };
 // In table order after `id`; the INSERT and the list output follow it.
 std::span<const Column> columns();
@@ -63,6 +69,9 @@ void for_each_value(const Row& row, F&& f) {
           } else if constexpr (std::is_same_v<T, std::string>) {
             if (c.nullable && v.empty()) f(c, std::monostate{});
             else f(c, std::string_view(v));
+          } else if constexpr (std::is_same_v<T, std::int64_t>) {
+            if (c.nullable && (c.negative_values ? v == kNullInt : v < 0)) f(c, std::monostate{});
+            else f(c, v);
           } else {
             if (c.nullable && v < 0) f(c, std::monostate{});
             else f(c, v);

@@ -42,7 +42,7 @@ std::span<const Column> columns() {
       {"top_p", &Row::top_p, true},
       {"max_tokens", &Row::max_tokens, true},
       {"num_ctx", &Row::num_ctx, true},
-      {"num_gpu", &Row::num_gpu, true},
+      {"num_gpu", &Row::num_gpu, true, true},  // -1: every layer on the GPU
       {"num_batch", &Row::num_batch, true},
       {"cache", &Row::cache, true},
       {"saved_tokens", &Row::saved_tokens, true},

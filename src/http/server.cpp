@@ -278,7 +278,9 @@ class ExchangeImpl final : public Exchange {
         co_await t.async_wait(nothrow);
         co_return;
       }
-      // (Over TLS through the TLS stream: what arrives is records to decrypt.)
+      // (Over TLS through the TLS stream: what arrives is records to decrypt. The stream's
+      // read timer may still hold a write's timeout: this read has none.)
+      if (s_.stream.tls()) s_.stream.expires_never();
       auto [ec, n] = s_.stream.tls() ? co_await s_.stream.tls()->async_read_some(s_.buffer.prepare(4096), nothrow)
                                      : co_await s_.stream.socket().async_read_some(s_.buffer.prepare(4096), nothrow);
       if (ec == net::error::operation_aborted) {
@@ -335,7 +337,9 @@ class ExchangeImpl final : public Exchange {
   // runs (it is not watched further: its next request waits in the socket). On a plain
   // connection an error or EOF is left for the next peek to report; over TLS the bytes are
   // records, read through the TLS stream (a partial record stays inside it), and an error
-  // there (the client's close_notify, a bad record) is `gone`.
+  // there (the client's close_notify, a bad record) is `gone`. (That read may make OpenSSL
+  // answer with an alert, e.g. to a TLS 1.2 renegotiation attempt, written at once: were a
+  // reply's write pending then, that misbehaving client's own stream would be garbled.)
   enum class Taken { more, full, gone };
   Taken take_pipelined() {
     auto& sock = s_.stream.socket();
@@ -533,7 +537,11 @@ awaitable<bool> accept_tls(Session& s, const std::shared_ptr<TlsContext>& ctx) {
   auto [hec, used] = co_await s.stream.tls()->async_handshake(net::ssl::stream_base::server, s.buffer.data(), nothrow);
   s.buffer.consume(used);
   if (hec) {
-    w.server.tls_failures.fetch_add(1, std::memory_order_relaxed);
+    // (A TLS 1.3 client that leaves right after its Finished makes the write of the
+    // session tickets fail: its handshake did complete, and is not counted as failed.)
+    if (!::SSL_is_init_finished(s.stream.tls()->native_handle())) {
+      w.server.tls_failures.fetch_add(1, std::memory_order_relaxed);
+    }
     co_return false;
   }
   s.fresh = true;  // (the first request is still to come)

@@ -66,12 +66,18 @@ std::shared_ptr<TlsContext> make_tls_context(const TlsSettings& s) {
   // No renegotiation (a client could make the server redo handshakes at will); the
   // server's order of ciphers.
   ::SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_NO_COMPRESSION);
+  // OpenSSL's record buffers are given back while a connection is idle (keep-alive
+  // connections mostly are).
+  ::SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+  // An encrypted key is refused, not prompted for: OpenSSL's default asks on the terminal
+  // (or stdin), which would block the reload, or the start, for good.
+  ::SSL_CTX_set_default_passwd_cb(ctx, [](char*, int, int, void*) { return 0; });
   if (::SSL_CTX_use_certificate_chain_file(ctx, s.cert_file.c_str()) != 1) fail("cannot use the certificate chain in", s.cert_file);
   if (::SSL_CTX_use_PrivateKey_file(ctx, s.key_file.c_str(), SSL_FILETYPE_PEM) != 1 || ::SSL_CTX_check_private_key(ctx) != 1) {
     if (ERR_GET_REASON(::ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH) {
       fail("the private key in " + s.key_file + " does not match the certificate in", s.cert_file);
     }
-    fail("cannot use the private key in", s.key_file);
+    fail("cannot use the private key (it must be unencrypted PEM) in", s.key_file);
   }
   // Sessions resumed only within this context (needed with client certificates).
   static constexpr unsigned char kSessionContext[] = "sluice";

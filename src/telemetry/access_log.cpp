@@ -106,7 +106,7 @@ void append_json(std::string& o, const RequestRecord& r) {
   if (r.top_p >= 0) field_num(o, ",\"top_p\":", r.top_p);
   if (r.max_tokens >= 0) field_int(o, ",\"max_tokens\":", r.max_tokens);
   if (r.num_ctx >= 0) field_int(o, ",\"num_ctx\":", r.num_ctx);
-  if (r.num_gpu >= 0) field_int(o, ",\"num_gpu\":", r.num_gpu);
+  if (r.num_gpu != kUnsetSigned) field_int(o, ",\"num_gpu\":", r.num_gpu);
   if (r.num_batch >= 0) field_int(o, ",\"num_batch\":", r.num_batch);
   o += '}';
 }

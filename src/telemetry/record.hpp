@@ -11,6 +11,9 @@
 
 namespace sluice::telemetry {
 
+// Not set, for a field whose values may be negative (num_gpu: -1 is "every layer").
+inline constexpr std::int64_t kUnsetSigned = INT64_MIN;
+
 // Fields declared as string_view point into state that outlives the access log (the
 // immutable configuration and the gateway's tables), so recording a request copies no
 // configuration strings; the rest are owned.
@@ -65,7 +68,7 @@ struct RequestRecord {
   double top_p = -1;
   std::int64_t max_tokens = -1;    // max_completion_tokens / max_tokens / options.num_predict
   std::int64_t num_ctx = -1;       // Ollama-style options
-  std::int64_t num_gpu = -1;
+  std::int64_t num_gpu = kUnsetSigned;  // (-1 is a value: every layer on the GPU)
   std::int64_t num_batch = -1;
   // False for a query of the records themselves (/history): the access log keeps its line,
   // the sinks (history, events) never see it. A failed authentication stays a record.

@@ -378,11 +378,19 @@ describe('TLS settings that do not do', () => {
     const d = tempDir('sluice-ltls-bad-');
     const cfg = path.join(d, 'sluice.yaml');
     fs.writeFileSync(cfg, toYaml({ listen: '127.0.0.1:0', access_log: '', data_dir: d, keys: keysAll(), models: MODELS, tls: tlsSection }));
-    const child = spawn(BIN, ['serve', '--config', cfg], { stdio: ['ignore', 'ignore', 'pipe'] });
+    // (stdin an open pipe: a prompt for a pass phrase would wait on it for good)
+    const child = spawn(BIN, ['serve', '--config', cfg], { stdio: ['pipe', 'ignore', 'pipe'] });
     let err = '';
     child.stderr.on('data', (b) => (err += b));
-    const code = await withTimeout(new Promise((r) => child.on('exit', r)), 10000, 'sluice serve to refuse the config');
-    return { code, err };
+    const exited = new Promise((r) => child.on('exit', r));
+    try {
+      return { code: await withTimeout(exited, 10000, 'sluice serve to refuse the config'), err };
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGKILL');
+        await exited;
+      }
+    }
   }
 
   test('a key that is not the certificate\'s, a missing file, half a pair: refused at start, saying which', async () => {
@@ -398,5 +406,12 @@ describe('TLS settings that do not do', () => {
     const notPem = await serveFails({ cert_file: path.join(dir, 'gw-first.csr'), key_file: pki.server.key });
     assert.equal(notPem.code, 1);
     assert.match(notPem.err, /tls: cannot use the certificate chain in .*gw-first\.csr/);
+    // An encrypted key is refused, not prompted for.
+    const encrypted = path.join(dir, 'gw-first-encrypted.key');
+    openssl(['pkey', '-in', pki.server.key, '-aes256', '-passout', 'pass:secret', '-out', encrypted]);
+    const locked = await serveFails({ cert_file: pki.server.crt, key_file: encrypted });
+    assert.equal(locked.code, 1);
+    assert.match(locked.err, /cannot use the private key \(it must be unencrypted PEM\)/);
+    assert.doesNotMatch(locked.err, /pass phrase/);
   });
 });

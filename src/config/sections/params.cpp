@@ -38,7 +38,7 @@ Ranges default_options() {
   return {
       {"num_ctx", {256, 131072, true}},
       {"num_predict", {-2, 131072, true}},
-      {"num_gpu", {0, 1024, true}},
+      {"num_gpu", {-1, 1024, true}},  // -1: every layer on the GPU (Ollama's default)
       {"num_batch", {1, 8192, true}},
       {"num_thread", {1, 1024, true}},
       {"temperature", {0, 2, false}},
