@@ -50,8 +50,10 @@ const RULES_TEST = path.join(REPO, 'deploy', 'prometheus', 'sluice-rules.test.ym
 const PROMTOOL = process.env.PROMTOOL || 'promtool';
 const PROMETHEUS = process.env.PROMETHEUS || 'prometheus';
 
-// Per-GPU families exist only on hosts where NVML finds a GPU.
-const OPTIONAL = ['sluice_gpu_utilization_ratio', 'sluice_gpu_memory_used_bytes', 'sluice_gpu_memory_total_bytes'];
+// Per-GPU families exist only on hosts where NVML finds a GPU; the TLS listener's only with
+// `tls` on (listener_tls.test.mjs reads them).
+const OPTIONAL = ['sluice_gpu_utilization_ratio', 'sluice_gpu_memory_used_bytes', 'sluice_gpu_memory_total_bytes',
+  'sluice_tls_certificate_expiry_timestamp_seconds', 'sluice_tls_handshake_failures_total'];
 // Families of the request history and the event producer (their own subsystems).
 const HISTORY_EVENTS = /\bsluice_(history|events)_[a-z_]+/;
 
