@@ -28,6 +28,17 @@ struct SimSettings {
   double slow_first_token_rate = 0; // first token delayed by slow_first_token
   Millis slow_first_token{5000};
   std::uint64_t seed = 0;           // 0 = random
+  // Model loading, as Ollama does it (docs/simulator.md, "Load options"). A model is
+  // (re)loaded when a request's load options (num_ctx, num_gpu, num_batch) differ from
+  // those it is loaded with, or after it was unloaded (keep_alive 0): that takes
+  // load_time, before any of its requests gets a token. 0 = always loaded.
+  Millis load_time{0};
+  int layers = 24;                  // num_gpu of them on the GPU (-1: all)
+  double cpu_layer_cost = 2.5;      // a layer on the CPU takes this many times a GPU one
+  double split_cost = 0.1;          // extra time per token when the layers are split
+  double weights_mib = 400;         // memory of the weights
+  double kv_kib_per_token = 12.8;   // KV cache per token of num_ctx
+  double batch_kib = 69;            // buffers per unit of num_batch
 
   bool operator==(const SimSettings&) const = default;
 };

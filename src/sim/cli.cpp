@@ -73,6 +73,15 @@ int run_cli(int argc, char** argv) {
                  "Probability that the first token is delayed by --slow-first-token")->capture_default_str();
   add_duration(app, "--slow-first-token", s.slow_first_token, "Extra first-token delay of the slow fault");
   app.add_option("--seed", s.seed, "Random seed (0 = random)")->capture_default_str();
+  add_duration(app, "--load-time", s.load_time,
+               "Loading a model when its load options (num_ctx, num_gpu, num_batch) change or after an unload (0 = always loaded)");
+  app.add_option("--layers", s.layers, "Layers of the model; num_gpu of them on the GPU")->capture_default_str();
+  app.add_option("--cpu-layer-cost", s.cpu_layer_cost, "Cost of a layer on the CPU, in GPU layers")->capture_default_str();
+  app.add_option("--split-cost", s.split_cost, "Extra time per token when layers are split GPU/CPU (fraction)")
+      ->capture_default_str();
+  app.add_option("--weights-mib", s.weights_mib, "Memory of the weights, MiB (/api/ps)")->capture_default_str();
+  app.add_option("--kv-kib-per-token", s.kv_kib_per_token, "KV-cache KiB per token of num_ctx")->capture_default_str();
+  app.add_option("--batch-kib", s.batch_kib, "Buffer KiB per unit of num_batch")->capture_default_str();
   add_duration(app, "--shutdown-grace", grace, "Time in-flight requests get after SIGTERM/SIGINT");
 
   try {

@@ -117,6 +117,14 @@ std::string validate(const config::SimSettings& s) {
   if (!rate_ok(s.hang_rate)) return "hang_rate must be in [0,1]";
   if (!rate_ok(s.slow_first_token_rate)) return "slow_first_token_rate must be in [0,1]";
   if (s.slow_first_token.count() < 0) return "slow_first_token_ms must be >= 0";
+  if (s.load_time.count() < 0) return "load_time_ms must be >= 0";
+  if (s.layers < 1) return "layers must be >= 1";
+  auto nonneg = [](double v) { return std::isfinite(v) && v >= 0; };
+  if (!nonneg(s.cpu_layer_cost) || s.cpu_layer_cost < 1) return "cpu_layer_cost must be >= 1";
+  if (!nonneg(s.split_cost)) return "split_cost must be >= 0";
+  if (!nonneg(s.weights_mib)) return "weights_mib must be >= 0";
+  if (!nonneg(s.kv_kib_per_token)) return "kv_kib_per_token must be >= 0";
+  if (!nonneg(s.batch_kib)) return "batch_kib must be >= 0";
   const double sum =
       s.error_rate_429 + s.error_rate_500 + s.error_rate_503 + s.abort_rate + s.hang_rate;
   if (sum > 1.0 + 1e-9) return "error_rate_429 + error_rate_500 + error_rate_503 + abort_rate + hang_rate must be <= 1";
@@ -142,6 +150,13 @@ std::string settings_json(const config::SimSettings& s) {
   o["slow_first_token_rate"] = s.slow_first_token_rate;
   o["slow_first_token_ms"] = s.slow_first_token.count();
   o["seed"] = s.seed;
+  o["load_time_ms"] = s.load_time.count();
+  o["layers"] = s.layers;
+  o["cpu_layer_cost"] = s.cpu_layer_cost;
+  o["split_cost"] = s.split_cost;
+  o["weights_mib"] = s.weights_mib;
+  o["kv_kib_per_token"] = s.kv_kib_per_token;
+  o["batch_kib"] = s.batch_kib;
   return json::serialize(o);
 }
 
@@ -216,6 +231,13 @@ bool apply_settings_json(std::string_view text, config::SimSettings& s, std::str
     else if (key == "hang_rate") n.hang_rate = d;
     else if (key == "slow_first_token_rate") n.slow_first_token_rate = d;
     else if (key == "slow_first_token_ms") ok = millis(n.slow_first_token);
+    else if (key == "load_time_ms") ok = millis(n.load_time);
+    else if (key == "layers") ok = integer(n.layers, 1);
+    else if (key == "cpu_layer_cost") n.cpu_layer_cost = d;
+    else if (key == "split_cost") n.split_cost = d;
+    else if (key == "weights_mib") n.weights_mib = d;
+    else if (key == "kv_kib_per_token") n.kv_kib_per_token = d;
+    else if (key == "batch_kib") n.batch_kib = d;
     else if (key == "seed") {
       if (d < 0 || d != std::floor(d) || !(kv.value().is_int64() || kv.value().is_uint64())) {
         error = "seed must be an integer >= 0";
@@ -495,6 +517,55 @@ void Engine::reset_stats() {
   counters_ = Stats{};
 }
 
+double gpu_share(const LoadOptions& o, const config::SimSettings& s) noexcept {
+  if (o.num_gpu < 0 || o.num_gpu >= s.layers) return 1.0;
+  return static_cast<double>(o.num_gpu) / static_cast<double>(s.layers);
+}
+
+double compute_factor(const LoadOptions& o, const config::SimSettings& s) noexcept {
+  const double g = gpu_share(o, s);
+  const double f = g + (1.0 - g) * s.cpu_layer_cost;
+  return g > 0.0 && g < 1.0 ? f * (1.0 + s.split_cost) : f;
+}
+
+ModelMemory model_memory(const LoadOptions& o, const config::SimSettings& s) noexcept {
+  const double bytes = s.weights_mib * 1048576.0 + s.kv_kib_per_token * 1024.0 * static_cast<double>(o.num_ctx) +
+                       s.batch_kib * 1024.0 * static_cast<double>(o.num_batch);
+  return {static_cast<std::int64_t>(bytes), static_cast<std::int64_t>(bytes * gpu_share(o, s))};
+}
+
+std::chrono::steady_clock::time_point Engine::ready_at(const std::string& model, const LoadOptions& o) {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(mu_);
+  auto it = models_.find(model);
+  if (settings_.load_time.count() <= 0) {
+    // Not modelled: always loaded (with the options last asked for, for /api/ps).
+    if (it == models_.end()) models_.emplace(model, Model{o, now});
+    else it->second.options = o;
+    return now;
+  }
+  if (it != models_.end() && it->second.options == o) return std::max(now, it->second.ready);
+  // A load: after the one in progress, if any (Ollama waits for it).
+  const auto start = it != models_.end() ? std::max(now, it->second.ready) : now;
+  const auto ready = start + settings_.load_time;
+  if (it == models_.end()) models_.emplace(model, Model{o, ready});
+  else it->second = Model{o, ready};
+  ++counters_.loads;
+  return ready;
+}
+
+void Engine::unload(const std::string& model) {
+  std::lock_guard lock(mu_);
+  models_.erase(model);
+}
+
+std::vector<LoadedModel> Engine::loaded() const {
+  std::lock_guard lock(mu_);
+  std::vector<LoadedModel> out;
+  for (const auto& [name, m] : models_) out.push_back({name, m.options, model_memory(m.options, settings_)});
+  return out;
+}
+
 std::string stats_json(const Stats& s) {
   json::object o;
   o["requests"] = s.requests;
@@ -510,6 +581,7 @@ std::string stats_json(const Stats& s) {
   o["hung"] = s.hung;
   o["kv_used"] = s.kv_used;
   o["rejected_queue_full"] = s.rejected_queue_full;
+  o["loads"] = s.loads;
   o["in_flight"] = s.in_flight;
   o["waiting"] = s.waiting;
   return json::serialize(o);

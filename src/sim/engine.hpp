@@ -12,6 +12,8 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <map>
+#include <vector>
 
 #include "config/sim.hpp"
 #include "sim/sim.hpp"
@@ -60,6 +62,24 @@ struct OutputPlan {
   bool length_limited = false;
 };
 OutputPlan plan_output(std::optional<std::int64_t> requested, const config::SimSettings& s) noexcept;
+
+// The share of the model's layers on the GPU, 0..1.
+double gpu_share(const LoadOptions& o, const config::SimSettings& s) noexcept;
+// Time of the prefill and of each token against every layer on the GPU (1): layers on the
+// CPU cost cpu_layer_cost each, and a split between both costs split_cost more.
+double compute_factor(const LoadOptions& o, const config::SimSettings& s) noexcept;
+struct ModelMemory {
+  std::int64_t size = 0;  // bytes: weights, KV cache (num_ctx), buffers (num_batch)
+  std::int64_t vram = 0;  // the GPU's share of them
+};
+ModelMemory model_memory(const LoadOptions& o, const config::SimSettings& s) noexcept;
+
+// A model as /api/ps lists it.
+struct LoadedModel {
+  std::string name;
+  LoadOptions options;
+  ModelMemory memory;
+};
 
 class Engine {
  public:
@@ -112,6 +132,13 @@ class Engine {
     rejected_queue_full
   };
   void count(Counter c) noexcept;
+
+  // When `model` can serve with `o` (settings().load_time > 0; else at once): at once if it
+  // is loaded with them, else once a load starting now (or after the one in progress) is
+  // done. Each load is counted.
+  std::chrono::steady_clock::time_point ready_at(const std::string& model, const LoadOptions& o);
+  void unload(const std::string& model);
+  std::vector<LoadedModel> loaded() const;
   Stats stats() const;
   void reset_stats();  // zeroes the counters; the gauges (in_flight, waiting) stay
 
@@ -130,6 +157,11 @@ class Engine {
   std::int64_t kv_used_ = 0;
   std::deque<std::shared_ptr<Waiter>> queue_;
   Stats counters_;  // counter fields only; gauges come from in_flight_ / queue_
+  struct Model {
+    LoadOptions options;
+    std::chrono::steady_clock::time_point ready;  // when its load is (was) done
+  };
+  std::map<std::string, Model, std::less<>> models_;  // loaded models
 };
 
 }  // namespace sluice::sim

@@ -84,10 +84,11 @@ asio::awaitable<std::optional<Engine::Slot>> enter(Engine& eng, http::Exchange& 
 // When the first token is due (an embeddings answer too): the fixed part + prefill per
 // prompt token (+ the slow first token fault), each jittered, after the slot was taken.
 Clock::time_point first_token_at(Engine& eng, const config::SimSettings& s, const Fault& fault,
-                                 std::int64_t prompt_tokens, Clock::time_point slot_time) {
-  const auto prefill = std::chrono::duration_cast<nanoseconds>(s.ttft) +
-                       nanoseconds(static_cast<std::int64_t>(s.ttft_per_prompt_token_ms * 1e6 *
-                                                             static_cast<double>(prompt_tokens)));
+                                 std::int64_t prompt_tokens, Clock::time_point slot_time, double factor = 1.0) {
+  const auto prefill = std::chrono::duration_cast<nanoseconds>(
+      (std::chrono::duration_cast<nanoseconds>(s.ttft) +
+       nanoseconds(static_cast<std::int64_t>(s.ttft_per_prompt_token_ms * 1e6 * static_cast<double>(prompt_tokens)))) *
+      factor);
   Clock::time_point at = slot_time + eng.jittered(prefill, s.jitter);
   if (fault.slow_first_token.count() > 0)
     at += eng.jittered(std::chrono::duration_cast<nanoseconds>(fault.slow_first_token), s.jitter);
@@ -98,6 +99,11 @@ Clock::time_point first_token_at(Engine& eng, const config::SimSettings& s, cons
 asio::awaitable<void> serve(std::shared_ptr<Engine> eng, http::Exchange& ex, GenRequest req,
                             config::SimSettings s, Fault fault, Clock::time_point arrival,
                             RunState& st) {
+  // Ollama's face: the model loads first if this request's load options are not those it
+  // is loaded with; where its layers run sets the pace of the prefill and of each token.
+  const bool ollama = req.api == Api::ollama;
+  const Clock::time_point ready = ollama ? eng->ready_at(req.model, req.load) : Clock::time_point{};
+  const double factor = ollama ? compute_factor(req.load, s) : 1.0;
   // The KV cache holds the prompt and the planned output while the sequence runs.
   const std::int64_t kv = req.prompt_tokens + plan_output(req.max_tokens, s).tokens;
   std::optional<Engine::Slot> slot = co_await enter(*eng, ex, req.api, fault, st, kv);
@@ -124,8 +130,8 @@ asio::awaitable<void> serve(std::shared_ptr<Engine> eng, http::Exchange& ex, Gen
 
   // Later tokens follow every inter_token (jittered), scheduled from the previous deadline
   // so write time does not accumulate.
-  Clock::time_point deadline = first_token_at(*eng, s, fault, req.prompt_tokens, slot_time);
-  const nanoseconds itl = std::chrono::duration_cast<nanoseconds>(s.inter_token);
+  Clock::time_point deadline = first_token_at(*eng, s, fault, req.prompt_tokens, std::max(slot_time, ready), factor);
+  const auto itl = std::chrono::duration_cast<nanoseconds>(std::chrono::duration_cast<nanoseconds>(s.inter_token) * factor);
   // A reasoning summary is generated before the answer: its tokens delay the first one.
   for (std::size_t i = 0; i < answer.reasoning.size(); ++i) deadline += eng->jittered(itl, s.jitter);
 
@@ -191,6 +197,7 @@ asio::awaitable<void> serve(std::shared_ptr<Engine> eng, http::Exchange& ex, Gen
   }
   eng->count(Engine::Counter::completed);
   st.finished = true;
+  if (req.unload_after) eng->unload(req.model);
 }
 
 // Picks the request's fault (the x-sim-fault header, else a random draw by the rates of
@@ -337,6 +344,66 @@ http::Response json_reply(int status, std::string body) {
 }
 
 // Non-generation routes: a complete reply built without suspending.
+// GET /api/ps: the models loaded, with their memory (Ollama's shape; `context_length` is
+// num_ctx, and `options` the simulator's own: the load options in force).
+std::string ollama_ps_body(const Engine& eng) {
+  boost::json::array models;
+  for (const auto& m : eng.loaded()) {
+    models.push_back(boost::json::object{
+        {"name", m.name},
+        {"model", m.name},
+        {"size", m.memory.size},
+        {"size_vram", m.memory.vram},
+        {"digest", ""},
+        {"details", boost::json::object{{"format", "gguf"}, {"family", "sluice-sim"}}},
+        {"expires_at", "0001-01-01T00:00:00Z"},
+        {"context_length", m.options.num_ctx},
+        {"options", boost::json::object{{"num_ctx", m.options.num_ctx},
+                                        {"num_gpu", m.options.num_gpu},
+                                        {"num_batch", m.options.num_batch}}}});
+  }
+  return boost::json::serialize(boost::json::object{{"models", std::move(models)}});
+}
+
+// POST /api/generate without a prompt, as Ollama clients load and unload models:
+// keep_alive 0 unloads at once ("done_reason":"unload"); otherwise the model is loaded with
+// the request's options ("load"), which takes load_time when they differ from its own. A
+// prompt is refused: the simulator generates through /api/chat.
+asio::awaitable<void> generate_load(std::shared_ptr<Engine> eng, http::Exchange& ex) {
+  boost::system::error_code ec;
+  const auto v = boost::json::parse(ex.request().body(), ec);
+  const auto* o = ec ? nullptr : v.if_object();
+  const auto* model = o ? o->if_contains("model") : nullptr;
+  std::string error;
+  LoadOptions load;
+  if (!model || !model->is_string() || model->get_string().empty()) {
+    error = "model is required";
+  } else if (const auto* p = o->if_contains("prompt"); p && !p->is_null() && !(p->is_string() && p->get_string().empty())) {
+    error = "the simulator's /api/generate only loads and unloads models (no prompt); generate through /api/chat";
+  } else if (const auto* opts = o->if_contains("options"); opts && opts->is_object()) {
+    read_load_options(opts->get_object(), load, error);
+  }
+  if (!error.empty()) {
+    co_await reply_error(ex, Api::ollama, ErrorKind::bad_request, error);
+    co_return;
+  }
+  const std::string name(model->get_string());
+  std::string reason = "unload";
+  if (keep_alive_zero(o->if_contains("keep_alive"))) {
+    eng->unload(name);
+  } else {
+    reason = "load";
+    co_await sleep_until(eng->ready_at(name, load));
+  }
+  http::Response r;
+  r.body = boost::json::serialize(boost::json::object{{"model", name},
+                                                      {"created_at", "1970-01-01T00:00:00Z"},
+                                                      {"response", ""},
+                                                      {"done", true},
+                                                      {"done_reason", reason}});
+  co_await ex.reply(std::move(r));
+}
+
 http::Response route(Shared& sh, std::string_view method, std::string_view path, std::string_view body) {
   const bool get = method == "GET";
   const bool post = method == "POST";
@@ -352,6 +419,7 @@ http::Response route(Shared& sh, std::string_view method, std::string_view path,
   if (path == "/api/tags") return get ? json_reply(200, ollama_tags_body(sh.models)) : method_not_allowed();
   if (path == "/api/version")
     return get ? json_reply(200, R"({"version":"0.0.0-sluice-sim"})") : method_not_allowed();
+  if (path == "/api/ps") return get ? json_reply(200, ollama_ps_body(eng)) : method_not_allowed();
   if (path == "/sim/stats") return get ? json_reply(200, stats_json(eng.stats())) : method_not_allowed();
   if (path == "/metrics") {
     if (!get) return method_not_allowed();
@@ -460,6 +528,10 @@ asio::awaitable<void> handle(std::shared_ptr<Shared> sh, http::Exchange& ex) {
     http::Response r = error_response(api, ErrorKind::bad_request, "method not allowed");
     r.status = 405;
     co_await ex.reply(std::move(r));
+    co_return;
+  }
+  if (path == "/api/generate" && rq.method() == "POST") {
+    co_await generate_load(sh->engine, ex);
     co_return;
   }
   http::Response r = route(*sh, rq.method(), path, rq.body());

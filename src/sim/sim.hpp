@@ -15,6 +15,15 @@ namespace sluice::sim {
 
 // Counters since start (or the last reset) and two gauges. `requests` and `embeddings`
 // count arrivals; the outcome counters below them count both kinds of request.
+// The options that make Ollama load a model again when they change, with its defaults for
+// those a request leaves out.
+struct LoadOptions {
+  std::int64_t num_ctx = 2048;
+  std::int64_t num_gpu = -1;  // layers on the GPU; -1: all
+  std::int64_t num_batch = 512;
+  bool operator==(const LoadOptions&) const = default;
+};
+
 struct Stats {
   std::uint64_t requests = 0;             // every generation request
   std::uint64_t responses = 0;            // of which to the Responses API (POST /v1/responses)
@@ -26,6 +35,7 @@ struct Stats {
   std::uint64_t aborted = 0;              // stream/answer dropped by the abort fault
   std::uint64_t hung = 0;                 // requests given the hang fault
   std::uint64_t rejected_queue_full = 0;  // 503: max_waiting reached
+  std::uint64_t loads = 0;                // models loaded (load_time > 0: a changed option, or after an unload)
   std::int64_t in_flight = 0;             // slots in use (gauge, not reset)
   std::int64_t waiting = 0;               // queued for a slot (gauge, not reset)
   std::int64_t kv_used = 0;               // KV-cache tokens held by running sequences (gauge)

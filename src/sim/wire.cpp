@@ -110,6 +110,38 @@ std::optional<json::value> parse_body(std::string_view body, std::string& error,
   return v;
 }
 
+bool keep_alive_zero(const json::value* v) {
+  if (!v) return false;
+  if (v->is_int64()) return v->get_int64() == 0;
+  if (v->is_uint64()) return v->get_uint64() == 0;
+  if (v->is_double()) return v->get_double() == 0;
+  if (v->is_string()) {
+    const std::string_view s = v->get_string();
+    return s == "0" || s == "0s" || s == "0m" || s == "0h";
+  }
+  return false;
+}
+
+bool read_load_options(const json::object& options, LoadOptions& o, std::string& error) {
+  struct Field {
+    const char* name;
+    std::int64_t LoadOptions::*member;
+    std::int64_t min;
+  };
+  for (const Field f : {Field{"num_ctx", &LoadOptions::num_ctx, 1}, Field{"num_gpu", &LoadOptions::num_gpu, -1},
+                        Field{"num_batch", &LoadOptions::num_batch, 1}}) {
+    const json::value* v = options.if_contains(f.name);
+    if (!v || v->is_null()) continue;
+    std::int64_t n = 0;
+    if (!get_int(*v, n) || n < f.min) {
+      error = std::string("'options.") + f.name + "' must be an integer >= " + std::to_string(f.min);
+      return false;
+    }
+    o.*f.member = n;
+  }
+  return true;
+}
+
 std::optional<GenRequest> parse_request(Api api, std::string_view body, std::string& error) {
   if (api == Api::responses) return parse_responses_request(body, error);
   // Small bodies parse into this buffer without a heap allocation.
@@ -292,7 +324,9 @@ std::optional<GenRequest> parse_request(Api api, std::string_view body, std::str
         if (r.max_tokens && *r.max_tokens < 0) r.max_tokens.reset();  // -1: no limit
         if (!read_seed("options.seed", oo.if_contains("seed"))) return std::nullopt;
         if (!read_stop("options.stop", oo.if_contains("stop"), true)) return std::nullopt;
+        if (!read_load_options(oo, r.load, error)) return std::nullopt;
       }
+      r.unload_after = keep_alive_zero(o.if_contains("keep_alive"));
       if (auto* f = o.if_contains("format"); f && !f->is_null()) {
         if (f->is_string() && f->get_string() == "json") {
           r.format = Format::json_object;

@@ -13,6 +13,7 @@
 
 #include "http/server.hpp"
 #include "sim/answer.hpp"
+#include "sim/sim.hpp"
 
 namespace sluice::sim {
 
@@ -46,7 +47,15 @@ struct GenRequest {
   int top_logprobs = 0;                     // OpenAI top_logprobs (0..20)
   bool reasoning = false;                   // Responses "reasoning" given: a summary precedes the answer
   boost::json::object echo;                 // Responses: the request's fields its Response repeats
+  LoadOptions load;                         // Ollama: options.num_ctx, num_gpu, num_batch (else its defaults)
+  bool unload_after = false;                // Ollama: keep_alive 0 (the model is unloaded after the answer)
 };
+
+// Ollama's keep_alive: 0 (a number, or a duration string "0", "0s", "0m"): unload.
+bool keep_alive_zero(const boost::json::value* v);
+// options.num_ctx, num_gpu and num_batch of an Ollama request into `o` (integers; num_ctx and
+// num_batch >= 1, num_gpu >= -1). False and `error` on a bad one.
+bool read_load_options(const boost::json::object& options, LoadOptions& o, std::string& error);
 
 // Parses a generation request body:
 // - OpenAI /v1/chat/completions: model, messages, stream (default false),

@@ -61,6 +61,18 @@ const Table<SimSettings>& sim_table() {
           number("slow_first_token_rate", &SimSettings::slow_first_token_rate, 0, 1,
                  "Probability of a first token delayed by `slow_first_token`."),
           duration("slow_first_token", &SimSettings::slow_first_token, zero, "That delay."),
+          duration("load_time", &SimSettings::load_time, zero,
+                   "Loading a model, as Ollama does when a request's `num_ctx`, `num_gpu` or `num_batch` differs "
+                   "from those it is loaded with, or after an unload (`keep_alive: 0`): no token of that model "
+                   "before it is done. 0 = always loaded."),
+          integer("layers", &SimSettings::layers, 1, 100000, "The model's layers; `num_gpu` of them run on the GPU (-1: all)."),
+          number("cpu_layer_cost", &SimSettings::cpu_layer_cost, 1, 1e6,
+                 "A layer on the CPU takes this many times a GPU one (prefill and each token)."),
+          number("split_cost", &SimSettings::split_cost, 0, 1e6,
+                 "Extra time per token, as a fraction, when the layers are split between GPU and CPU."),
+          number("weights_mib", &SimSettings::weights_mib, 0, 1e9, "Memory of the weights (`/api/ps`)."),
+          number("kv_kib_per_token", &SimSettings::kv_kib_per_token, 0, 1e9, "KV-cache memory per token of `num_ctx`."),
+          number("batch_kib", &SimSettings::batch_kib, 0, 1e9, "Buffer memory per unit of `num_batch`."),
           custom<SimSettings>("seed", "integer", "0", "0–18446744073709551615; 0 = random.",
                               [](Loader& l, const YAML::Node& n, const std::string& p, SimSettings& s) {
                                 std::string text;
