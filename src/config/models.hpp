@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,6 +40,18 @@ struct Overload {
   std::chrono::milliseconds max_wait{0};
 };
 
+// Ollama's options that make it load the model again when they change (num_ctx, num_gpu,
+// num_batch: seconds during which nobody on that server gets a token), and what a route
+// does with a client's (docs/tuning.md): pin them to the route's values, allow only listed
+// values, or steer each request to a backend already loaded with its values.
+enum class LoadPolicy : std::uint8_t { pin, allow, steer };
+inline constexpr std::string_view kLoadOptionKeys[] = {"num_ctx", "num_gpu", "num_batch"};
+struct LoadOptionsPolicy {
+  LoadPolicy policy = LoadPolicy::pin;
+  std::map<std::string, std::int64_t, std::less<>> values;  // the route's own (a client's absent one: this)
+  std::map<std::string, std::vector<std::int64_t>, std::less<>> allowed;  // allow: further values a client may ask
+};
+
 struct Route {
   // Bounds the data path relies on (a request's tried set is a 64-bit mask; its list of
   // sets to try is fixed-size).
@@ -68,6 +81,7 @@ struct Route {
   std::optional<Price> price;
   std::optional<EmbeddingBatch> embedding_batch;
   std::optional<Overload> overload;
+  std::optional<LoadOptionsPolicy> load_options;
 
   const Backend& primary() const noexcept { return backends.front(); }
 };

@@ -133,6 +133,9 @@ struct Request {
   cache::Flight** shares = nullptr;
   // Set by a filter (the gate, on overload) to serve the request elsewhere.
   Reroute* reroute = nullptr;
+  // Set by the load_options filter (policy steer): the request's load options
+  // (upstream::load_signature); the handler prefers a backend loaded with them.
+  std::uint64_t* load_signature = nullptr;
   Interrupt* interrupt = nullptr;
 };
 

@@ -86,6 +86,7 @@ struct Context {
   bool batch_follower = false;  // this attempt's answer came from another request's batched call
   filters::Pass* pass = nullptr;  // the request's filters, for their answered hooks
   filters::Reroute reroute;       // where a filter sent the request instead (overload)
+  std::uint64_t load_signature = 0;  // load_options steer: prefer a backend loaded with these (0: none)
   std::string_view rerouted_to;   // the light model serving it (the record's served_by)
   LiveRequest* live = nullptr;    // in the worker's list while it runs
   filters::Interrupt interrupt;   // a waiting filter's wake-up, for a cancel from outside
@@ -768,6 +769,7 @@ class WorkerHandler final : public LiveSource {
                             .keep_completion = &ctx.keep_completion,
                             .shares = &ctx.shares,
                             .reroute = &ctx.reroute,
+                            .load_signature = &ctx.load_signature,
                             .interrupt = &ctx.interrupt};
   }
 
@@ -975,7 +977,19 @@ class WorkerHandler final : public LiveSource {
           if (was_tried(set.members[i].get())) tried_mask |= std::uint64_t{1} << i;
           usable[i] = set.members[i]->usable(now, despite_ejection);
         }
-        const int pick = set.balancer->pick(std::span<const bool>(usable.data(), n), tried_mask);
+        int pick = -1;
+        if (ctx.load_signature != 0) {
+          // load_options steer: a backend whose model is loaded with the request's options
+          // first (no reload), least connections among them; else one that has served
+          // nothing yet (a load that stalls nobody); else any.
+          std::array<bool, config::Route::kMaxBackends> loaded{};
+          for (const std::uint64_t want : {ctx.load_signature, std::uint64_t{0}}) {
+            for (std::size_t i = 0; i < n; ++i) loaded[i] = usable[i] && set.members[i]->model_load.current() == want;
+            pick = set.balancer->pick(std::span<const bool>(loaded.data(), n), tried_mask);
+            if (pick >= 0) break;
+          }
+        }
+        if (pick < 0) pick = set.balancer->pick(std::span<const bool>(usable.data(), n), tried_mask);
         if (pick < 0 && !despite_ejection && attempts == 0 && k + 1 == n_sets) {
           // Like nginx with a single server: passive ejection steers traffic to the other
           // backends and sets, but when the last set has only ejected backends left and
@@ -1313,6 +1327,13 @@ class WorkerHandler final : public LiveSource {
     ctx.rec.upstream_status = 0;
     ctx.rec.ttft_ms = -1;
     be.adaptive.started(be.in_flight.fetch_add(1, std::memory_order_relaxed) + 1);
+    // Ollama loads the model again when these options change: which ones it gets is noted,
+    // and a change is judged by the first token's time (a reload seen, or not).
+    const auto options_changed =
+        be.wire != config::Provider::ollama
+            ? upstream::ModelLoad::Sent::none
+            : be.model_load.sent(ctx.load_signature ? ctx.load_signature
+                                                    : upstream::load_signature(upstream::load_values(creq.body)));
     set.balancer->started(member);
     if (metrics_) metrics_->upstream_started(be.metrics_backend);
     // Settled however the exchange ends; when it ends by an exception (the request torn
@@ -1327,6 +1348,7 @@ class WorkerHandler final : public LiveSource {
       Passes passes;
       bool judged, is_canary;
       Clock::time_point t0;
+      upstream::ModelLoad::Sent options_changed = upstream::ModelLoad::Sent::none;
       bool known = false, failed = false, client_left = true, timed_out = false;
 
       void outcome(const std::optional<Failure>& f) {
@@ -1347,6 +1369,7 @@ class WorkerHandler final : public LiveSource {
         double latency = since_t0;
         if (ctx.rec.ttft_ms >= 0) latency = ctx.rec.ttft_ms - ms_since(ctx.start, t0);
         be.in_flight.fetch_sub(1, std::memory_order_relaxed);
+        if (known && !failed) be.model_load.answered(options_changed, latency);
         set.balancer->finished(member, !known || failed ? -1 : latency);
         if (!known || client_left) {
           // No verdict on the backend; a half-open probe slot goes back.
@@ -1368,7 +1391,7 @@ class WorkerHandler final : public LiveSource {
         }
         if (h.metrics_) h.metrics_->upstream_finished(be.metrics_backend, known && failed, since_t0 / 1000.0);
       }
-    } settle{*this, ctx, owner, set, member, be, passes, judged, is_canary, t0};
+    } settle{*this, ctx, owner, set, member, be, passes, judged, is_canary, t0, options_changed};
     auto f = co_await relay(ex, ctx, creq, be, *set.route);
     settle.outcome(f);
     co_return f;

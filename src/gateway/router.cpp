@@ -819,6 +819,20 @@ void Router::render_metrics(std::string& o) const {
   metric_help(o, "sluice_backend_up", "gauge",
               "1 when the backend gets requests: healthy by its probes, not ejected, breakers not open.");
   for (const auto& b : bes) metric_line(o, "sluice_backend_up", label("backend", b->name), b->usable(now) ? 1 : 0);
+  metric_help(o, "sluice_backend_load_option_changes_total", "counter",
+              "Requests to an Ollama backend whose num_ctx, num_gpu or num_batch differed from the previous request's "
+              "(the server loads the model again).");
+  for (const auto& b : bes) {
+    if (b->wire == config::Provider::ollama)
+      metric_line(o, "sluice_backend_load_option_changes_total", label("backend", b->name), static_cast<double>(b->model_load.changes()));
+  }
+  metric_help(o, "sluice_backend_model_reloads_total", "counter",
+              "Reloads seen on an Ollama backend: a request with changed load options whose first token took more than "
+              "twice the backend's usual time (and 100 ms more).");
+  for (const auto& b : bes) {
+    if (b->wire == config::Provider::ollama)
+      metric_line(o, "sluice_backend_model_reloads_total", label("backend", b->name), static_cast<double>(b->model_load.reloads()));
+  }
   metric_help(o, "sluice_backend_healthy", "gauge", "1 when the backend's active probes say healthy.");
   std::vector<upstream::Health::Snapshot> hs;
   for (const auto& b : bes) hs.push_back(b->health.snapshot(now));
@@ -977,6 +991,10 @@ void Router::render_infra(std::string& o) const {
     o += b->usable(now) ? "true" : "false";
     o += R"(,"in_flight":)" + std::to_string(b->in_flight.load()) +
          R"(,"max_in_flight":)" + std::to_string(b->cfg.max_in_flight);
+    if (b->wire == config::Provider::ollama) {
+      o += R"(,"load_options":{"changes":)" + std::to_string(b->model_load.changes()) + R"(,"reloads_seen":)" +
+           std::to_string(b->model_load.reloads()) + "}";
+    }
     if (b->adaptive.on()) {
       const auto s = b->adaptive.snapshot();
       o += R"(,"adaptive":{"limit":)" + std::to_string(s.limit) + R"(,"p90_ttft_ms":)" +

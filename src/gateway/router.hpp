@@ -26,6 +26,7 @@
 #include "upstream/health.hpp"
 #include "upstream/adaptive.hpp"
 #include "upstream/load.hpp"
+#include "upstream/model_load.hpp"
 
 namespace sluice::sim {
 class SimServer;
@@ -70,6 +71,7 @@ struct BackendRuntime {
   std::unique_ptr<sim::SimServer> sim;  // the embedded simulator behind a `simulated` backend
   upstream::Load load;                   // its own load signals (cfg.load), read by the monitor thread
   upstream::AdaptiveConcurrency adaptive;  // its in-flight limit following its TTFT (cfg.adaptive)
+  upstream::ModelLoad model_load;          // Ollama: the load options it last got, the reloads seen
   // The in-flight limit now: the adaptive one, else cfg.max_in_flight (0 = none).
   int max_in_flight() const noexcept { return adaptive.on() ? adaptive.limit() : cfg.max_in_flight; }
 

@@ -49,9 +49,9 @@ void field_usd(std::string& o, const char (&prefix)[N], double v) {
   o.append(buf, static_cast<std::size_t>(end - buf));
 }
 template <std::size_t N>
-void field_int(std::string& o, const char (&prefix)[N], std::int64_t v) {
+void field_int(std::string& o, const char (&prefix)[N], std::int64_t v, bool negative_ok = false) {
   o.append(prefix, N - 1);
-  if (v < 0) {
+  if (v < 0 && !negative_ok) {
     o += "null";
     return;
   }
@@ -106,7 +106,7 @@ void append_json(std::string& o, const RequestRecord& r) {
   if (r.top_p >= 0) field_num(o, ",\"top_p\":", r.top_p);
   if (r.max_tokens >= 0) field_int(o, ",\"max_tokens\":", r.max_tokens);
   if (r.num_ctx >= 0) field_int(o, ",\"num_ctx\":", r.num_ctx);
-  if (r.num_gpu != kUnsetSigned) field_int(o, ",\"num_gpu\":", r.num_gpu);
+  if (r.num_gpu != kUnsetSigned) field_int(o, ",\"num_gpu\":", r.num_gpu, /*negative_ok=*/true);
   if (r.num_batch >= 0) field_int(o, ",\"num_batch\":", r.num_batch);
   o += '}';
 }

@@ -364,6 +364,80 @@ const Table<Overload>& overload_table() {
   return t;
 }
 
+const Enum<LoadPolicy>& load_policy_enum() {
+  static const Enum<LoadPolicy> e{
+      "load_options policy", {{"pin", LoadPolicy::pin}, {"allow", LoadPolicy::allow}, {"steer", LoadPolicy::steer}}};
+  return e;
+}
+
+// A map keyed by the load options (num_ctx, num_gpu, num_batch), each value read by `one`.
+template <class V, class One>
+bool read_load_map(Loader& l, const YAML::Node& n, const std::string& p, std::map<std::string, V, std::less<>>& out,
+                   One one) {
+  if (!n.IsMap()) {
+    l.fail(p, n, std::string("expected a map of num_ctx, num_gpu, num_batch, got ") + kind_of(n));
+    return false;
+  }
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const std::string k = it->first.Scalar();
+    const std::string kp = join(p, k);
+    if (std::find(std::begin(kLoadOptionKeys), std::end(kLoadOptionKeys), k) == std::end(kLoadOptionKeys)) {
+      l.fail(kp, it->first, "not a load option: expected num_ctx, num_gpu or num_batch");
+      continue;
+    }
+    V v{};
+    if (one(it->second, kp, k, v)) out[k] = std::move(v);
+  }
+  return true;
+}
+
+// One load option's value: num_gpu from -1 (every layer), the others from 1.
+bool read_load_value(Loader& l, const YAML::Node& n, const std::string& p, const std::string& key, std::int64_t& v) {
+  long long x = 0;
+  if (!l.get_int(n, p, key == "num_gpu" ? -1 : 1, 1'000'000, x)) return false;
+  v = x;
+  return true;
+}
+
+const Table<LoadOptionsPolicy>& load_options_table() {
+  static const Table<LoadOptionsPolicy> t{
+      "models[].load_options",
+      {
+          choice("policy", &LoadOptionsPolicy::policy, load_policy_enum(),
+                 "`pin`: a client's `num_ctx`, `num_gpu`, `num_batch` are replaced by `values` (removed when "
+                 "`values` has none); `allow`: a client's value must be in `values` or `allowed` (else 400 "
+                 "`option_not_allowed`); `steer`: any value passes, and the request goes to a backend whose model "
+                 "is loaded with the same ones (least connections among them), else to the least loaded."),
+          custom<LoadOptionsPolicy>(
+              "values", "map", "none",
+              "The route's own values (`{num_ctx: 4096, num_gpu: -1}`), set on every request that gives none.",
+              [](Loader& l, const YAML::Node& n, const std::string& p, LoadOptionsPolicy& o) {
+                return read_load_map(l, n, p, o.values, [&](const YAML::Node& v, const std::string& vp,
+                                                           const std::string& k, std::int64_t& out) {
+                  return read_load_value(l, v, vp, k, out);
+                });
+              }),
+          custom<LoadOptionsPolicy>(
+              "allowed", "map of lists", "none",
+              "With `allow`: further values a client may ask for (`{num_ctx: [2048, 8192]}`).",
+              [](Loader& l, const YAML::Node& n, const std::string& p, LoadOptionsPolicy& o) {
+                return read_load_map(l, n, p, o.allowed, [&](const YAML::Node& v, const std::string& vp,
+                                                            const std::string& k, std::vector<std::int64_t>& out) {
+                  if (!v.IsSequence()) {
+                    l.fail(vp, v, std::string("expected a list of values, got ") + kind_of(v));
+                    return false;
+                  }
+                  for (std::size_t i = 0; i < v.size(); ++i) {
+                    std::int64_t x = 0;
+                    if (read_load_value(l, v[i], index(vp, i), k, x)) out.push_back(x);
+                  }
+                  return true;
+                });
+              }),
+      }};
+  return t;
+}
+
 const Table<Route>& route_table() {
   static const Table<Route> t = Table<Route>{
       "models[]",
@@ -469,6 +543,9 @@ const Table<Route>& route_table() {
                            "Micro-batching of embeddings requests, see `models[].embedding_batch`: requests to one "
                            "backend arriving within `window` go upstream as one call (same `encoding_format`, "
                            "`dimensions` and kind of input), and each gets its own vectors back."),
+          optional_section("load_options", &Route::load_options, load_options_table(),
+                           "What the route does with the options that make Ollama load the model again (`num_ctx`, "
+                           "`num_gpu`, `num_batch`), see `models[].load_options` and `docs/tuning.md`."),
           optional_section("overload", &Route::overload, overload_table(),
                            "Overload degrades instead of refusing, see `models[].overload`: when the queue is full "
                            "or a request waited too long, it goes to a light model or gets the canned reply."),
@@ -746,6 +823,9 @@ void check_route_links(Loader& l, const Config& c, const std::unordered_map<std:
       if (b.max_in_flight <= 0) l.error(p, 0, "needs the backend's max_in_flight (the limit's ceiling)");
       else if (b.adaptive.min > b.max_in_flight) l.error(join(p, "min"), 0, "is above the backend's max_in_flight");
     }
+    if (r.load_options && !r.load_options->allowed.empty() && r.load_options->policy != LoadPolicy::allow) {
+      l.error(join(join(index("models", i), "load_options"), "allowed"), 0, "is read only with policy: allow");
+    }
     if (r.overload) {
       const std::string p = join(index("models", i), "overload");
       const Overload& ov = *r.overload;
@@ -852,6 +932,7 @@ void models_reference(std::vector<TableDoc>& out) {
   out.push_back(route_table().doc());
   out.push_back(price_table().doc());
   out.push_back(embedding_batch_table().doc());
+  out.push_back(load_options_table().doc());
   out.push_back(overload_table().doc());
   out.push_back(load_table().doc());
   out.push_back(adaptive_table().doc());

@@ -91,6 +91,7 @@ std::map<std::string, Host> hosts() {
       {"limits", {"{limits: @, " + route.substr(0) + "}", "limits", {}}},
       {"timeouts", {"{timeouts: @, " + route + "}", "timeouts", {}}},
       {"tls", {"{tls: @, " + route + "}", "tls", {}}},
+      {"models[].load_options", {"{models: [{alias: demo, provider: simulated, load_options: @}]}", "models[0].load_options", {}}},
       {"cors", {"{cors: @, " + route + "}", "cors", {}}},
       {"responses", {"{responses: @, " + route + "}", "responses", {}}},
       {"admin", {"{admin: @, " + route + "}", "admin", {}}},

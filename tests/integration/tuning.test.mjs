@@ -1,0 +1,109 @@
+// Model-server tuning through the gateway (docs/tuning.md): the simulator loads a model
+// again, as Ollama does, when num_ctx, num_gpu or num_batch change; a route's load_options
+// policy keeps one client's change from stalling the others. What is checked here is what
+// the simulator counts (its loads, the options it is loaded with) and which backend served
+// each request, not times.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+
+import { KEY, chat, keysAll, rawRequest, startGateway, startSim } from './lib.mjs';
+
+const LOAD = { 'load-time': '600ms', ttft: '5ms', 'inter-token': '1ms' };
+let a;
+let b;
+let gw;
+
+const ask = (model, options, extra = {}) =>
+  chat(gw, { model, messages: [{ role: 'user', content: 'Hi.' }], max_tokens: 4, ...(options ? { options } : {}), ...extra });
+
+async function ps(sim) {
+  const r = await rawRequest({ port: sim.port, path: '/api/ps' });
+  assert.equal(r.status, 200, r.body);
+  return Object.fromEntries(JSON.parse(r.body).models.map((m) => [m.name, m]));
+}
+
+before(async () => {
+  [a, b] = await Promise.all([startSim(LOAD), startSim(LOAD)]);
+  const ollama = (alias, model, sims, load_options) => ({
+    alias,
+    backends: sims.map((s, i) => ({ name: `${alias}-${i}`, provider: 'ollama', base_url: s.url, model })),
+    ...(load_options ? { load_options } : {}),
+  });
+  gw = await startGateway({
+    keys: keysAll(),
+    models: [
+      ollama('open', 'm-open', [a]),
+      ollama('pinned', 'm-pin', [a], { policy: 'pin', values: { num_ctx: 4096 } }),
+      ollama('listed', 'm-allow', [a], { policy: 'allow', values: { num_ctx: 4096 }, allowed: { num_ctx: [8192], num_gpu: [-1, 0] } }),
+      ollama('steered', 'm-steer', [a, b], { policy: 'steer' }),
+    ],
+  });
+});
+after(() => Promise.all([gw?.stop(), a?.stop(), b?.stop()]));
+
+describe('load options through the gateway', () => {
+  test('no policy: one client\'s num_ctx reloads the model for everyone, and the gateway counts the reload', async () => {
+    const loads0 = (await a.stats()).loads;
+    for (let i = 0; i < 3; i++) assert.equal((await ask('open')).status, 200);
+    assert.equal((await a.stats()).loads, loads0 + 1, 'loaded once for the default options');
+    assert.equal((await ask('open', { num_ctx: 8192 })).status, 200);
+    assert.equal((await ask('open')).status, 200);
+    assert.equal((await a.stats()).loads, loads0 + 3, 'loaded again for 8192, and again for the others');
+    const backend = { backend: 'open-0' };
+    assert.equal(await gw.metric('sluice_backend_load_option_changes_total', backend), 2);
+    // Both changes waited a whole load (600 ms) against a usual first token of a few ms.
+    assert.equal(await gw.metric('sluice_backend_model_reloads_total', backend), 2);
+    const infra = await gw.infra();
+    const be = infra.routing.backends.find((x) => x.name === 'open-0');
+    assert.deepEqual(be.load_options, { changes: 2, reloads_seen: 2 });
+  });
+
+  test('pin: the route\'s values replace the client\'s, so nothing a client sends reloads the model', async () => {
+    const loads0 = (await a.stats()).loads;
+    for (const options of [undefined, { num_ctx: 8192 }, { num_ctx: 2048, num_batch: 64 }, { num_gpu: 0 }]) {
+      assert.equal((await ask('pinned', options)).status, 200);
+    }
+    assert.equal((await a.stats()).loads, loads0 + 1, 'one load, for the pinned values');
+    const m = (await ps(a))['m-pin'];
+    assert.deepEqual(m.options, { num_ctx: 4096, num_gpu: -1, num_batch: 512 });
+  });
+
+  test('allow: listed values pass, others are refused naming what is allowed; num_gpu -1 is a value', async () => {
+    assert.equal((await ask('listed', { num_ctx: 8192 })).status, 200);
+    assert.equal((await ps(a))['m-allow'].options.num_ctx, 8192);
+    assert.equal((await ask('listed')).status, 200);
+    assert.equal((await ps(a))['m-allow'].options.num_ctx, 4096, "the route's value when the client gives none");
+    const refused = await ask('listed', { num_ctx: 2048 });
+    assert.equal(refused.status, 400);
+    assert.equal(refused.json.error.code, 'option_not_allowed');
+    assert.equal(refused.json.error.param, 'options.num_ctx');
+    assert.match(refused.json.error.message, /allowed: 4096, 8192/);
+    const gpu = await ask('listed', { num_gpu: -1 });
+    assert.equal(gpu.status, 200, gpu.text);
+    const reqId = gpu.headers.get('x-request-id');
+    const line = await gw.logFor(reqId);
+    assert.equal(line.num_gpu, -1, 'recorded as asked (-1: every layer)');
+    assert.equal((await ask('listed', { num_gpu: 12 })).status, 400);
+  });
+
+  test('steer: each set of options stays on the backend loaded with it; the other client never waits for a load', async () => {
+    const [la, lb] = [(await a.stats()).loads, (await b.stats()).loads];
+    const served = [];
+    for (let i = 0; i < 4; i++) {
+      for (const options of [undefined, { num_ctx: 8192 }]) {
+        const r = await ask('steered', options);
+        assert.equal(r.status, 200);
+        served.push([options ? 'x' : 'y', (await gw.logFor(r.headers.get('x-request-id'))).backend]);
+      }
+    }
+    // Two loads in all, one per backend: each client's options stayed where they were loaded.
+    assert.equal((await a.stats()).loads - la + (await b.stats()).loads - lb, 2);
+    const y = new Set(served.filter(([c]) => c === 'y').map(([, be]) => be));
+    const x = new Set(served.filter(([c]) => c === 'x').map(([, be]) => be));
+    assert.equal(y.size, 1, JSON.stringify(served));
+    assert.equal(x.size, 1, JSON.stringify(served));
+    assert.notDeepEqual([...y], [...x]);
+    const loaded = [(await ps(a))['m-steer'], (await ps(b))['m-steer']].map((m) => m.options.num_ctx).sort();
+    assert.deepEqual(loaded, [2048, 8192]);
+  });
+});
