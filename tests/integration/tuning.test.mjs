@@ -5,12 +5,17 @@
 // each request, not times.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { promisify } from 'node:util';
 
-import { KEY, chat, keysAll, rawRequest, startGateway, startSim } from './lib.mjs';
+import { KEY, REPO, chat, keysAll, rawRequest, startGateway, startSim, tempDir } from './lib.mjs';
 
 const LOAD = { 'load-time': '600ms', ttft: '5ms', 'inter-token': '1ms' };
 let a;
 let b;
+let c;
 let gw;
 
 const ask = (model, options, extra = {}) =>
@@ -23,7 +28,7 @@ async function ps(sim) {
 }
 
 before(async () => {
-  [a, b] = await Promise.all([startSim(LOAD), startSim(LOAD)]);
+  [a, b, c] = await Promise.all([startSim(LOAD), startSim(LOAD), startSim({ 'load-time': '300ms', ttft: '5ms', 'inter-token': '8ms' })]);
   const ollama = (alias, model, sims, load_options) => ({
     alias,
     backends: sims.map((s, i) => ({ name: `${alias}-${i}`, provider: 'ollama', base_url: s.url, model })),
@@ -36,10 +41,11 @@ before(async () => {
       ollama('pinned', 'm-pin', [a], { policy: 'pin', values: { num_ctx: 4096 } }),
       ollama('listed', 'm-allow', [a], { policy: 'allow', values: { num_ctx: 4096 }, allowed: { num_ctx: [8192], num_gpu: [-1, 0] } }),
       ollama('steered', 'm-steer', [a, b], { policy: 'steer' }),
+      ollama('sweep', 'm-sweep', [c]),
     ],
   });
 });
-after(() => Promise.all([gw?.stop(), a?.stop(), b?.stop()]));
+after(() => Promise.all([gw?.stop(), a?.stop(), b?.stop(), c?.stop()]));
 
 describe('load options through the gateway', () => {
   test('no policy: one client\'s num_ctx reloads the model for everyone, and the gateway counts the reload', async () => {
@@ -105,5 +111,43 @@ describe('load options through the gateway', () => {
     assert.notDeepEqual([...y], [...x]);
     const loaded = [(await ps(a))['m-steer'], (await ps(b))['m-steer']].map((m) => m.options.num_ctx).sort();
     assert.deepEqual(loaded, [2048, 8192]);
+  });
+});
+
+describe('bench/tune.mjs: the sweep, against the simulator', () => {
+  test('a short matrix: one load per configuration (in its warm-up), memory and speed in the shape the reference measured, rows in the history', async () => {
+    const dir = tempDir('sluice-tune-');
+    const matrix = [{ num_ctx: 512 }, { num_ctx: 8192 }, { num_gpu: 0 }, { num_gpu: 12 }, { num_gpu: -1 }];
+    fs.writeFileSync(path.join(dir, 'matrix.json'), JSON.stringify(matrix));
+    const jsonl = path.join(dir, 'out.jsonl');
+    const loads0 = (await c.stats()).loads;
+    const { stdout } = await promisify(execFile)(process.execPath, [
+      path.join(REPO, 'bench', 'tune.mjs'), '--url', gw.url, '--key', KEY, '--model', 'sweep',
+      '--ollama', c.url, '--ollama-model', 'm-sweep', '--matrix', path.join(dir, 'matrix.json'),
+      '--runs', '2', '--tokens', '12', '--jsonl', jsonl,
+    ], { timeout: 60000 });
+    assert.match(stdout, /\| num_ctx=8192 \|/);
+    const lines = fs.readFileSync(jsonl, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    assert.equal(lines.filter((l) => l.warmup === true).length, matrix.length);
+    assert.equal(lines.filter((l) => l.warmup === false).length, 2 * matrix.length);
+    assert.ok(lines.filter((l) => l.warmup === false).every((l) => l.ok && l.gateway_ttft_ms > 0), 'every measured run has its gateway TTFT');
+    // Unloaded before each configuration, loaded by its warm-up, never by a measured run.
+    assert.equal((await c.stats()).loads - loads0, matrix.length);
+    const sum = Object.fromEntries(lines.filter((l) => l.summary).map((l) => [l.label, l]));
+    // KV cache: 12.8 KiB per token of context, as the reference measured.
+    const perToken = ((sum['num_ctx=8192'].vram_mib - sum['num_ctx=512'].vram_mib) * 1024) / (8192 - 512);
+    assert.ok(Math.abs(perToken - 12.8) < 0.01, `${perToken} KiB per token`);
+    assert.equal(sum['num_gpu=0'].vram_mib, 0);
+    assert.ok(Math.abs(sum['num_gpu=12'].vram_mib * 2 - sum['num_gpu=-1'].vram_mib) < 1);
+    // All layers on the GPU fastest; half of them slower than the midpoint would be, and
+    // the CPU alone slowest (the simulator's 8 ms per token: 8, 15.4 and 20 ms).
+    const tps = (k) => sum[k].tokens_per_s;
+    assert.ok(tps('num_gpu=-1') > tps('num_gpu=12') && tps('num_gpu=12') > tps('num_gpu=0'), JSON.stringify(sum));
+    // The history groups them by option.
+    const r = await rawRequest({ port: gw.port, path: '/history/stats?window=1h&group_by=num_ctx&model=m-sweep', headers: { authorization: `Bearer ${KEY}` } });
+    assert.equal(r.status, 200, r.body);
+    const groups = Object.fromEntries(JSON.parse(r.body).groups.map((g) => [String(g.key), g.count]));
+    assert.equal(groups['512'], 3);
+    assert.equal(groups['8192'], 3);
   });
 });
