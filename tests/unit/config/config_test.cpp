@@ -796,6 +796,31 @@ TEST_F(ConfigTest, ListenerTls) {
   EXPECT_THAT(error_at(r, "env SLUICE_TLS_*").message, HasSubstr("cert_file is set without key_file"));
 }
 
+TEST_F(ConfigTest, RouteLoadOptions) {
+  const std::string route = "models:\n  - alias: q\n    provider: ollama\n    base_url: http://127.0.0.1:11434\n    model: m\n";
+  auto r = load(route + "    load_options: {policy: allow, values: {num_ctx: 4096, num_gpu: -1}, allowed: {num_ctx: [8192, 2048]}}\n");
+  ASSERT_TRUE(r.ok()) << all_errors(r);
+  const auto& lo = *r.config->routes[0].load_options;
+  EXPECT_EQ(lo.policy, LoadPolicy::allow);
+  EXPECT_EQ(lo.values.at("num_gpu"), -1);
+  EXPECT_EQ(lo.allowed.at("num_ctx"), (std::vector<std::int64_t>{8192, 2048}));
+  r = load(route + "    load_options: {policy: steer}\n");
+  ASSERT_TRUE(r.ok()) << all_errors(r);
+  EXPECT_FALSE(r.config->routes[0].load_options->values.size());
+  r = load(route + "    load_options: {policy: pin, values: {num_thread: 4, num_ctx: 0, num_gpu: -2}, allowed: {num_ctx: [1]}}\n");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(error_at(r, "models[0].load_options.values.num_thread").message, HasSubstr("not a load option"));
+  error_at(r, "models[0].load_options.values.num_ctx");
+  error_at(r, "models[0].load_options.values.num_gpu");
+  EXPECT_THAT(error_at(r, "models[0].load_options.allowed").message, HasSubstr("only with policy: allow"));
+  r = load(route + "    load_options: {policy: sometimes}\n");
+  error_at(r, "models[0].load_options.policy");
+  // The built-in options range takes num_gpu -1 (every layer).
+  r = load(route);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.config->options.at("num_gpu").min, -1);
+}
+
 TEST_F(ConfigTest, BadEnvValuesNameTheVariable) {
   fake_env_vars()["SLUICE_WORKERS"] = "lots";
   fake_env_vars()["PORT"] = "65536";

@@ -467,3 +467,56 @@ TEST(Stats, CountAndReset) {
   EXPECT_EQ(st.responses, 0u);
   EXPECT_EQ(st.cancelled, 0u);
 }
+
+TEST(EngineLoad, AChangedOptionOrAnUnloadLoadsTheModelAgain) {
+  auto s = quiet();
+  s.load_time = 200ms;
+  Engine eng(s);
+  const auto t0 = std::chrono::steady_clock::now();
+  const LoadOptions d;
+  const auto first = eng.ready_at("m", d);
+  EXPECT_GE(first - t0, 200ms);
+  EXPECT_EQ(eng.ready_at("m", d), first);  // the same load: no other
+  LoadOptions big = d;
+  big.num_ctx = 8192;
+  EXPECT_GE(eng.ready_at("m", big) - first, 200ms);  // after the one in progress
+  EXPECT_EQ(eng.stats().loads, 2u);
+  EXPECT_EQ(eng.ready_at("other", d) - std::chrono::steady_clock::now() > 100ms, true);  // per model
+  eng.unload("m");
+  auto loaded = eng.loaded();
+  ASSERT_EQ(loaded.size(), 1u);
+  EXPECT_EQ(loaded[0].name, "other");
+  eng.ready_at("m", big);
+  EXPECT_EQ(eng.stats().loads, 4u);
+}
+
+TEST(EngineLoad, WithoutLoadTimeModelsAreAlwaysLoaded) {
+  Engine eng(quiet());
+  const auto now = std::chrono::steady_clock::now();
+  LoadOptions o;
+  o.num_gpu = 0;
+  EXPECT_LE(eng.ready_at("m", o) - now, 50ms);
+  EXPECT_EQ(eng.stats().loads, 0u);
+  ASSERT_EQ(eng.loaded().size(), 1u);
+  EXPECT_EQ(eng.loaded()[0].options.num_gpu, 0);
+}
+
+TEST(EngineLoad, PaceAndMemoryFollowTheLayersOnTheGpu) {
+  auto s = quiet();
+  LoadOptions all, none, half;
+  none.num_gpu = 0;
+  half.num_gpu = 12;
+  EXPECT_DOUBLE_EQ(compute_factor(all, s), 1.0);
+  EXPECT_DOUBLE_EQ(compute_factor(none, s), 2.5);
+  EXPECT_DOUBLE_EQ(compute_factor(half, s), (0.5 + 0.5 * 2.5) * 1.1);
+  LoadOptions more = all;
+  more.num_gpu = 99;  // more than the layers: all of them
+  EXPECT_DOUBLE_EQ(compute_factor(more, s), 1.0);
+  const auto m = model_memory(all, s);
+  EXPECT_EQ(m.size, m.vram);
+  EXPECT_EQ(model_memory(none, s).vram, 0);
+  EXPECT_EQ(model_memory(half, s).vram, m.size / 2);
+  LoadOptions ctx = all;
+  ctx.num_ctx = 8192;
+  EXPECT_NEAR(static_cast<double>(model_memory(ctx, s).size - m.size) / (8192 - 2048), 12.8 * 1024, 1);
+}

@@ -418,3 +418,28 @@ TEST(OllamaWire, ToolCallInOneLineWithObjectArguments) {
   EXPECT_EQ(full.at("message").as_object().at("tool_calls").as_array()[0].as_object().at("function").as_object().at("arguments"),
             json::parse(R"({"city":"Paris"})"));
 }
+
+TEST(ParseRequest, OllamaLoadOptionsAndKeepAlive) {
+  std::string err;
+  auto r = parse_request(Api::ollama,
+                         R"({"model":"m","messages":[{"role":"user","content":"hi"}],"keep_alive":"0s",)"
+                         R"("options":{"num_ctx":8192,"num_gpu":-1,"num_batch":64}})",
+                         err);
+  ASSERT_TRUE(r) << err;
+  EXPECT_EQ(r->load.num_ctx, 8192);
+  EXPECT_EQ(r->load.num_gpu, -1);
+  EXPECT_EQ(r->load.num_batch, 64);
+  EXPECT_TRUE(r->unload_after);
+  r = parse_request(Api::ollama, R"({"model":"m","messages":[{"role":"user","content":"hi"}],"keep_alive":"5m"})", err);
+  ASSERT_TRUE(r) << err;
+  EXPECT_FALSE(r->unload_after);
+  EXPECT_EQ(r->load, LoadOptions{});  // Ollama's defaults
+  for (const char* bad : {R"({"num_ctx":0})", R"({"num_gpu":-2})", R"({"num_batch":"64"})", R"({"num_ctx":1.5})"}) {
+    err.clear();
+    EXPECT_FALSE(parse_request(Api::ollama,
+                               std::string(R"({"model":"m","messages":[{"role":"user","content":"hi"}],"options":)") + bad + "}",
+                               err))
+        << bad;
+    EXPECT_NE(err.find("options.num_"), std::string::npos) << err;
+  }
+}
