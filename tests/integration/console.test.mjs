@@ -245,6 +245,12 @@ describe('web console', { skip }, () => {
     assert.ok((await page.locator('#usage-chart svg rect').count()) > 0, 'a bar for the window');
     await page.locator('#usage-group').selectOption('tenant');
     await row(page, '#usage-table', 'ui-team').waitFor();
+    // By a load option (a tuning sweep's view): these requests set none.
+    await page.locator('#usage-group').selectOption('num_ctx');
+    await page.locator('#usage-table th', { hasText: 'num_ctx' }).waitFor();
+    await row(page, '#usage-table', '(none)').waitFor();
+    await page.locator('#usage-group').selectOption('tenant');
+    await row(page, '#usage-table', 'ui-team').waitFor();
     await shot(page, '4-usage');
     await page.locator('#nav-history').click();
     await page.locator('#history-filters input[name=key]').fill('ui-key');

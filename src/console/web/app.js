@@ -658,7 +658,10 @@ const COLORS = ['#2456d6', '#e07b00', '#1a7f37', '#c62828', '#7b3fc4', '#0a8ea0'
 
 function buildUsage(root, again) {
   const win = h('select', { id: 'usage-window' }, Object.keys(WINDOWS).map((w) => h('option', { value: w }, `last ${w}`)));
-  const group = h('select', { id: 'usage-group' }, h('option', { value: 'key' }, 'by key'), h('option', { value: 'tenant' }, 'by tenant'));
+  // By key or tenant (who spends), by model, or by a load option (a tuning sweep's rows:
+  // docs/tuning.md).
+  const GROUPS = { key: 'Key', tenant: 'Tenant', model: 'Model', num_ctx: 'num_ctx', num_gpu: 'num_gpu', num_batch: 'num_batch' };
+  const group = h('select', { id: 'usage-group' }, Object.entries(GROUPS).map(([v, label]) => h('option', { value: v }, `by ${label}`)));
   const measure = h('select', { id: 'usage-measure' }, h('option', { value: 'tokens' }, 'tokens'), h('option', { value: 'count' }, 'requests'));
   const chart = h('div', { id: 'usage-chart' });
   const totals = h('div', { id: 'usage-table' });
@@ -726,13 +729,14 @@ function buildUsage(root, again) {
     totals.replaceChildren(
       table(
         [
-          { label: by === 'key' ? 'Key' : 'Tenant', cell: name },
+          { label: GROUPS[by], cell: name },
           { label: 'Requests', num: true, cell: (g) => fmt.n(g.count) },
           { label: 'Errors', num: true, cell: (g) => fmt.n(g.errors) },
           { label: 'Prompt tokens', num: true, cell: (g) => fmt.n(g.prompt_tokens) },
           { label: 'Completion tokens', num: true, cell: (g) => fmt.n(g.completion_tokens) },
           { label: 'TTFT p50', num: true, cell: (g) => fmt.ms(g.ttft_ms?.p50) },
           { label: 'TTFT p95', num: true, cell: (g) => fmt.ms(g.ttft_ms?.p95) },
+          { label: 'Tokens/s', num: true, cell: (g) => (g.tokens_per_s ? g.tokens_per_s.mean.toFixed(1) : '—') },
         ],
         whole.data.groups,
         'no requests in this window',
