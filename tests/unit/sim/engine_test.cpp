@@ -152,13 +152,18 @@ TEST(Settings, JsonRoundTripAndValidation) {
   auto v = boost::json::parse(settings_json(s)).as_object();
   EXPECT_EQ(v.at("ttft_ms").as_int64(), 5);
   EXPECT_EQ(v.at("max_in_flight").as_int64(), 3);
-  EXPECT_EQ(v.size(), 17u);
+  EXPECT_EQ(v.size(), 24u);  // every setting, the load model's included
+  ASSERT_TRUE(apply_settings_json(R"({"load_time_ms":2100,"layers":32,"cpu_layer_cost":3,"kv_kib_per_token":16})", s, err)) << err;
+  EXPECT_EQ(s.load_time, 2100ms);
+  EXPECT_EQ(s.layers, 32);
+  EXPECT_EQ(boost::json::parse(settings_json(s)).as_object().at("load_time_ms").as_int64(), 2100);
 
   const config::SimSettings before = s;
   for (const char* bad : {R"({"nope":1})", R"({"max_in_flight":0})", R"({"max_in_flight":1.5})",
                           R"({"jitter":2})", R"({"error_rate_500":-0.1})", R"({"ttft_ms":"5"})",
                           R"({"error_rate_429":0.6,"hang_rate":0.6})", R"([1])", "not json",
-                          R"({"ttft_ms":1,"max_waiting":-1})"}) {
+                          R"({"ttft_ms":1,"max_waiting":-1})", R"({"ttft_ms":1,"layers":0})",
+                          R"({"ttft_ms":1,"cpu_layer_cost":0.5})", R"({"ttft_ms":1,"load_time_ms":-1})"}) {
     EXPECT_FALSE(apply_settings_json(bad, s, err)) << bad;
     EXPECT_EQ(s.ttft, before.ttft) << bad;  // all or nothing
   }
@@ -452,7 +457,7 @@ TEST(Stats, CountAndReset) {
   EXPECT_EQ(st.errors_503, 1u);
   auto j = boost::json::parse(stats_json(st)).as_object();
   EXPECT_EQ(j.at("requests").to_number<std::uint64_t>(), 2u);
-  EXPECT_EQ(j.size(), 15u);
+  EXPECT_EQ(j.size(), 16u);
   e.count(Engine::Counter::moderations);
   EXPECT_EQ(e.stats().moderations, 1u);
   e.count(Engine::Counter::embeddings);
