@@ -43,6 +43,7 @@ function parseArgs(argv) {
   if (!Number.isInteger(a.runs) || a.runs < 1 || a.runs > 100) throw new Error('--runs: 1..100');
   if (!Number.isInteger(a.tokens) || a.tokens < 2 || a.tokens > 4096) throw new Error('--tokens: 2..4096');
   if (a.ollama && !a.ollamaModel) throw new Error('--ollama needs --ollama-model (the model name Ollama knows)');
+  a.ollama = a.ollama.replace(/\/+$/, '');
   return a;
 }
 
@@ -51,6 +52,7 @@ let matrix;
 try {
   args = parseArgs(process.argv.slice(2));
   matrix = args.matrix ? JSON.parse(fs.readFileSync(args.matrix, 'utf8')) : DEFAULT_MATRIX;
+  if (args.jsonl) args.jsonlFd = fs.openSync(args.jsonl, 'w');
   if (!Array.isArray(matrix) || matrix.length === 0 || !matrix.every((m) => m && typeof m === 'object' && !Array.isArray(m))) {
     throw new Error('--matrix: expected a non-empty JSON array of option objects');
   }
@@ -61,13 +63,25 @@ try {
 
 const base = args.url.replace(/\/+$/, '');
 const auth = { authorization: `Bearer ${args.key}` };
-const out = args.jsonl ? fs.openSync(args.jsonl, 'w') : null;
+const out = args.jsonl ? args.jsonlFd : null;
+const REQUEST_TIMEOUT_MS = 600000; // a request that has not ended in 10 minutes is a failure
 const emit = (obj) => out !== null && fs.writeSync(out, `${JSON.stringify(obj)}\n`);
 
-// One streamed request through the gateway: end-to-end first token, tokens/s after it.
+// One streamed request through the gateway: end-to-end first token, tokens/s after it. A
+// request that fails (no connection, an error status, an error event or a stream cut
+// before its end) is a failure, with what went wrong.
 async function run(options) {
+  try {
+    return await stream(options);
+  } catch (e) {
+    return { ok: false, status: 0, error: String(e.message ?? e) };
+  }
+}
+
+async function stream(options) {
   const t0 = performance.now();
   const res = await fetch(`${base}/v1/chat/completions`, {
+    signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
     method: 'POST',
     headers: { ...auth, 'content-type': 'application/json' },
     body: JSON.stringify({
@@ -80,6 +94,8 @@ async function run(options) {
   if (res.status !== 200) return { ok: false, status: res.status, error: await res.text(), request_id: requestId };
   let first = -1;
   let completion = 0;
+  let done = false;
+  let failure = '';
   let buf = '';
   const dec = new TextDecoder();
   for await (const chunk of res.body) {
@@ -88,15 +104,20 @@ async function run(options) {
     while ((nl = buf.indexOf('\n')) >= 0) {
       const line = buf.slice(0, nl).trim();
       buf = buf.slice(nl + 1);
-      if (!line.startsWith('data: ') || line === 'data: [DONE]') continue;
+      if (line === 'data: [DONE]') done = true;
+      if (!line.startsWith('data: ') || done) continue;
       const ev = JSON.parse(line.slice(6));
+      if (ev.error) failure = ev.error.message ?? JSON.stringify(ev.error);
       if (first < 0 && ev.choices?.[0]?.delta?.content) first = performance.now();
       if (ev.usage) completion = ev.usage.completion_tokens;
     }
   }
   const end = performance.now();
+  if (!done || failure || first < 0) {
+    return { ok: false, status: 200, request_id: requestId, error: failure || (done ? 'no token' : 'the stream ended before [DONE]') };
+  }
   return {
-    ok: first >= 0, status: 200, request_id: requestId, completion_tokens: completion,
+    ok: true, status: 200, request_id: requestId, completion_tokens: completion,
     e2e_ttft_ms: first >= 0 ? first - t0 : null,
     tokens_per_s: first >= 0 && end > first && completion > 1 ? (completion - 1) / ((end - first) / 1000) : null,
   };
@@ -109,8 +130,8 @@ async function gatewayTtft(ids) {
   const found = new Map();
   const until = Date.now() + 10000;
   while (found.size < want.size && Date.now() < until) {
-    const r = await fetch(`${base}/history?limit=1000`, { headers: auth });
-    if (r.status !== 200) break;
+    const r = await fetch(`${base}/history?limit=1000`, { headers: auth, signal: AbortSignal.timeout(10000) }).catch(() => null);
+    if (!r || r.status !== 200) break;
     for (const row of (await r.json()).data) if (want.has(row.request_id)) found.set(row.request_id, row.ttft_ms);
     if (found.size < want.size) await new Promise((res) => setTimeout(res, 200));
   }
@@ -118,7 +139,10 @@ async function gatewayTtft(ids) {
 }
 
 async function ollama(path, body) {
-  const r = await fetch(`${args.ollama}${path}`, body === undefined ? {} : { method: 'POST', body: JSON.stringify(body) });
+  const r = await fetch(`${args.ollama}${path}`, {
+    signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+    ...(body === undefined ? {} : { method: 'POST', body: JSON.stringify(body) }),
+  });
   if (r.status !== 200) throw new Error(`${path}: HTTP ${r.status}: ${await r.text()}`);
   return r.json();
 }
@@ -134,7 +158,14 @@ let failures = 0;
 const started = performance.now();
 for (const options of matrix) {
   const label = Object.entries(options).map(([k, v]) => `${k}=${v}`).join(' ') || '(defaults)';
-  if (args.ollama && args.unload) await ollama('/api/generate', { model: args.ollamaModel, keep_alive: 0 });
+  if (args.ollama && args.unload) {
+    try {
+      await ollama('/api/generate', { model: args.ollamaModel, keep_alive: 0 });
+    } catch (e) {
+      console.error(`tune: unloading before ${label}: ${e.message}`);
+      failures++;
+    }
+  }
   const warm = await run(options);
   emit({ config: options, warmup: true, ...warm });
   if (!warm.ok) failures++;
@@ -148,15 +179,19 @@ for (const options of matrix) {
   for (const r of measured) emit({ config: options, warmup: false, ...r, gateway_ttft_ms: gw.get(r.request_id) ?? null });
   let vram = null;
   if (args.ollama) {
-    const ps = await ollama('/api/ps');
-    const m = (ps.models ?? []).find((x) => x.name === args.ollamaModel || x.model === args.ollamaModel);
-    vram = m ? m.size_vram / 1048576 : null;
+    try {
+      const ps = await ollama('/api/ps');
+      const m = (ps.models ?? []).find((x) => x.name === args.ollamaModel || x.model === args.ollamaModel);
+      vram = m ? m.size_vram / 1048576 : null;
+    } catch (e) {
+      console.error(`tune: /api/ps after ${label}: ${e.message}`);
+    }
   }
   const row = {
     config: options, label, runs: measured.filter((r) => r.ok).length,
     gateway_ttft_s: median(measured.map((r) => gw.get(r.request_id))) / 1000 || null,
     e2e_ttft_s: median(measured.map((r) => r.e2e_ttft_ms)) / 1000 || null,
-    warmup_e2e_ttft_s: warm.e2e_ttft_ms === null ? null : warm.e2e_ttft_ms / 1000,
+    warmup_e2e_ttft_s: warm.e2e_ttft_ms == null ? null : warm.e2e_ttft_ms / 1000,
     tokens_per_s: median(measured.map((r) => r.tokens_per_s)),
     vram_mib: vram,
   };

@@ -12,6 +12,7 @@
 
 #include "config/config.hpp"
 #include "filters/filter.hpp"
+#include "filters/load_options.hpp"
 #include "filters/registry.hpp"
 #include "llm/chat.hpp"
 #include "upstream/model_load.hpp"
@@ -51,44 +52,51 @@ class LoadOptions final : public Filter {
   Next on(Phase, Request& r, void*, Stop& stop) override {
     const auto* route = r.route.config;
     if (r.kind != Kind::generate || !route || !route->load_options) return Next::go;
-    const config::LoadOptionsPolicy& p = *route->load_options;
-    json::object& body = r.chat.body;
-    json::value& ov = body["options"];
-    if (!ov.is_object()) ov = json::object{};  // (parse_chat_request refused any other type)
-    json::object& opts = ov.get_object();
-    for (const std::string_view key : config::kLoadOptionKeys) {
-      const auto own = p.values.find(key);
-      const json::value* given = opts.if_contains(key);
-      if (given && p.policy == config::LoadPolicy::pin) {
-        opts.erase(key);
-        given = nullptr;
-      }
-      if (given && p.policy == config::LoadPolicy::allow) {
-        std::int64_t v = 0;
-        bool ok = whole(*given, v) && ((own != p.values.end() && own->second == v));
-        if (!ok && whole(*given, v)) {
-          if (auto a = p.allowed.find(key); a != p.allowed.end()) ok = std::find(a->second.begin(), a->second.end(), v) != a->second.end();
-        }
-        if (!ok) {
-          stop.reason = Reason::option_not_allowed;
-          stop.param = "options." + std::string(key);
-          stop.message = "options." + std::string(key) + " " + json::serialize(*given) + " is not allowed on model '" +
-                         route->alias + "' (a change makes the model server load the model again, stalling every " +
-                         "request on it); allowed: " + list(p, key);
-          return Next::stop;
-        }
-      }
-      if (!given && own != p.values.end()) opts[key] = own->second;
-    }
-    if (opts.empty()) body.erase("options");
-    if (p.policy == config::LoadPolicy::steer && r.load_signature) {
-      *r.load_signature = upstream::load_signature(upstream::load_values(body));
+    if (!apply_load_options(*route, r.chat.body, stop)) return Next::stop;
+    if (route->load_options->policy == config::LoadPolicy::steer && r.load_signature) {
+      *r.load_signature = upstream::load_signature(upstream::load_values(r.chat.body));
     }
     return Next::go;
   }
 };
 
 }  // namespace
+
+bool apply_load_options(const config::Route& route, json::object& body, Stop& stop) {
+  const config::LoadOptionsPolicy& p = *route.load_options;
+  // A client's keep_alive 0 would unload the model for everyone: under a policy the
+  // route keeps the server's own.
+  body.erase("keep_alive");
+  json::value& ov = body["options"];
+  if (!ov.is_object()) ov = json::object{};  // (parse_chat_request refused any other type)
+  json::object& opts = ov.get_object();
+  for (const std::string_view key : config::kLoadOptionKeys) {
+    const auto own = p.values.find(key);
+    const json::value* given = opts.if_contains(key);
+    if (given && p.policy == config::LoadPolicy::pin) {
+      opts.erase(key);
+      given = nullptr;
+    }
+    if (given && p.policy == config::LoadPolicy::allow) {
+      std::int64_t v = 0;
+      bool ok = whole(*given, v) && own != p.values.end() && own->second == v;
+      if (!ok && whole(*given, v)) {
+        if (auto a = p.allowed.find(key); a != p.allowed.end()) ok = std::find(a->second.begin(), a->second.end(), v) != a->second.end();
+      }
+      if (!ok) {
+        stop.reason = Reason::option_not_allowed;
+        stop.param = "options." + std::string(key);
+        stop.message = "options." + std::string(key) + " " + json::serialize(*given) + " is not allowed on model '" +
+                       route.alias + "' (a change makes the model server load the model again, stalling every " +
+                       "request on it); allowed: " + list(p, key);
+        return false;
+      }
+    }
+    if (!given && own != p.values.end()) opts[key] = own->second;
+  }
+  if (opts.empty()) body.erase("options");
+  return true;
+}
 
 std::unique_ptr<Filter> make_load_options(const Deps&) {
   // Always in the chain: a reload may give a route its policy.

@@ -15,6 +15,7 @@
 #include "common/reason.hpp"
 #include "common/text.hpp"
 #include "filters/registry.hpp"
+#include "filters/load_options.hpp"
 #include "gateway/admin.hpp"
 #include "gateway/live.hpp"
 #include "gateway/embed_batch.hpp"
@@ -959,8 +960,26 @@ class WorkerHandler final : public LiveSource {
     auto was_tried = [&](const BackendRuntime* b) {
       return std::find(tried_backends.begin(), tried_backends.begin() + n_tried, b) != tried_backends.begin() + n_tried;
     };
+    // A fallback's or canary's own load_options apply to what goes to its backends (the
+    // filter applied the named route's); a value it does not allow skips it.
+    std::optional<llm::ChatRequest> for_set;
     for (std::size_t k = 0; k < n_sets && attempts_left > 0; ++k) {
       const RouteRuntime& set = *order[k];
+      const llm::ChatRequest* sent = &creq;
+      std::uint64_t steer_sig = &set == &rr ? ctx.load_signature : 0;
+      if (set.route != rr.route && set.route->load_options) {
+        for_set.emplace(creq);
+        filters::Stop refused;
+        if (!filters::apply_load_options(*set.route, for_set->body, refused)) {
+          if (!tried.empty()) tried += "; ";
+          tried += set.route->alias + ": " + refused.message;
+          continue;
+        }
+        sent = &*for_set;
+        if (set.route->load_options->policy == config::LoadPolicy::steer) {
+          steer_sig = upstream::load_signature(upstream::load_values(for_set->body));
+        }
+      }
       std::uint64_t tried_mask = 0;
       std::array<bool, config::Route::kMaxBackends> usable{};
       bool despite_ejection = false;  // set when nothing else is left in this set
@@ -978,13 +997,16 @@ class WorkerHandler final : public LiveSource {
           usable[i] = set.members[i]->usable(now, despite_ejection);
         }
         int pick = -1;
-        if (ctx.load_signature != 0) {
-          // load_options steer: a backend whose model is loaded with the request's options
-          // first (no reload), least connections among them; else one that has served
-          // nothing yet (a load that stalls nobody); else any.
+        if (steer_sig != 0) {
+          // load_options steer: an Ollama backend whose model is loaded with the request's
+          // options first (no reload), least connections among them; else one that has
+          // served nothing yet (a load that stalls nobody); else any.
           std::array<bool, config::Route::kMaxBackends> loaded{};
-          for (const std::uint64_t want : {ctx.load_signature, std::uint64_t{0}}) {
-            for (std::size_t i = 0; i < n; ++i) loaded[i] = usable[i] && set.members[i]->model_load.current() == want;
+          for (const std::uint64_t want : {steer_sig, std::uint64_t{0}}) {
+            for (std::size_t i = 0; i < n; ++i) {
+              const BackendRuntime& m = *set.members[i];
+              loaded[i] = usable[i] && m.wire == config::Provider::ollama && m.model_load.current() == want;
+            }
             pick = set.balancer->pick(std::span<const bool>(loaded.data(), n), tried_mask);
             if (pick >= 0) break;
           }
@@ -1030,7 +1052,7 @@ class WorkerHandler final : public LiveSource {
         const bool judged = rr.judge && (is_canary || &set == &rr);
         // (Named before the answer is whole: the answered hooks read it.)
         ctx.rec.served_by = &set != &rr ? set.record_alias : ctx.rerouted_to;
-        auto f = co_await attempt(ex, ctx, creq, rr, set, pick, be, passes, judged, is_canary);
+        auto f = co_await attempt(ex, ctx, *sent, rr, set, pick, be, passes, judged, is_canary);
         if (!f) {
           ctx.rec.attempts = attempts;
           co_return;  // answered (or the client left)
@@ -1329,11 +1351,9 @@ class WorkerHandler final : public LiveSource {
     be.adaptive.started(be.in_flight.fetch_add(1, std::memory_order_relaxed) + 1);
     // Ollama loads the model again when these options change: which ones it gets is noted,
     // and a change is judged by the first token's time (a reload seen, or not).
-    const auto options_changed =
-        be.wire != config::Provider::ollama
-            ? upstream::ModelLoad::Sent::none
-            : be.model_load.sent(ctx.load_signature ? ctx.load_signature
-                                                    : upstream::load_signature(upstream::load_values(creq.body)));
+    const std::uint64_t load_sig =
+        be.wire == config::Provider::ollama ? upstream::load_signature(upstream::load_values(creq.body)) : 0;
+    const auto options_changed = load_sig ? be.model_load.classify(load_sig) : upstream::ModelLoad::Sent::none;
     set.balancer->started(member);
     if (metrics_) metrics_->upstream_started(be.metrics_backend);
     // Settled however the exchange ends; when it ends by an exception (the request torn
@@ -1349,6 +1369,7 @@ class WorkerHandler final : public LiveSource {
       bool judged, is_canary;
       Clock::time_point t0;
       upstream::ModelLoad::Sent options_changed = upstream::ModelLoad::Sent::none;
+      std::uint64_t load_sig = 0;
       bool known = false, failed = false, client_left = true, timed_out = false;
 
       void outcome(const std::optional<Failure>& f) {
@@ -1369,7 +1390,8 @@ class WorkerHandler final : public LiveSource {
         double latency = since_t0;
         if (ctx.rec.ttft_ms >= 0) latency = ctx.rec.ttft_ms - ms_since(ctx.start, t0);
         be.in_flight.fetch_sub(1, std::memory_order_relaxed);
-        if (known && !failed) be.model_load.answered(options_changed, latency);
+        be.model_load.answered(options_changed, load_sig, known && !failed && !client_left,
+                               ctx.rec.stream && ctx.rec.ttft_ms >= 0 ? latency : -1);
         set.balancer->finished(member, !known || failed ? -1 : latency);
         if (!known || client_left) {
           // No verdict on the backend; a half-open probe slot goes back.
@@ -1391,7 +1413,7 @@ class WorkerHandler final : public LiveSource {
         }
         if (h.metrics_) h.metrics_->upstream_finished(be.metrics_backend, known && failed, since_t0 / 1000.0);
       }
-    } settle{*this, ctx, owner, set, member, be, passes, judged, is_canary, t0, options_changed};
+    } settle{*this, ctx, owner, set, member, be, passes, judged, is_canary, t0, options_changed, load_sig};
     auto f = co_await relay(ex, ctx, creq, be, *set.route);
     settle.outcome(f);
     co_return f;

@@ -380,8 +380,9 @@ asio::awaitable<void> generate_load(std::shared_ptr<Engine> eng, http::Exchange&
     error = "model is required";
   } else if (const auto* p = o->if_contains("prompt"); p && !p->is_null() && !(p->is_string() && p->get_string().empty())) {
     error = "the simulator's /api/generate only loads and unloads models (no prompt); generate through /api/chat";
-  } else if (const auto* opts = o->if_contains("options"); opts && opts->is_object()) {
-    read_load_options(opts->get_object(), load, error);
+  } else if (const auto* opts = o->if_contains("options"); opts && !opts->is_null()) {
+    if (!opts->is_object()) error = "'options' must be an object";
+    else read_load_options(opts->get_object(), load, error);
   }
   if (!error.empty()) {
     co_await reply_error(ex, Api::ollama, ErrorKind::bad_request, error);
@@ -530,8 +531,14 @@ asio::awaitable<void> handle(std::shared_ptr<Shared> sh, http::Exchange& ex) {
     co_await ex.reply(std::move(r));
     co_return;
   }
-  if (path == "/api/generate" && rq.method() == "POST") {
-    co_await generate_load(sh->engine, ex);
+  if (path == "/api/generate") {
+    if (rq.method() == "POST") {
+      co_await generate_load(sh->engine, ex);
+      co_return;
+    }
+    http::Response r = error_response(Api::ollama, ErrorKind::bad_request, "method not allowed");
+    r.status = 405;
+    co_await ex.reply(std::move(r));
     co_return;
   }
   http::Response r = route(*sh, rq.method(), path, rq.body());

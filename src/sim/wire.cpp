@@ -3,6 +3,7 @@
 #include "common/text.hpp"
 #include "sim/responses.hpp"
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <charconv>
 #include <chrono>
@@ -116,8 +117,15 @@ bool keep_alive_zero(const json::value* v) {
   if (v->is_uint64()) return v->get_uint64() == 0;
   if (v->is_double()) return v->get_double() == 0;
   if (v->is_string()) {
+    // A Go duration ("0", "0s", "0ms", "0.0m"...): zero when every digit is 0.
     const std::string_view s = v->get_string();
-    return s == "0" || s == "0s" || s == "0m" || s == "0h";
+    const auto digits = s.find_first_not_of("0123456789.");
+    const std::string_view number = s.substr(0, digits);
+    const std::string_view unit = digits == std::string_view::npos ? std::string_view{} : s.substr(digits);
+    static constexpr std::string_view kUnits[] = {"", "ns", "us", "\u00b5s", "ms", "s", "m", "h"};
+    return !number.empty() && number.find_first_not_of("0.") == std::string_view::npos &&
+           number.find_first_of('0') != std::string_view::npos &&
+           std::find(std::begin(kUnits), std::end(kUnits), unit) != std::end(kUnits);
   }
   return false;
 }
@@ -126,15 +134,16 @@ bool read_load_options(const json::object& options, LoadOptions& o, std::string&
   struct Field {
     const char* name;
     std::int64_t LoadOptions::*member;
-    std::int64_t min;
+    std::int64_t min, max;
   };
-  for (const Field f : {Field{"num_ctx", &LoadOptions::num_ctx, 1}, Field{"num_gpu", &LoadOptions::num_gpu, -1},
-                        Field{"num_batch", &LoadOptions::num_batch, 1}}) {
+  for (const Field f : {Field{"num_ctx", &LoadOptions::num_ctx, 1, 1 << 24}, Field{"num_gpu", &LoadOptions::num_gpu, -1, 1 << 20},
+                        Field{"num_batch", &LoadOptions::num_batch, 1, 1 << 20}}) {
     const json::value* v = options.if_contains(f.name);
     if (!v || v->is_null()) continue;
     std::int64_t n = 0;
-    if (!get_int(*v, n) || n < f.min) {
-      error = std::string("'options.") + f.name + "' must be an integer >= " + std::to_string(f.min);
+    if (!get_int(*v, n) || n < f.min || n > f.max) {
+      error = std::string("'options.") + f.name + "' must be an integer from " + std::to_string(f.min) + " to " +
+              std::to_string(f.max);
       return false;
     }
     o.*f.member = n;

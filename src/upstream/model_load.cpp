@@ -4,16 +4,20 @@
 
 namespace sluice::upstream {
 
-void ModelLoad::answered(Sent s, double ms) noexcept {
+void ModelLoad::answered(Sent s, std::uint64_t sig, bool ok, double ttft_ms) noexcept {
+  if (s == Sent::none || !ok) return;
+  sig_.store(sig, std::memory_order_relaxed);
+  if (s == Sent::changed) changes_.fetch_add(1, std::memory_order_relaxed);
+  if (ttft_ms < 0) return;
   if (s == Sent::same) {
     double old = usual_.load(std::memory_order_relaxed);
     double next;
     do {
-      next = old > 0 ? 0.2 * ms + 0.8 * old : ms;
+      next = old > 0 ? 0.2 * ttft_ms + 0.8 * old : ttft_ms;
     } while (!usual_.compare_exchange_weak(old, next, std::memory_order_relaxed));
   } else if (s == Sent::changed) {
     const double usual = usual_.load(std::memory_order_relaxed);
-    if (usual > 0 && ms > 2 * usual && ms - usual > 100) reloads_.fetch_add(1, std::memory_order_relaxed);
+    if (usual > 0 && ttft_ms > 2 * usual && ttft_ms - usual > 100) reloads_.fetch_add(1, std::memory_order_relaxed);
   }
 }
 

@@ -42,6 +42,16 @@ before(async () => {
       ollama('listed', 'm-allow', [a], { policy: 'allow', values: { num_ctx: 4096 }, allowed: { num_ctx: [8192], num_gpu: [-1, 0] } }),
       ollama('steered', 'm-steer', [a, b], { policy: 'steer' }),
       ollama('sweep', 'm-sweep', [c]),
+      // A route without a policy whose fallback has one: what reaches the fallback's backends
+      // follows the fallback's policy.
+      { alias: 'gone', provider: 'ollama', base_url: 'http://127.0.0.1:1', model: 'm-pin', retries: 1, fallbacks: ['pinned'] },
+      // Steer over an Ollama backend and one of another wire: only the Ollama one is steered.
+      {
+        alias: 'mixed',
+        backends: [{ name: 'mixed-ollama', provider: 'ollama', base_url: b.url, model: 'm-mixed' },
+          { name: 'mixed-openai', provider: 'openai', base_url: `${b.url}/v1`, model: 'm-mixed' }],
+        load_options: { policy: 'steer' },
+      },
     ],
   });
 });
@@ -49,11 +59,13 @@ after(() => Promise.all([gw?.stop(), a?.stop(), b?.stop(), c?.stop()]));
 
 describe('load options through the gateway', () => {
   test('no policy: one client\'s num_ctx reloads the model for everyone, and the gateway counts the reload', async () => {
+    // Streamed: a first token's time is what tells a load (a whole answer's says nothing).
+    const stream = { stream: true };
     const loads0 = (await a.stats()).loads;
-    for (let i = 0; i < 3; i++) assert.equal((await ask('open')).status, 200);
+    for (let i = 0; i < 3; i++) assert.equal((await ask('open', undefined, stream)).status, 200);
     assert.equal((await a.stats()).loads, loads0 + 1, 'loaded once for the default options');
-    assert.equal((await ask('open', { num_ctx: 8192 })).status, 200);
-    assert.equal((await ask('open')).status, 200);
+    assert.equal((await ask('open', { num_ctx: 8192 }, stream)).status, 200);
+    assert.equal((await ask('open', undefined, stream)).status, 200);
     assert.equal((await a.stats()).loads, loads0 + 3, 'loaded again for 8192, and again for the others');
     const backend = { backend: 'open-0' };
     assert.equal(await gw.metric('sluice_backend_load_option_changes_total', backend), 2);
@@ -69,9 +81,18 @@ describe('load options through the gateway', () => {
     for (const options of [undefined, { num_ctx: 8192 }, { num_ctx: 2048, num_batch: 64 }, { num_gpu: 0 }]) {
       assert.equal((await ask('pinned', options)).status, 200);
     }
+    // keep_alive 0 would unload the model for everyone: under a policy it is dropped.
+    assert.equal((await ask('pinned', undefined, { keep_alive: 0 })).status, 200);
+    assert.equal((await ask('pinned')).status, 200);
     assert.equal((await a.stats()).loads, loads0 + 1, 'one load, for the pinned values');
     const m = (await ps(a))['m-pin'];
     assert.deepEqual(m.options, { num_ctx: 4096, num_gpu: -1, num_batch: 512 });
+    // Through another route that falls back to this one: the fallback's pin applies.
+    const via = await ask('gone', { num_ctx: 8192 });
+    assert.equal(via.status, 200, via.text);
+    assert.equal((await gw.logFor(via.headers.get('x-request-id'))).served_by, 'pinned');
+    assert.equal((await ps(a))['m-pin'].options.num_ctx, 4096);
+    assert.equal((await a.stats()).loads, loads0 + 1);
   });
 
   test('allow: listed values pass, others are refused naming what is allowed; num_gpu -1 is a value', async () => {
@@ -112,6 +133,16 @@ describe('load options through the gateway', () => {
     const loaded = [(await ps(a))['m-steer'], (await ps(b))['m-steer']].map((m) => m.options.num_ctx).sort();
     assert.deepEqual(loaded, [2048, 8192]);
   });
+
+  test('steer over mixed wires: the Ollama backend is not starved by one that never loads anything', async () => {
+    const seen = new Set();
+    for (let i = 0; i < 4; i++) {
+      const r = await ask('mixed', i % 2 ? { num_ctx: 8192 } : undefined);
+      assert.equal(r.status, 200);
+      seen.add((await gw.logFor(r.headers.get('x-request-id'))).backend);
+    }
+    assert.ok(seen.has('mixed-ollama'), JSON.stringify([...seen]));
+  });
 });
 
 describe('bench/tune.mjs: the sweep, against the simulator', () => {
@@ -149,5 +180,24 @@ describe('bench/tune.mjs: the sweep, against the simulator', () => {
     const groups = Object.fromEntries(JSON.parse(r.body).groups.map((g) => [String(g.key), g.count]));
     assert.equal(groups['512'], 3);
     assert.equal(groups['8192'], 3);
+  });
+
+  test('a stream that fails is a failed run: the sweep says so and exits 1', async () => {
+    const dir = tempDir('sluice-tune-fail-');
+    fs.writeFileSync(path.join(dir, 'matrix.json'), JSON.stringify([{ num_ctx: 1024 }]));
+    await c.configure({ abort_rate: 1 });
+    try {
+      const jsonl = path.join(dir, 'out.jsonl');
+      const r = await promisify(execFile)(process.execPath, [
+        path.join(REPO, 'bench', 'tune.mjs'), '--url', gw.url, '--key', KEY, '--model', 'sweep', '--ollama', `${c.url}/`,
+        '--ollama-model', 'm-sweep', '--matrix', path.join(dir, 'matrix.json'), '--runs', '1', '--tokens', '8', '--jsonl', jsonl,
+      ], { timeout: 60000 }).then(() => ({ code: 0 }), (e) => ({ code: e.code, stdout: e.stdout }));
+      assert.equal(r.code, 1);
+      assert.match(r.stdout, /2 request\(s\) failed/);
+      const lines = fs.readFileSync(jsonl, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+      assert.ok(lines.filter((l) => !l.summary).every((l) => l.ok === false && l.error), JSON.stringify(lines));
+    } finally {
+      await c.configure({ abort_rate: 0 });
+    }
   });
 });

@@ -404,10 +404,12 @@ const Table<LoadOptionsPolicy>& load_options_table() {
       "models[].load_options",
       {
           choice("policy", &LoadOptionsPolicy::policy, load_policy_enum(),
-                 "`pin`: a client's `num_ctx`, `num_gpu`, `num_batch` are replaced by `values` (removed when "
+                 "Required. `pin`: a client's `num_ctx`, `num_gpu`, `num_batch` are replaced by `values` (removed when "
                  "`values` has none); `allow`: a client's value must be in `values` or `allowed` (else 400 "
                  "`option_not_allowed`); `steer`: any value passes, and the request goes to a backend whose model "
-                 "is loaded with the same ones (least connections among them), else to the least loaded."),
+                 "is loaded with the same ones (least connections among them), else to the least loaded. Under any "
+                 "policy a client's `keep_alive` is dropped (0 would unload the model for everyone).")
+              .needed(),
           custom<LoadOptionsPolicy>(
               "values", "map", "none",
               "The route's own values (`{num_ctx: 4096, num_gpu: -1}`), set on every request that gives none.",
@@ -823,8 +825,27 @@ void check_route_links(Loader& l, const Config& c, const std::unordered_map<std:
       if (b.max_in_flight <= 0) l.error(p, 0, "needs the backend's max_in_flight (the limit's ceiling)");
       else if (b.adaptive.min > b.max_in_flight) l.error(join(p, "min"), 0, "is above the backend's max_in_flight");
     }
-    if (r.load_options && !r.load_options->allowed.empty() && r.load_options->policy != LoadPolicy::allow) {
-      l.error(join(join(index("models", i), "load_options"), "allowed"), 0, "is read only with policy: allow");
+    if (r.load_options) {
+      const std::string p = join(index("models", i), "load_options");
+      const LoadOptionsPolicy& lo = *r.load_options;
+      if (!lo.allowed.empty() && lo.policy != LoadPolicy::allow) l.error(join(p, "allowed"), 0, "is read only with policy: allow");
+      if (std::none_of(r.backends.begin(), r.backends.end(), [](const Backend& b) { return b.provider == Provider::ollama; })) {
+        l.error(p, 0, "applies to Ollama backends (provider: ollama), and this route has none");
+      }
+      // The route's values are requests' values: the options' ranges hold for them too.
+      auto in_range = [&](const std::string& where, std::string_view key, std::int64_t v) {
+        const auto range = c.options.find(std::string(key));
+        if (range == c.options.end()) return;
+        const double x = static_cast<double>(v);
+        if (x < range->second.min || x > range->second.max) {
+          l.error(where, 0, "outside options." + std::string(key) + "'s range (" + fmt_num(range->second.min) + " to " +
+                                fmt_num(range->second.max) + ")");
+        }
+      };
+      for (const auto& [k, v] : lo.values) in_range(join(join(p, "values"), k), k, v);
+      for (const auto& [k, vs] : lo.allowed) {
+        for (std::size_t j = 0; j < vs.size(); ++j) in_range(index(join(join(p, "allowed"), k), j), k, vs[j]);
+      }
     }
     if (r.overload) {
       const std::string p = join(index("models", i), "overload");

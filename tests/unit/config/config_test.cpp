@@ -815,6 +815,13 @@ TEST_F(ConfigTest, RouteLoadOptions) {
   EXPECT_THAT(error_at(r, "models[0].load_options.allowed").message, HasSubstr("only with policy: allow"));
   r = load(route + "    load_options: {policy: sometimes}\n");
   error_at(r, "models[0].load_options.policy");
+  r = load(route + "    load_options: {values: {num_ctx: 4096}}\n");
+  EXPECT_THAT(error_at(r, "models[0].load_options").message, HasSubstr("missing required key 'policy'"));
+  r = load(route + "    load_options: {policy: allow, values: {num_ctx: 100}, allowed: {num_batch: [9000]}}\n");
+  EXPECT_THAT(error_at(r, "models[0].load_options.values.num_ctx").message, HasSubstr("outside options.num_ctx's range"));
+  error_at(r, "models[0].load_options.allowed.num_batch[0]");
+  r = load("models:\n  - alias: q\n    provider: simulated\n    load_options: {policy: pin}\n");
+  EXPECT_THAT(error_at(r, "models[0].load_options").message, HasSubstr("applies to Ollama backends"));
   // The built-in options range takes num_gpu -1 (every layer).
   r = load(route);
   ASSERT_TRUE(r.ok());

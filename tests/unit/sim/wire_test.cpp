@@ -434,7 +434,20 @@ TEST(ParseRequest, OllamaLoadOptionsAndKeepAlive) {
   ASSERT_TRUE(r) << err;
   EXPECT_FALSE(r->unload_after);
   EXPECT_EQ(r->load, LoadOptions{});  // Ollama's defaults
-  for (const char* bad : {R"({"num_ctx":0})", R"({"num_gpu":-2})", R"({"num_batch":"64"})", R"({"num_ctx":1.5})"}) {
+  const auto ka = [](const char* json) {
+    const auto v = boost::json::parse(json);
+    return keep_alive_zero(&v);
+  };
+  EXPECT_TRUE(ka("0"));
+  EXPECT_TRUE(ka(R"("0ms")"));
+  EXPECT_TRUE(ka(R"("0.0m")"));
+  EXPECT_TRUE(ka(R"("0")"));
+  EXPECT_FALSE(ka(R"("10ms")"));
+  EXPECT_FALSE(ka(R"("")"));
+  EXPECT_FALSE(ka(R"("0x")"));
+  EXPECT_FALSE(ka("-1"));
+  for (const char* bad : {R"({"num_ctx":0})", R"({"num_gpu":-2})", R"({"num_batch":"64"})", R"({"num_ctx":1.5})",
+                          R"({"num_ctx":9223372036854775807})"}) {
     err.clear();
     EXPECT_FALSE(parse_request(Api::ollama,
                                std::string(R"({"model":"m","messages":[{"role":"user","content":"hi"}],"options":)") + bad + "}",
