@@ -48,6 +48,14 @@ std::string tls_files_signature(const config::ListenerTls& t) {
   return sig;
 }
 
+// "CN=gw.example (expires 2027-03-01T00:00:00.000Z)": the certificate a context serves.
+std::string certificate_words(const http::TlsContext& ctx) {
+  const auto info = http::tls_info(ctx);
+  std::string out = info.subject + " (expires ";
+  append_iso8601(out, info.not_after * 1000);
+  return out + ")";
+}
+
 // The tls section as the listener takes it.
 std::shared_ptr<http::TlsContext> tls_context(const config::ListenerTls& t) {
   if (!t.enabled()) return nullptr;
@@ -448,13 +456,7 @@ class GatewayImpl final : public Gateway {
     install_keys(next_keys);  // (after the gate: the keys' slots take its per_key)
     keys_lock.unlock();
     const auto t = router_->table();
-    std::string tls_note;
-    if (next_tls) {
-      const auto info = http::tls_info(*next_tls);
-      tls_note = ", and the listener's certificate (" + info.subject + ", expires ";
-      append_iso8601(tls_note, info.not_after * 1000);
-      tls_note += ")";
-    }
+    const std::string tls_note = next_tls ? ", and the listener's certificate: " + certificate_words(*next_tls) : "";
     std::string done = std::to_string(next_keys->size()) + " keys, " + std::to_string(t->routes.size()) +
                        " routes, routing table version " + std::to_string(t->version) +
                        " (keys, models, routing, rate limits, the concurrency gate and the guardrails policies are reloaded" +
@@ -492,11 +494,8 @@ class GatewayImpl final : public Gateway {
     try {
       auto next = tls_context(t);
       server_->set_tls(next);
-      const auto info = http::tls_info(*next);
-      std::string when;
-      append_iso8601(when, info.not_after * 1000);
-      std::cerr << "sluice: tls: the certificate files changed; new connections get " << info.subject << " (expires "
-                << when << ")" << std::endl;
+      std::cerr << "sluice: tls: the certificate files changed; new connections get " << certificate_words(*next)
+                << std::endl;
     } catch (const std::exception& e) {
       std::cerr << "sluice: tls: the certificate files changed but do not do; the certificate in force stays: "
                 << e.what() << std::endl;

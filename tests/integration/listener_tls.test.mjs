@@ -197,6 +197,34 @@ describe('a TLS listener', () => {
     }
   });
 
+  test('over TLS: a client that leaves mid-stream, one that pipelines; every connection and request is released', async () => {
+    const ca = fs.readFileSync(pki.ca.crt);
+    const open = (onData) => new Promise((resolve, reject) => {
+      const s = tls.connect({ host: '127.0.0.1', port: gw.port, ca }, () => resolve(s));
+      s.on('error', () => {});
+      s.once('error', reject);
+      if (onData) s.on('data', onData);
+    });
+    // A long stream, left after its first bytes.
+    const body = JSON.stringify({ ...BODY, max_tokens: 2000, stream: true });
+    let got = '';
+    const leaving = await open((d) => (got += d));
+    leaving.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\n` +
+      `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+    await waitFor(() => got.includes('data: '), { what: 'the first stream bytes' });
+    assert.ok((await gw.infra()).requests.live >= 1);
+    leaving.destroy();
+    // Two requests in one write: both answered, in order.
+    let both = '';
+    const piped = await open((d) => (both += d));
+    piped.write('GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+    await waitFor(() => (both.match(/HTTP\/1\.1 200/g) ?? []).length === 2, { what: 'both pipelined answers' });
+    piped.destroy();
+    // Nothing held: no request live, no client connection open (the checks go to the admin listener).
+    await waitFor(async () => (await gw.infra()).requests.live === 0, { what: 'the stream to be released' });
+    await waitFor(async () => (await gw.metric('sluice_client_connections_open')) === 0, { what: 'the connections to close' });
+  });
+
   test('a connection that sends nothing, or stops in the middle of its handshake, is closed by the timeouts', async () => {
     const silent = net.connect(gw.port, '127.0.0.1');
     silent.on('error', () => {});
@@ -218,7 +246,7 @@ describe('a TLS listener', () => {
       install(files, pki.renewed);
       gw.child.kill('SIGHUP');
       await waitFor(async () => (await gw.infra()).routing.reloads.ok > reloadsBefore, { what: 'the SIGHUP reload' });
-      await waitFor(() => /the listener's certificate \(CN=gw-renewed/.test(gw.output.stderr), { what: 'the reload to name the new certificate' });
+      await waitFor(() => /the listener's certificate: CN=gw-renewed \(expires /.test(gw.output.stderr), { what: 'the reload to name the new certificate' });
       const fresh = await httpsRequest(gw.port);
       assert.equal(fresh.subject, 'gw-renewed');
       assert.notEqual(fresh.serial, first.serial);
