@@ -24,13 +24,7 @@ bench_setup wrk nginx node curl
 cp "$BASE_BIN" "$TMP/sluice-base"
 
 case $PROFILE in
-  full) EXTRA='rate_limits:
-  backend: memory
-  requests:
-    - {scope: key, limit: 1000000000, window: 1h}
-    - {scope: tenant, algorithm: token_bucket, limit: 1000000000, window: 1m}
-  tokens:
-    - {scope: key, limit: 1000000000000, per: day}' ;;
+  full) EXTRA=$(full_profile_yaml) ;;
   minimal) EXTRA='' ;;
   *) die "PROFILE is full or minimal" ;;
 esac

@@ -232,6 +232,21 @@ EOF
   [[ "$extra" == *"history:"* ]] || printf 'history: {backend: none}\n' >>"$TMP/$name.yaml"
 }
 
+# full_profile_yaml: the limits of the "full" profile (bench/binaries.sh, profile.sh),
+# counted in memory: a request limit per key, a token bucket per tenant, a daily token quota
+# per key, far above what a run sends, so every request passes, reserves and settles.
+full_profile_yaml() {
+  cat <<'EOF'
+rate_limits:
+  backend: memory
+  requests:
+    - {scope: key, limit: 1000000000, window: 1h}
+    - {scope: tenant, algorithm: token_bucket, limit: 1000000000, window: 1m}
+  tokens:
+    - {scope: key, limit: 1000000000000, per: day}
+EOF
+}
+
 # start_sluice [NAME] -> SLUICE_PID, SLUICE_PORT: serves $TMP/NAME.yaml (written by
 # sluice_config; NAME defaults to sluice, whose config is written here), output in
 # $TMP/NAME.out and NAME.err.
