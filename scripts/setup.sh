@@ -10,7 +10,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 BUILD_PKGS=(build-essential cmake ccache pkg-config
   libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev
-  libssl-dev libsimdjson-dev libyaml-cpp-dev libcli11-dev libjemalloc-dev libhiredis-dev libpcre2-dev
+  libssl-dev libsimdjson-dev libyaml-cpp-dev libcli11-dev libjemalloc-dev liburing-dev libhiredis-dev libpcre2-dev
   libsqlite3-dev libpq-dev librdkafka-dev libhnswlib-dev)
 TEST_PKGS=(libgtest-dev libgmock-dev nginx-light wrk openssl curl procps redis-server redis-tools
   postgresql postgresql-client sqlite3 kafkacat prometheus

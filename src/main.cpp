@@ -10,11 +10,14 @@
 #include <iostream>
 #include <sstream>
 
+#include "common/event_backend.hpp"
 #include "config/reference.hpp"
 #include "gateway/gateway.hpp"
 #include "sim/sim.hpp"
 
 int main(int argc, char** argv) {
+  // An io_uring build on a kernel that refuses io_uring stops here, saying why.
+  sluice::common::ensure_event_backend();
   // The simulator has its own flag set; hand it the rest of the command line.
   if (argc >= 2 && std::strcmp(argv[1], "sim") == 0) return sluice::sim::run_cli(argc - 1, argv + 1);
 

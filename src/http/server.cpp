@@ -827,6 +827,11 @@ std::unique_ptr<tcp::acceptor> make_acceptor(net::io_context& ioc, const tcp::en
   a->open(ep.protocol());
   // Not inherited by child processes (a listener kept open by a child outlives us).
   ::fcntl(a->native_handle(), F_SETFD, FD_CLOEXEC);
+  // Non-blocking for the direct accepts (take_pending, shed_one). Asio's epoll backend sets
+  // this itself at the first accept; its io_uring backend never does, and an accept4 on a
+  // blocking listener with an empty queue would hang the worker. io_uring's own accepts
+  // wait for a connection whatever the flag.
+  ::fcntl(a->native_handle(), F_SETFL, ::fcntl(a->native_handle(), F_GETFL) | O_NONBLOCK);
   a->set_option(net::socket_base::reuse_address(true));
   int one = 1;
   if (::setsockopt(a->native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) {

@@ -1,5 +1,6 @@
 #include "telemetry/metrics.hpp"
 
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/event_backend.hpp"
 #include "common/text.hpp"
 
 namespace sluice::telemetry {
@@ -345,7 +347,9 @@ void Metrics::render(std::string& o) const {
 
 void render_process_metrics(std::string& o, std::string_view version) {
   metric_help(o, "sluice_build_info", "gauge", "Always 1; the labels say which build runs.");
-  metric_line(o, "sluice_build_info", "version=" + label_value(version) + ",compiler=" + label_value(__VERSION__), 1);
+  metric_line(o, "sluice_build_info", "version=" + label_value(version) + ",compiler=" + label_value(__VERSION__) +
+                                                ",event_backend=" + label_value(common::event_backend()),
+              1);
 
   const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
   const double page = static_cast<double>(::sysconf(_SC_PAGESIZE));

@@ -6,6 +6,8 @@
 #include <sstream>
 #include <thread>
 
+#include "common/event_backend.hpp"
+
 using namespace sluice;
 using namespace sluice::telemetry;
 
@@ -132,7 +134,9 @@ TEST(Metrics, ProcessFiguresAreRead) {
   std::string text;
   render_process_metrics(text, "1.2.3");
   auto s = samples(text);
-  EXPECT_EQ(s[R"(sluice_build_info{version="1.2.3",compiler=")" + std::string(__VERSION__) + "\"}"], 1);
+  EXPECT_EQ(s[R"(sluice_build_info{version="1.2.3",compiler=")" + std::string(__VERSION__) +
+              R"(",event_backend=")" + sluice::common::event_backend() + "\"}"],
+            1);
   EXPECT_GT(s["process_resident_memory_bytes"], 0);
   EXPECT_GT(s["process_open_fds"], 2);  // at least stdin, stdout, stderr
   EXPECT_GT(s["process_start_time_seconds"], 1.6e9);
