@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <cstdio>
+#include <deque>
 #include <iostream>
 #include <list>
 #include <mutex>
@@ -95,6 +96,25 @@ struct Session {
 };
 
 struct ServerImpl;
+class ExchangeImpl;
+
+// State of an Exchange::watch_client(), shared with its pending peek (which may complete
+// after the exchange is gone, and then only sees `active == false`) and with the worker's
+// list of watches not armed yet.
+struct ClientWatch {
+  net::cancellation_signal stop;
+  std::function<void()> on_gone;
+  ExchangeImpl* exchange = nullptr;  // valid while `active`
+  bool active = true;
+  bool armed = false;
+  char peek = 0;
+};
+
+// How long a watch waits before its peek is armed (then at most twice this). Arming costs
+// a receive that fails (no data yet) on every request; a request answered sooner never
+// arms one, and a client leaving is noticed this much later at most, long before a model
+// would have generated anything worth saving.
+constexpr auto kWatchDelay = std::chrono::milliseconds(5);
 
 struct Worker {
   ServerImpl& server;
@@ -112,6 +132,9 @@ struct Worker {
   std::atomic<int> idle_count{0};
   int refusing = 0;     // refused connections still being answered and closed
   int reserve_fd = -1;  // a spare descriptor, given up to accept (and close) when out of them
+  // Client watches not armed yet, oldest first, and whether sweep_watches() is running.
+  std::deque<std::pair<std::chrono::steady_clock::time_point, std::weak_ptr<ClientWatch>>> unarmed_watches;
+  bool sweeping_watches = false;
 
   Worker(ServerImpl& s, int i) : server(s), index(i) {}
   ~Worker() {
@@ -188,6 +211,8 @@ struct ServerImpl final : Server {
     join();
   }
 };
+
+void defer_watch(Worker& w, const std::shared_ptr<ClientWatch>& watch);
 
 class ExchangeImpl final : public Exchange {
  public:
@@ -298,18 +323,11 @@ class ExchangeImpl final : public Exchange {
 
   bool client_gone() const override { return client_gone_; }
 
-  // State of a watch_client(), shared with its pending wait: the wait may complete after
-  // the exchange is gone, and then only sees `active == false`.
-  struct Watch {
-    net::cancellation_signal stop;
-    std::function<void()> on_gone;
-    bool active = true;
-    char peek = 0;
-  };
-
-  void arm_watch(const std::shared_ptr<Watch>& w) {
+  void arm_watch(const std::shared_ptr<ClientWatch>& w) {
     // A peek (MSG_PEEK) receive: it never consumes request bytes, and unlike a readiness
-    // wait it needs no epoll_ctl call to be armed.
+    // wait it needs no epoll_ctl call to be armed (only its first attempt, which fails
+    // while the client sends nothing).
+    w->armed = true;
     s_.stream.socket().async_receive(
         net::buffer(&w->peek, 1), net::socket_base::message_peek,
         net::bind_cancellation_slot(w->stop.slot(), [this, w](const boost::system::error_code& ec, std::size_t n) {
@@ -359,15 +377,16 @@ class ExchangeImpl final : public Exchange {
 
   void watch_client(std::function<void()> on_gone) override {
     unwatch_client();
-    watch_ = std::make_shared<Watch>();
+    watch_ = std::make_shared<ClientWatch>();
     watch_->on_gone = std::move(on_gone);
-    arm_watch(watch_);
+    watch_->exchange = this;
+    defer_watch(s_.worker, watch_);
   }
 
   void unwatch_client() override {
     if (!watch_) return;
     watch_->active = false;
-    watch_->stop.emit(net::cancellation_type::terminal);
+    if (watch_->armed) watch_->stop.emit(net::cancellation_type::terminal);
     watch_.reset();
   }
 
@@ -395,12 +414,37 @@ class ExchangeImpl final : public Exchange {
   bool keep_alive_;
   bool http10_;
   bool head_only_;
-  std::shared_ptr<Watch> watch_;
+  std::shared_ptr<ClientWatch> watch_;
   bool started_ = false;
   bool finished_ = false;
   bool failed_ = false;
   bool client_gone_ = false;
 };
+
+// Arms the watches that have waited kWatchDelay, at most once per kWatchDelay (a timer per
+// worker, not per request); ends when none is left.
+awaitable<void> sweep_watches(Worker& w) {
+  net::steady_timer timer{w.ioc};
+  while (!w.unarmed_watches.empty()) {
+    const auto due = w.unarmed_watches.front().first + kWatchDelay;
+    timer.expires_at(std::max(due, std::chrono::steady_clock::now() + kWatchDelay / 2));
+    co_await timer.async_wait(nothrow);
+    const auto now = std::chrono::steady_clock::now();
+    while (!w.unarmed_watches.empty() && w.unarmed_watches.front().first + kWatchDelay <= now) {
+      auto watch = w.unarmed_watches.front().second.lock();
+      w.unarmed_watches.pop_front();
+      if (watch && watch->active && !watch->armed) watch->exchange->arm_watch(watch);
+    }
+  }
+  w.sweeping_watches = false;
+}
+
+void defer_watch(Worker& w, const std::shared_ptr<ClientWatch>& watch) {
+  w.unarmed_watches.emplace_back(std::chrono::steady_clock::now(), watch);
+  if (w.sweeping_watches) return;
+  w.sweeping_watches = true;
+  net::co_spawn(w.ioc, sweep_watches(w), net::detached);
+}
 
 std::string ExchangeImpl::format_head(int status, std::string_view content_type, const HeaderList& headers,
                                       std::int64_t content_length) {

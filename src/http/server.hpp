@@ -71,9 +71,10 @@ class Exchange {
 
   // A cheaper watch for a stretch of work that is not a coroutine race: calls `on_gone`
   // (once, on this loop) if the client closes the connection before unwatch_client().
-  // It peeks, so it takes no syscall to arm; bytes the client sends meanwhile (a pipelined
-  // request) are moved into the connection's buffer for the next request, and the watch
-  // goes on (up to 64 KiB of them). Call unwatch_client() before replying.
+  // It is armed a few milliseconds later (a request answered sooner costs no system call
+  // for it), then peeks; bytes the client sends meanwhile (a pipelined request) are moved
+  // into the connection's buffer for the next request, and the watch goes on (up to 64 KiB
+  // of them). Call unwatch_client() before replying.
   virtual void watch_client(std::function<void()> on_gone) = 0;
   virtual void unwatch_client() = 0;
 
