@@ -328,6 +328,10 @@ class ExchangeImpl final : public Exchange {
     // wait it needs no epoll_ctl call to be armed (only its first attempt, which fails
     // while the client sends nothing).
     w->armed = true;
+    // An exchange still running now is a long one (a stream, a generation): the buffer the
+    // request was read into is returned while it runs (up to 64 KiB per connection, 4 KiB
+    // for a typical request); the next request's read takes a new one.
+    if (s_.buffer.size() == 0) s_.buffer.shrink_to_fit();
     s_.stream.socket().async_receive(
         net::buffer(&w->peek, 1), net::socket_base::message_peek,
         net::bind_cancellation_slot(w->stop.slot(), [this, w](const boost::system::error_code& ec, std::size_t n) {

@@ -53,7 +53,6 @@ void append_tool_call(std::string& out, std::string_view request_id, std::size_t
   out += "}}";
 }
 
-using detail::PaddedBuffer;
 
 class OllamaStream final : public StreamTranslator {
  public:
@@ -146,7 +145,7 @@ class OllamaStream final : public StreamTranslator {
 
   bool parse_line(std::string_view line, Line& l) {
     od::document doc;
-    if (parser_.iterate(pad_.view(line)).get(doc) != simdjson::SUCCESS) return false;
+    if (detail::scratch_parser().iterate(line).get(doc) != simdjson::SUCCESS) return false;
     od::object obj;
     if (doc.get_object().get(obj) != simdjson::SUCCESS) return false;
     for (auto field : obj) {
@@ -248,8 +247,6 @@ class OllamaStream final : public StreamTranslator {
   bool failed_ = false;
   std::size_t tool_call_index_ = 0;
   NdjsonParser ndjson_;
-  od::parser parser_;
-  PaddedBuffer pad_;
 };
 
 }  // namespace

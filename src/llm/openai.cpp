@@ -39,7 +39,6 @@ bool read_usage(od::value v, Usage& u) {
   return true;
 }
 
-using detail::PaddedBuffer;
 
 class OpenAiStream final : public StreamTranslator {
  public:
@@ -132,7 +131,7 @@ class OpenAiStream final : public StreamTranslator {
   // Reads what the gateway needs from one chunk. False if it is not a JSON object.
   bool inspect(std::string_view data, bool& has_choices, bool& content, bool& has_usage) {
     od::document doc;
-    if (parser_.iterate(pad_.view(data)).get(doc) != simdjson::SUCCESS) return false;
+    if (detail::scratch_parser().iterate(data).get(doc) != simdjson::SUCCESS) return false;
     od::object obj;
     if (doc.get_object().get(obj) != simdjson::SUCCESS) return false;
     for (auto field : obj) {
@@ -235,8 +234,6 @@ class OpenAiStream final : public StreamTranslator {
   bool null_usage_ = false;  // the event being read has "usage": null
   bool failed_ = false;
   SseParser sse_;
-  od::parser parser_;
-  PaddedBuffer pad_;
 };
 
 }  // namespace

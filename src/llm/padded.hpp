@@ -24,4 +24,21 @@ class PaddedBuffer {
   std::string buf_;
 };
 
+// An on-demand parser with its padding buffer, one per thread, for a document parsed and
+// read within one synchronous call (what the parse yields is used before the next parse on
+// the thread). A stream's translator holding its own would keep about 10 KiB per open
+// stream (the parser's depth and string buffers); one per thread costs that once.
+struct ScratchParser {
+  simdjson::ondemand::parser parser;
+  PaddedBuffer pad;
+  simdjson::simdjson_result<simdjson::ondemand::document> iterate(std::string_view s) & {
+    return parser.iterate(pad.view(s));
+  }
+};
+
+inline ScratchParser& scratch_parser() {
+  thread_local ScratchParser p;
+  return p;
+}
+
 }  // namespace sluice::llm::detail
