@@ -306,8 +306,10 @@ class ExchangeImpl final : public Exchange {
       // (Over TLS through the TLS stream: what arrives is records to decrypt. The stream's
       // read timer may still hold a write's timeout: this read has none.)
       if (s_.stream.tls()) s_.stream.expires_never();
+      reading_ = true;  // (into s_.buffer: arm_watch must not free it meanwhile)
       auto [ec, n] = s_.stream.tls() ? co_await s_.stream.tls()->async_read_some(s_.buffer.prepare(4096), nothrow)
                                      : co_await s_.stream.socket().async_read_some(s_.buffer.prepare(4096), nothrow);
+      reading_ = false;
       if (ec == net::error::operation_aborted) {
         // Cancelled by the caller's race; nothing was consumed.
         co_return;
@@ -331,7 +333,7 @@ class ExchangeImpl final : public Exchange {
     // An exchange still running now is a long one (a stream, a generation): the buffer the
     // request was read into is returned while it runs (up to 64 KiB per connection, 4 KiB
     // for a typical request); the next request's read takes a new one.
-    if (s_.buffer.size() == 0) s_.buffer.shrink_to_fit();
+    if (s_.buffer.size() == 0 && !reading_) s_.buffer.shrink_to_fit();
     s_.stream.socket().async_receive(
         net::buffer(&w->peek, 1), net::socket_base::message_peek,
         net::bind_cancellation_slot(w->stop.slot(), [this, w](const boost::system::error_code& ec, std::size_t n) {
@@ -423,6 +425,7 @@ class ExchangeImpl final : public Exchange {
   bool finished_ = false;
   bool failed_ = false;
   bool client_gone_ = false;
+  bool reading_ = false;  // wait_client_gone() has a read into s_.buffer pending
 };
 
 // Arms the watches that have waited kWatchDelay, at most once per kWatchDelay (a timer per
