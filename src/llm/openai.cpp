@@ -39,7 +39,6 @@ bool read_usage(od::value v, Usage& u) {
   return true;
 }
 
-
 class OpenAiStream final : public StreamTranslator {
  public:
   explicit OpenAiStream(const ChatRequest& req) : include_usage_(req.include_usage) {}

@@ -1,6 +1,5 @@
 #include "telemetry/metrics.hpp"
 
-
 #include <unistd.h>
 
 #include <algorithm>
