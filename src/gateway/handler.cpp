@@ -191,92 +191,7 @@ class WorkerHandler final : public LiveSource {
     ctx.rec.client = proxies_.empty() ? std::string(req.peer())
                                       : proxies_.client(req.peer(), req.header_list("x-forwarded-for"));
 
-    const auto path = req.path();
-    const auto method = req.method();
-    // Browser clients on other origins (cors.allowed_origins): a preflight is answered
-    // here; any other request from an allowed origin gets the CORS headers on its reply.
-    if (!admin_listener_ && cfg_.cors.enabled()) {
-      if (const auto origin = req.header("origin"); !origin.empty()) {
-        const bool preflight = method == "OPTIONS" && !req.header("access-control-request-method").empty();
-        if (cfg_.cors.allows(origin)) {
-          ctx.headers.emplace_back("Access-Control-Allow-Origin", std::string(origin));
-          ctx.headers.emplace_back("Vary", "Origin");
-          if (preflight) {
-            co_await cors_preflight(ex, ctx);
-            co_return;
-          }
-          ctx.headers.emplace_back("Access-Control-Expose-Headers", kCorsExposed);
-        } else if (preflight) {
-          ctx.rec.to_sinks = false;  // the access log keeps the line
-          co_await local_reply(ex, ctx, Reason::forbidden, "origin '" + recorded_text(origin) + "' is not allowed");
-          record(ctx);
-          co_return;
-        }
-      }
-    }
-    if (admin_listener_ && console::foreign_browser(req.header("origin"), req.header("host"),
-                                                     req.header("sec-fetch-site"), req.header("sec-fetch-mode"))) {
-      co_await ex.reply(json_reply(403, error_body(Reason::forbidden, "the admin listener serves browsers only at an IP address or localhost, from its own pages"), ctx));
-      co_return;
-    }
-    if (path == "/health") {
-      co_await ex.reply(json_reply(200, R"({"status":"ok"})", ctx));
-      co_return;  // probes are not logged
-    }
-    if (path == "/ready") {
-      auto [ready, body] = render_ready(g_);
-      co_await ex.reply(json_reply(ready ? 200 : 503, std::move(body), ctx));
-      co_return;
-    }
-    if (cfg_.console && (path == "/console" || path.starts_with("/console/"))) {
-      console::Reply page = console::serve(method, path, req.header("if-none-match"), admin_listener_);
-      http::Response r;
-      r.status = page.status;
-      r.content_type = std::move(page.content_type);
-      r.body = std::move(page.body);
-      r.headers = std::move(page.headers);
-      co_await ex.reply(std::move(r));
-      co_return;  // the console's files are not logged (what it reads is)
-    }
-    if (path == "/metrics" || path == "/infra") {
-      // They hold counts and states, never a key or a prompt, but also backend addresses,
-      // every route and where the database is: on the main listener only an admin key
-      // reads them (unless admin.public_status); the admin listener needs none.
-      if (!admin_listener_ && !cfg_.public_status) {
-        auto denied = authenticate(ex, ctx);
-        if (denied || (!ctx.key->admin && !ctx.key->viewer)) {  // a viewer reads what an admin reads
-          ctx.rec.to_sinks = false;  // the access log keeps the line
-          if (denied) co_await auth_failure(ex, ctx, *denied);
-          else co_await local_reply(ex, ctx, Reason::forbidden, "only an admin key may read " + std::string(path));
-          record(ctx);
-          co_return;
-        }
-      }
-      http::Response r = json_reply(200, path == "/metrics" ? render_metrics(g_) : render_infra(g_), ctx);
-      if (path == "/metrics") r.content_type = "text/plain; version=0.0.4";
-      co_await ex.reply(std::move(r));
-      co_return;
-    }
-    if (path.starts_with("/admin/")) {
-      co_await admin(ex, ctx, method, path);
-      co_return;
-    }
-    if (admin_listener_) {
-      if (path == "/history" || path == "/history/stats") {  // every key's, as an admin key reads them
-        ctx.rec.to_sinks = false;  // a read (the access log keeps the line)
-        ctx.key = &admin_listener_key();
-        ctx.rec.key_name = ctx.key->name;
-        if (method != "GET" && method != "HEAD") {
-          co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for " + std::string(path));
-        } else {
-          co_await history_query(ex, ctx, path == "/history/stats");
-        }
-        record(ctx);
-        co_return;
-      }
-      co_await ex.reply(json_reply(404, error_body(Reason::not_found, "the admin listener serves /health, /ready, /metrics, /infra, /history, /admin/ and /console/"), ctx));
-      co_return;
-    }
+    if (co_await serve_local(ex, ctx)) co_return;
     // In flight from here until the coroutine ends, however it ends.
     // (The frame holds the worker's list and the metrics, not the handler: a frame destroyed
     // at a forced stop, after its handler, still unlists itself.)
@@ -297,7 +212,7 @@ class WorkerHandler final : public LiveSource {
     // A request ended by an exception (the server answers 500 unless the reply began) is
     // still a record: counted, logged, in the history and the events.
     try {
-      co_await route(ex, ctx, path, method);
+      co_await route(ex, ctx, req.path(), req.method());
     } catch (...) {
       std::string what = "internal error";
       try {
@@ -317,54 +232,151 @@ class WorkerHandler final : public LiveSource {
   }
 
  private:
-  // The request by its path and method (all but the probes and the status pages).
+  // What is served before a request is in flight (and never reaches a model): CORS
+  // preflights, the probes, the console's files, the status pages, the admin API, the
+  // admin listener's own paths. True when it answered. (Its own coroutine: the frame of
+  // a request in flight, held for a whole stream, keeps none of this.)
+  awaitable<bool> serve_local(http::Exchange& ex, Context& ctx) {
+    const auto& req = ex.request();
+    const auto path = req.path();
+    const auto method = req.method();
+    // Browser clients on other origins (cors.allowed_origins): a preflight is answered
+    // here; any other request from an allowed origin gets the CORS headers on its reply.
+    if (!admin_listener_ && cfg_.cors.enabled()) {
+      if (const auto origin = req.header("origin"); !origin.empty()) {
+        const bool preflight = method == "OPTIONS" && !req.header("access-control-request-method").empty();
+        if (cfg_.cors.allows(origin)) {
+          ctx.headers.emplace_back("Access-Control-Allow-Origin", std::string(origin));
+          ctx.headers.emplace_back("Vary", "Origin");
+          if (preflight) {
+            co_await cors_preflight(ex, ctx);
+            co_return true;
+          }
+          ctx.headers.emplace_back("Access-Control-Expose-Headers", kCorsExposed);
+        } else if (preflight) {
+          ctx.rec.to_sinks = false;  // the access log keeps the line
+          co_await local_reply(ex, ctx, Reason::forbidden, "origin '" + recorded_text(origin) + "' is not allowed");
+          record(ctx);
+          co_return true;
+        }
+      }
+    }
+    if (admin_listener_ && console::foreign_browser(req.header("origin"), req.header("host"),
+                                                     req.header("sec-fetch-site"), req.header("sec-fetch-mode"))) {
+      co_await ex.reply(json_reply(403, error_body(Reason::forbidden, "the admin listener serves browsers only at an IP address or localhost, from its own pages"), ctx));
+      co_return true;
+    }
+    if (path == "/health") {
+      co_await ex.reply(json_reply(200, R"({"status":"ok"})", ctx));
+      co_return true;  // probes are not logged
+    }
+    if (path == "/ready") {
+      auto [ready, body] = render_ready(g_);
+      co_await ex.reply(json_reply(ready ? 200 : 503, std::move(body), ctx));
+      co_return true;
+    }
+    if (cfg_.console && (path == "/console" || path.starts_with("/console/"))) {
+      console::Reply page = console::serve(method, path, req.header("if-none-match"), admin_listener_);
+      http::Response r;
+      r.status = page.status;
+      r.content_type = std::move(page.content_type);
+      r.body = std::move(page.body);
+      r.headers = std::move(page.headers);
+      co_await ex.reply(std::move(r));
+      co_return true;  // the console's files are not logged (what it reads is)
+    }
+    if (path == "/metrics" || path == "/infra") {
+      // They hold counts and states, never a key or a prompt, but also backend addresses,
+      // every route and where the database is: on the main listener only an admin key
+      // reads them (unless admin.public_status); the admin listener needs none.
+      if (!admin_listener_ && !cfg_.public_status) {
+        auto denied = authenticate(ex, ctx);
+        if (denied || (!ctx.key->admin && !ctx.key->viewer)) {  // a viewer reads what an admin reads
+          ctx.rec.to_sinks = false;  // the access log keeps the line
+          if (denied) co_await auth_failure(ex, ctx, *denied);
+          else co_await local_reply(ex, ctx, Reason::forbidden, "only an admin key may read " + std::string(path));
+          record(ctx);
+          co_return true;
+        }
+      }
+      http::Response r = json_reply(200, path == "/metrics" ? render_metrics(g_) : render_infra(g_), ctx);
+      if (path == "/metrics") r.content_type = "text/plain; version=0.0.4";
+      co_await ex.reply(std::move(r));
+      co_return true;
+    }
+    if (path.starts_with("/admin/")) {
+      co_await admin(ex, ctx, method, path);
+      co_return true;
+    }
+    if (admin_listener_) {
+      if (path == "/history" || path == "/history/stats") {  // every key's, as an admin key reads them
+        ctx.rec.to_sinks = false;  // a read (the access log keeps the line)
+        ctx.key = &admin_listener_key();
+        ctx.rec.key_name = ctx.key->name;
+        if (method != "GET" && method != "HEAD") {
+          co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for " + std::string(path));
+        } else {
+          co_await history_query(ex, ctx, path == "/history/stats");
+        }
+        record(ctx);
+        co_return true;
+      }
+      co_await ex.reply(json_reply(404, error_body(Reason::not_found, "the admin listener serves /health, /ready, /metrics, /infra, /history, /admin/ and /console/"), ctx));
+      co_return true;
+    }
+    co_return false;
+  }
+
+  // The request by its path and method (all but the probes and the status pages). Not a
+  // coroutine: it returns the one that serves the request, so no frame of its own stays
+  // on a stream's stack.
   awaitable<void> route(http::Exchange& ex, Context& ctx, std::string_view path, std::string_view method) {
     const auto& req = ex.request();
     if (const api::Endpoint* api = api::endpoint(path)) {
       ctx.codec = api->codec;
       if (method != "POST") {
-        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use POST for " + std::string(path));
+        return local_reply(ex, ctx, Reason::method_not_allowed, "use POST for " + std::string(path));
       } else if (auto denied = authenticate(ex, ctx)) {
-        co_await auth_failure(ex, ctx, *denied);
+        return auth_failure(ex, ctx, *denied);
       } else if (api->op == api::Op::count_tokens) {
-        co_await count_tokens(ex, ctx);
+        return count_tokens(ex, ctx);
       } else {
-        co_await generate(ex, ctx);
+        return generate(ex, ctx);
       }
     } else if (path == "/history" || path == "/history/stats") {
       // A query of the records is not itself a record (the access log keeps its line);
       // a failed authentication is (request.auth_failed).
       if (method != "GET" && method != "HEAD") {  // HEAD: the server sends the head only
         ctx.rec.to_sinks = false;
-        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for " + std::string(path));
+        return local_reply(ex, ctx, Reason::method_not_allowed, "use GET for " + std::string(path));
       } else if (auto denied = authenticate(ex, ctx)) {
-        co_await auth_failure(ex, ctx, *denied);
+        return auth_failure(ex, ctx, *denied);
       } else {
         ctx.rec.to_sinks = false;
-        co_await history_query(ex, ctx, path == "/history/stats");
+        return history_query(ex, ctx, path == "/history/stats");
       }
     } else if (path.starts_with("/v1/responses/")) {
       ctx.rec.to_sinks = false;  // a read of what was stored (the access log keeps the line)
       if (method == "POST") {  // (cancel, input_tokens: not served)
-        co_await local_reply(ex, ctx, Reason::not_found, "no route for POST " + recorded_text(path));
+        return local_reply(ex, ctx, Reason::not_found, "no route for POST " + recorded_text(path));
       } else if (method != "GET" && method != "HEAD" && method != "DELETE") {
-        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET or DELETE for " + std::string(path));
+        return local_reply(ex, ctx, Reason::method_not_allowed, "use GET or DELETE for " + std::string(path));
       } else if (auto denied = authenticate(ex, ctx)) {
-        co_await auth_failure(ex, ctx, *denied);
+        return auth_failure(ex, ctx, *denied);
       } else {
-        co_await stored_response(ex, ctx, path.substr(std::string_view("/v1/responses/").size()), method);
+        return stored_response(ex, ctx, path.substr(std::string_view("/v1/responses/").size()), method);
       }
     } else if (path == "/v1/models" || path.starts_with("/v1/models/")) {
       if (!req.header("anthropic-version").empty()) ctx.codec = &api::anthropic_messages();  // an Anthropic SDK
       if (method != "GET" && method != "HEAD") {
-        co_await local_reply(ex, ctx, Reason::method_not_allowed, "use GET for " + std::string(path));
+        return local_reply(ex, ctx, Reason::method_not_allowed, "use GET for " + std::string(path));
       } else if (auto denied = authenticate(ex, ctx)) {
-        co_await auth_failure(ex, ctx, *denied);
+        return auth_failure(ex, ctx, *denied);
       } else {
-        co_await models(ex, ctx, path.substr(std::min(path.size(), std::string_view("/v1/models/").size())));
+        return models(ex, ctx, path.substr(std::min(path.size(), std::string_view("/v1/models/").size())));
       }
     } else {
-      co_await local_reply(ex, ctx, Reason::not_found, "no route for " + std::string(method) + " " + std::string(path));
+      return local_reply(ex, ctx, Reason::not_found, "no route for " + std::string(method) + " " + std::string(path));
     }
   }
 
@@ -962,13 +974,13 @@ class WorkerHandler final : public LiveSource {
     };
     // A fallback's or canary's own load_options apply to what goes to its backends (the
     // filter applied the named route's); a value it does not allow skips it.
-    std::optional<llm::ChatRequest> for_set;
+    std::unique_ptr<llm::ChatRequest> for_set;  // (rare: kept off the frame, which a stream holds)
     for (std::size_t k = 0; k < n_sets && attempts_left > 0; ++k) {
       const RouteRuntime& set = *order[k];
       const llm::ChatRequest* sent = &creq;
       std::uint64_t steer_sig = &set == &rr ? ctx.load_signature : 0;
       if (set.route != rr.route && set.route->load_options) {
-        for_set.emplace(creq);
+        for_set = std::make_unique<llm::ChatRequest>(creq);
         filters::Stop refused;
         if (!filters::apply_load_options(*set.route, for_set->body, refused)) {
           if (!tried.empty()) tried += "; ";
@@ -1072,6 +1084,14 @@ class WorkerHandler final : public LiveSource {
       co_await reply_failure(ex, ctx, *last, last_wire);
       co_return;
     }
+    co_await exhausted(ex, ctx, creq, rr, std::move(tried));
+  }
+
+  // Every backend the request could go to was tried or out: the route's canned reply, or
+  // no_backend naming what each said. (Its own coroutine: dispatch's frame, held for a
+  // whole stream, keeps none of these strings.)
+  awaitable<void> exhausted(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq, const RouteRuntime& rr,
+                            std::string tried) {
     rr.stats->exhausted.fetch_add(1, std::memory_order_relaxed);
     if (rr.route->canned_reply && creq.task == llm::Task::chat) {
       rr.stats->canned.fetch_add(1, std::memory_order_relaxed);
@@ -1439,13 +1459,17 @@ class WorkerHandler final : public LiveSource {
     return f;
   }
 
-  // Phases 7..13: the upstream call and the relay.
+  static awaitable<std::optional<Failure>> failed_now(Failure f) { co_return f; }
+
+  // Phases 7..13: the upstream call and the relay. Not a coroutine: it builds the upstream
+  // request and returns the exchange that sends it (streamed or whole), which holds the
+  // request in its own frame; a stream's stack has one frame fewer.
   awaitable<std::optional<Failure>> relay(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
                                           const BackendRuntime& be, const config::Route& route) {
     // Upstream request: the adapter rewrites the body (or the codec, for a backend that
     // serves the client's API itself); credentials and trace go in headers.
     // Cancelled by an operator while it waited (queued, in the filters, between attempts).
-    if (auto stopped = stopped_from_outside(ctx)) co_return stopped;
+    if (auto stopped = stopped_from_outside(ctx)) return failed_now(std::move(*stopped));
     const bool native = ctx.codec->native_on(be.cfg);
     // Answered in the client's own API: nothing in the internal form to share (the
     // requests that joined generate their own at once).
@@ -1458,10 +1482,16 @@ class WorkerHandler final : public LiveSource {
     ureq.headers.emplace_back("traceparent", next_traceparent(ex.request().header("traceparent")));
     ureq.headers.emplace_back("X-Request-Id", ctx.request_id);
 
-    const auto& to = cfg_.timeouts;
-    const auto deadline = ctx.start + to.total;
-    if (creq.stream) co_return co_await stream_exchange(ex, ctx, creq, be, native, ureq, deadline);
+    const auto deadline = ctx.start + cfg_.timeouts.total;
+    if (creq.stream) return stream_exchange(ex, ctx, creq, be, native, std::move(ureq), deadline);
+    return whole_exchange(ex, ctx, creq, be, route, native, std::move(ureq), deadline);
+  }
 
+  // The non-streamed exchange.
+  awaitable<std::optional<Failure>> whole_exchange(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
+                                                   const BackendRuntime& be, const config::Route& route, bool native,
+                                                   http::ClientRequest ureq, Clock::time_point deadline) {
+    const auto& to = cfg_.timeouts;
     // Non-streaming: the answer arrives whole, so only the total deadline bounds it. A
     // watch on the client connection aborts the upstream exchange if the client leaves
     // (measured: a coroutine race here cost about 11,000 instructions per request).
@@ -1664,7 +1694,7 @@ class WorkerHandler final : public LiveSource {
   // a failure before that is still a plain HTTP error.
   awaitable<std::optional<Failure>> stream_exchange(http::Exchange& ex, Context& ctx, const llm::ChatRequest& creq,
                                                      const BackendRuntime& be, bool native,
-                                                     const http::ClientRequest& ureq, Clock::time_point deadline) {
+                                                     http::ClientRequest ureq, Clock::time_point deadline) {
     const auto& to = cfg_.timeouts;
     std::unique_ptr<llm::StreamTranslator> translator;
     if (native) {
@@ -1746,6 +1776,7 @@ class WorkerHandler final : public LiveSource {
     };
 
     auto sent = co_await client_->send(be.target, ureq, to.connect, left_until(first_token_deadline), &abort, &quiet);
+    ureq = {};  // sent: its body (the prompt, maybe long) is not held while the stream lasts
     if (auto* err = std::get_if<http::ClientError>(&sent)) {
       auto [reason, message] = classify(*err, true);
       // The request's whole time ran out (not this attempt's first-token time): no retry.

@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 
 #include <array>
+#include <limits>
 #include <map>
 #include <unordered_map>
 #include <vector>
@@ -123,57 +124,37 @@ class ResponseImpl final : public ClientResponse {
   }
 
   awaitable<Piece> read_some(std::chrono::milliseconds timeout, Quiet* quiet) override {
-    if (!conn_) co_return ClientError{ClientErrc::io, "connection closed"};
-    if (failed_) {
-      co_return ClientError{aborted_ ? ClientErrc::cancelled : ClientErrc::io,
-                            aborted_ ? "exchange aborted" : "exchange failed"};
-    }
-    if (parser_->is_done()) co_return std::string_view{};
-    const auto deadline = Clock::now() + timeout;
-    for (;;) {
-      auto& body = parser_->get().body();
-      body.data = buf_;
-      body.size = sizeof buf_;
-      Conn& c = *conn_;
-      beast::error_code ec = co_await c.timed(deadline, quiet, [&c, this](auto token) {
-        return c.plain ? bhttp::async_read_some(*c.plain, c.buffer, *parser_, token)
-                       : bhttp::async_read_some(*c.tls, c.buffer, *parser_, token);
-      });
-      if (ec == bhttp::error::need_buffer) ec = {};
-      if (ec) {
-        failed_ = true;
-        // Cancelled only when someone aborted the exchange (the client left, the drain):
-        // an operation that failed on its own is the upstream's failure.
-        if (aborted_ || (quiet && ec == net::error::operation_aborted)) {
-          co_return ClientError{ClientErrc::cancelled, "reading upstream body: aborted"};
-        }
-        co_return make_error(ec, ClientErrc::io, "reading upstream body");
-      }
-      const std::size_t got = sizeof buf_ - parser_->get().body().size;
-      if (got > 0) co_return std::string_view(buf_, got);
-      if (parser_->is_done()) co_return std::string_view{};
-    }
+    return read_into(buf_, sizeof buf_, Clock::now() + timeout, quiet);
   }
 
+  // Reads straight into the string it returns (no piece copied through buf_), growing it
+  // as the body comes.
   awaitable<std::variant<std::string, ClientError>> read_all(std::size_t limit,
                                                              std::chrono::milliseconds timeout) override {
+    // One byte past the limit is room enough to see the body exceed it.
+    const std::size_t most = limit < std::numeric_limits<std::size_t>::max() ? limit + 1 : limit;
     std::string out;
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    out.resize(std::min<std::size_t>(most, 4096));
+    std::size_t used = 0;
+    const auto deadline = Clock::now() + timeout;
     for (;;) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) {
+      if (Clock::now() >= deadline) {
         failed_ = true;
         co_return ClientError{ClientErrc::timeout, "reading upstream body: timed out"};
       }
-      auto piece = co_await read_some(left, nullptr);
+      if (used == out.size()) out.resize(std::min(most, out.size() * 2));
+      auto piece = co_await read_into(out.data() + used, out.size() - used, deadline, nullptr);
       if (auto* err = std::get_if<ClientError>(&piece)) co_return std::move(*err);
-      auto sv = std::get<std::string_view>(piece);
-      if (sv.empty()) co_return out;
-      if (out.size() + sv.size() > limit) {
+      const std::size_t got = std::get<std::string_view>(piece).size();
+      if (got == 0) {
+        out.resize(used);
+        co_return out;
+      }
+      used += got;
+      if (used > limit) {
         failed_ = true;
         co_return ClientError{ClientErrc::too_large, "upstream body exceeds " + std::to_string(limit) + " bytes"};
       }
-      out.append(sv);
     }
   }
 
@@ -193,11 +174,45 @@ class ResponseImpl final : public ClientResponse {
   ClientImpl& owner_;
   std::unique_ptr<Conn> conn_;
   std::unique_ptr<bhttp::response_parser<bhttp::buffer_body>> parser_;
+  // The next piece of the body, read into [data, data + cap): a view of it (empty at the
+  // end of the body) or the error.
+  awaitable<Piece> read_into(char* data, std::size_t cap, Clock::time_point deadline, Quiet* quiet) {
+    if (!conn_) co_return ClientError{ClientErrc::io, "connection closed"};
+    if (failed_) {
+      co_return ClientError{aborted_ ? ClientErrc::cancelled : ClientErrc::io,
+                            aborted_ ? "exchange aborted" : "exchange failed"};
+    }
+    if (parser_->is_done()) co_return std::string_view{};
+    for (;;) {
+      auto& body = parser_->get().body();
+      body.data = data;
+      body.size = cap;
+      Conn& c = *conn_;
+      beast::error_code ec = co_await c.timed(deadline, quiet, [&c, this](auto token) {
+        return c.plain ? bhttp::async_read_some(*c.plain, c.buffer, *parser_, token)
+                       : bhttp::async_read_some(*c.tls, c.buffer, *parser_, token);
+      });
+      if (ec == bhttp::error::need_buffer) ec = {};
+      if (ec) {
+        failed_ = true;
+        // Cancelled only when someone aborted the exchange (the client left, the drain):
+        // an operation that failed on its own is the upstream's failure.
+        if (aborted_ || (quiet && ec == net::error::operation_aborted)) {
+          co_return ClientError{ClientErrc::cancelled, "reading upstream body: aborted"};
+        }
+        co_return make_error(ec, ClientErrc::io, "reading upstream body");
+      }
+      const std::size_t got = cap - parser_->get().body().size;
+      if (got > 0) co_return std::string_view(data, got);
+      if (parser_->is_done()) co_return std::string_view{};
+    }
+  }
+
   bool failed_ = false;
   bool aborted_ = false;  // abort() was called
-  // Upstream bodies are read in pieces of this size; SSE events are far smaller, and a
-  // whole-body read appends piece by piece. Kept small: one per open stream.
-  char buf_[4096];
+  // A stream's pieces are read into this (SSE events are far smaller; a longer piece
+  // comes in several reads). Kept small: one per open stream, held while it waits.
+  char buf_[1024];
 };
 
 std::string format_head(const Target& t, const ClientRequest& req) {
