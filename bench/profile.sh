@@ -11,7 +11,9 @@
 #
 # Needs perf (Debian linux-perf) and the right to use it on this process (root, or
 # kernel.perf_event_paranoid <= 1). Knobs: PROFILE, DURATION (s of the measured run),
-# TOP (symbols listed), WORKERS, SIM_WORKERS, WRK_CONNS, WARMUP as in bench/lib.sh.
+# TOP (symbols listed), CALLGRAPH=1 (DWARF call graphs: adds the gateway's functions by
+# inclusive share; FREQ_CALLGRAPH samples/s, default 499), WORKERS, SIM_WORKERS, WRK_CONNS,
+# WARMUP as in bench/lib.sh.
 set -Eeuo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -19,6 +21,9 @@ PROFILE=${PROFILE:-full}
 TARGET=${TARGET:-sluice}
 DURATION=${DURATION:-10}
 TOP=${TOP:-40}
+CALLGRAPH=${CALLGRAPH:-}   # 1: record call graphs (DWARF) and list the gateway's functions by inclusive share
+FREQ=${FREQ:-1999}
+[[ -z "$CALLGRAPH" ]] || FREQ=${FREQ_CALLGRAPH:-499}
 bench_setup wrk node curl perf
 [[ $TARGET == sluice || $TARGET == nginx ]] || die "TARGET is sluice or nginx"
 case $PROFILE in
@@ -39,13 +44,15 @@ else
   PIDLIST=$SLUICE_PID
   OUT="$RESULTS_DIR/profile-$PROFILE-latest.txt"
 fi
+# (With call graphs, perf's own unwinding costs the gateway CPU: a separate file.)
+[[ -z "$CALLGRAPH" ]] || OUT="${OUT%-latest.txt}-callgraph-latest.txt"
 check_targets "$TARGET"
 run_wrk "$TARGET" "$WRK_CONNS" "$WARMUP" >/dev/null
 
 # 1. CPU and samples.
 log "perf record of $TARGET ($PIDLIST) for ${DURATION}s under wrk -c$WRK_CONNS"
 c0=$(cpu_ticks ${PIDLIST//,/ })
-perf record -q -F 1999 -p "$PIDLIST" -o "$TMP/perf.data" -- sleep "$DURATION" 2>"$TMP/perf.err" &
+perf record -q ${CALLGRAPH:+--call-graph dwarf,16384} -F "$FREQ" -p "$PIDLIST" -o "$TMP/perf.data" -- sleep "$DURATION" 2>"$TMP/perf.err" &
 perf_pid=$!
 line=$(run_wrk "$TARGET" "$WRK_CONNS" "$DURATION")
 wait "$perf_pid" || die "perf record failed: $(cat "$TMP/perf.err")"
@@ -79,12 +86,18 @@ req2=$(kv "$line2" requests)
     sort -t: -k2 -gr | awk 'NR <= 24'
   echo
   echo "## By object (self, all threads)"
-  perf report -i "$TMP/perf.data" --no-children --sort dso --stdio 2>/dev/null |
+  perf report -i "$TMP/perf.data" --no-children --sort dso -g none --stdio 2>/dev/null |
     grep -v '^#' | grep -v '^$' | sed 's/[ -]*$//' | awk 'NR <= 8'
   echo
   echo "## Top symbols (self, all threads)"
-  perf report -i "$TMP/perf.data" --no-children --sort dso,symbol --stdio 2>/dev/null |
+  perf report -i "$TMP/perf.data" --no-children --sort dso,symbol -g none --stdio 2>/dev/null |
     grep -v '^#' | grep -v '^$' | sed 's/[ -]*$//' | cut -c1-180 | awk -v n="$TOP" 'NR <= n'
+  if [[ -n "$CALLGRAPH" ]]; then
+    echo
+    echo "## The gateway's own functions by inclusive share (self and callees; DWARF call graphs)"
+    perf report -i "$TMP/perf.data" --children --sort symbol -g none --stdio 2>/dev/null |
+      grep -v '^#' | grep -E 'sluice::' | sed 's/[ -]*$//' | cut -c1-200 | awk -v n="$TOP" 'NR <= n'
+  fi
 } >"$OUT"
 cat "$OUT"
 log "written to $OUT"

@@ -134,7 +134,7 @@ class ResponseImpl final : public ClientResponse {
     // One byte past the limit is room enough to see the body exceed it.
     const std::size_t most = limit < std::numeric_limits<std::size_t>::max() ? limit + 1 : limit;
     std::string out;
-    out.resize(std::min<std::size_t>(most, 4096));
+    out.resize(std::min<std::size_t>(most, 1024));  // (zero-filled: kept small, doubled as needed)
     std::size_t used = 0;
     const auto deadline = Clock::now() + timeout;
     for (;;) {
