@@ -1,5 +1,6 @@
 #include "telemetry/access_log.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <ctime>
@@ -153,6 +154,7 @@ std::string to_json(const RequestRecord& r) {
 
 AccessLog::AccessLog(const std::string& path, std::size_t capacity, std::vector<RecordSink*> sinks)
     : sinks_(std::move(sinks)), capacity_(capacity) {
+  queue_.reserve(std::min(capacity_, kWakeAt));  // a writer that keeps up never grows it under the lock
   if (path.empty()) {
     if (!sinks_.empty()) thread_ = std::thread([this] { run(); });
     return;
@@ -206,7 +208,9 @@ void AccessLog::flush() {
 
 void AccessLog::run() {
   name_this_thread("sluice-log");
+  lower_this_thread_priority();
   std::vector<RequestRecord> batch;
+  batch.reserve(std::min(capacity_, kWakeAt));
   std::string text;
   std::vector<std::size_t> ends;  // where each record's JSON ends in `text`
   std::vector<std::string_view> json;  // each record's JSON in `text`
@@ -219,8 +223,10 @@ void AccessLog::run() {
         if (stop_) return;
         continue;
       }
-      batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
-      queue_.clear();
+      // Swapped, not moved record by record: the workers' submit() waits on this lock, and
+      // this thread runs at a lower priority (lower_this_thread_priority) that may keep it
+      // off the CPU for a while if it is preempted holding the lock.
+      std::swap(batch, queue_);  // (batch is empty here; the two vectors keep their capacity)
       busy_ = batch.size();
     }
     // Each record's JSON once: the log line, and what the sinks may send on.

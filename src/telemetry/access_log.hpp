@@ -8,7 +8,6 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
-#include <deque>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -46,7 +45,7 @@ class AccessLog {
   std::size_t capacity_;
   std::mutex mu_;
   std::condition_variable cv_, drained_;
-  std::deque<RequestRecord> queue_;
+  std::vector<RequestRecord> queue_;  // swapped with the writer's batch
   bool stop_ = false;
   std::size_t busy_ = 0;
   int flush_waiters_ = 0;

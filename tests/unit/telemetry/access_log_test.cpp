@@ -1,10 +1,15 @@
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <boost/json/parse.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <span>
 #include <string>
 #include <vector>
@@ -108,6 +113,35 @@ TEST(AccessLog, FullQueueDropsAndCounts) {
   EXPECT_GT(dropped, 0u);
   EXPECT_EQ(written + dropped, 1000u);
   EXPECT_EQ(read_lines(path).size(), written);
+  std::remove(path.c_str());
+}
+
+// The writer thread runs at nice 10 (common/thread_name.hpp): its batches give way to the
+// workers. Found by its name among this process's threads once the log has written.
+TEST(AccessLog, TheWriterThreadRunsAtALowerPriority) {
+  auto path = (std::filesystem::temp_directory_path() / ("sluice-al3-" + std::to_string(::getpid()) + ".log")).string();
+  std::remove(path.c_str());
+  AccessLog log(path);
+  log.submit(sample(1));
+  log.flush();  // the writer has run
+  int nice = -100;
+  for (const auto& t : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(t.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name != "sluice-log") continue;
+    std::ifstream stat(t.path() / "stat");
+    std::string all((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    // Fields after the name's closing parenthesis: state is the 3rd field, nice the 19th.
+    std::istringstream rest(all.substr(all.rfind(')') + 2));
+    std::string field;
+    for (int i = 3; i <= 19 && rest >> field; ++i) {
+      if (i == 19) nice = std::stoi(field);
+    }
+  }
+  // (Nice 10, or the test's own if it already runs lower.)
+  const int own = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
+  EXPECT_EQ(nice, std::max(10, own));
   std::remove(path.c_str());
 }
 
