@@ -257,7 +257,9 @@ class Pass {
   std::size_t at_ = 0;         // the filter run() stopped at (wait), for resume()
   std::uint64_t entered_ = 0;  // bit i: filter i saw the request and its end hook is due
   bool answered_ = false;
-  static constexpr std::size_t kInline = 512;
+  // Room for every filter's state without an allocation per request: the full set of
+  // limits (the rate limits' state alone is 256 bytes) needs 576.
+  static constexpr std::size_t kInline = 768;
   alignas(std::max_align_t) std::byte inline_[kInline];
   std::byte* heap_ = nullptr;  // when the states do not fit inline_ (or need more alignment)
   std::byte* states_ = nullptr;
