@@ -11,7 +11,11 @@
 // first `data:` event), and for the processes given with --rss-pid the resident memory
 // (VmRSS summed over them): idle (after the warm-up streams), when every stream has had its
 // first token (all open at once), and the highest value sampled every 10 ms. Prints one
-// JSON line, the same fields as bench/streams.mjs plus client_cpu_ms. Exit code 0 even when
+// JSON line, the same fields as bench/streams.mjs plus client_cpu_ms and
+// client_cpu_to_all_first_ms (its CPU time until every stream had its first token: well
+// below sample_at_ms, it did not set the time to first token), and proxy_cpu_ms and
+// proxy_cpu_to_all_first_ms: the CPU time of the --rss-pid processes over the batch and
+// until every stream had its first token (from /proc/PID/stat: 10 ms ticks). Exit code 0 even when
 // streams fail (the caller reads `errors`); 2 on bad arguments.
 #include <algorithm>
 #include <arpa/inet.h>
@@ -107,6 +111,31 @@ long rss_kb(const std::vector<int>& pids) {
   return sum;
 }
 
+// CPU time (user + system, ms) summed over the pids, from /proc/PID/stat (clock ticks);
+// -1 when one is unreadable.
+double pids_cpu_ms(const std::vector<int>& pids) {
+  if (pids.empty()) return -1;
+  const double tick_ms = 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  double sum = 0;
+  for (int pid : pids) {
+    char name[64];
+    std::snprintf(name, sizeof name, "/proc/%d/stat", pid);
+    FILE* f = std::fopen(name, "r");
+    if (!f) return -1;
+    char buf[1024];
+    const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[n] = 0;
+    // After the command's closing parenthesis: state (field 3) ... utime (14), stime (15).
+    const char* p = std::strrchr(buf, ')');
+    if (!p) return -1;
+    unsigned long long utime = 0, stime = 0;
+    if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2) return -1;
+    sum += static_cast<double>(utime + stime) * tick_ms;
+  }
+  return sum;
+}
+
 double cpu_ms() {
   rusage u{};
   ::getrusage(RUSAGE_SELF, &u);
@@ -142,7 +171,8 @@ class Batch {
     streams_.resize(n);
     start_ = Clock::now();
     const auto deadline = start_ + std::chrono::milliseconds(a_.timeout_ms);
-    const double cpu0 = cpu_ms();
+    cpu0_ = cpu_ms();
+    proxy_cpu0_ = pids_cpu_ms(a_.rss_pids);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(a_.port));
@@ -189,7 +219,8 @@ class Batch {
       if (!s.finished) end(s, "timeout");
     }
     wall_ms = ms_between(start_, Clock::now());
-    client_cpu_ms = cpu_ms() - cpu0;
+    client_cpu_ms = cpu_ms() - cpu0_;
+    if (proxy_cpu0_ >= 0) proxy_cpu_ms = pids_cpu_ms(a_.rss_pids) - proxy_cpu0_;
     if (at_all_first >= 0) max_rss_ = std::max(max_rss_, at_all_first);
   }
 
@@ -201,6 +232,8 @@ class Batch {
   double sample_at_ms = -1;
   int max_streaming = 0;
   double wall_ms = 0, client_cpu_ms = 0;
+  double cpu_at_all_first_ms = -1;  // the client's CPU time until every stream had its first token
+  double proxy_cpu_ms = -1, proxy_cpu_to_all_first_ms = -1;  // the --rss-pid processes' (10 ms ticks)
 
  private:
   void send_request(Stream& s) {
@@ -316,6 +349,8 @@ class Batch {
         at_all_first = rss_kb(a_.rss_pids);  // every stream has had its first token
         open_at_sample = firsts_ - ended_after_first_;
         sample_at_ms = ms_between(start_, now);
+        cpu_at_all_first_ms = cpu_ms() - cpu0_;
+        if (proxy_cpu0_ >= 0) proxy_cpu_to_all_first_ms = pids_cpu_ms(a_.rss_pids) - proxy_cpu0_;
       }
     }
     if (data == "[DONE]") {
@@ -349,6 +384,7 @@ class Batch {
   bool sample_;
   std::vector<Stream> streams_;
   Clock::time_point start_;
+  double cpu0_ = 0, proxy_cpu0_ = -1;
   int finished_ = 0, firsts_ = 0, ended_after_first_ = 0;
   long max_rss_ = -1;
 };
@@ -415,7 +451,7 @@ int main(int argc, char** argv) {
       "{\"label\":%s,\"url\":%s,\"n\":%d,\"ok\":%d,\"errors\":%d,\"error_kinds\":%s,"
       "\"ttft_p50_ms\":%s,\"ttft_p99_ms\":%s,\"ttft_max_ms\":%s,\"wall_ms\":%s,\"sample_at_ms\":%s,"
       "\"open_at_sample\":%s,\"max_streaming\":%d,\"rss_idle_kb\":%s,\"rss_all_first_kb\":%s,"
-      "\"rss_peak_kb\":%s,\"rss_per_stream_kb\":%s,\"client_cpu_ms\":%s}\n",
+      "\"rss_peak_kb\":%s,\"rss_per_stream_kb\":%s,\"client_cpu_ms\":%s,\"client_cpu_to_all_first_ms\":%s,\"proxy_cpu_ms\":%s,\"proxy_cpu_to_all_first_ms\":%s}\n",
       json_string(a.label).c_str(),
       json_string("http://" + a.host + ":" + std::to_string(a.port) + a.path).c_str(), a.n, ok, a.n - ok,
       errs.c_str(), num(pct(ttfts, 50)).c_str(), num(pct(ttfts, 99)).c_str(), num(pct(ttfts, 100)).c_str(),
@@ -423,7 +459,8 @@ int main(int argc, char** argv) {
       b.open_at_sample < 0 ? "null" : std::to_string(b.open_at_sample).c_str(), b.max_streaming,
       rss(idle).c_str(), rss(b.at_all_first).c_str(), rss(peak).c_str(),
       idle >= 0 && peak >= 0 ? num(static_cast<double>(peak - idle) / a.n).c_str() : "null",
-      num(b.client_cpu_ms).c_str());
+      num(b.client_cpu_ms).c_str(), num(b.cpu_at_all_first_ms).c_str(), num(b.proxy_cpu_ms).c_str(),
+      num(b.proxy_cpu_to_all_first_ms).c_str());
   ::close(ep);
   return 0;
 }

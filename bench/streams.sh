@@ -3,14 +3,17 @@
 # and nginx (plain reverse proxy) in front of the same simulator, in one run; BASE_BIN adds
 # a second gateway binary (e.g. a build of the commit before a change).
 #
-#   STREAMS=2000 bench/streams.sh
+#   STREAMS=2000 bench/streams.sh      (TARGETS="direct nginx sluice" by default)
 #
 # The simulator answers after STREAM_TTFT, then STREAM_TOKENS tokens STREAM_INTER_TOKEN
 # apart (default 200ms, 50 x 100ms: 5 s per stream, so that every stream is open at the
 # moment the last one gets its first token; the report says how many were). Each target
-# gets fresh processes (allocators keep memory once used). bench/streams.mjs is the client
-# (one node process; its `open_at_sample` says whether it held all streams together).
-# Prints one JSON line per target; RSS per stream = (highest RSS - idle RSS) / STREAMS.
+# gets fresh processes (allocators keep memory once used). The client is bench/streams.cpp
+# (one thread, epoll: its client_cpu_ms shows it is not the bottleneck; its `open_at_sample`
+# says whether all streams were open together). `direct` is the simulator without a proxy:
+# what a proxy adds to time to first token is its p99 minus direct's. Prints one JSON line
+# per target; RSS per stream = (highest RSS - idle RSS) / STREAMS, and proxy_cpu_ms the
+# proxy's CPU time over the batch (for direct: the simulator's).
 set -Eeuo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -18,19 +21,24 @@ STREAMS=${STREAMS:-2000}
 STREAM_TTFT=${STREAM_TTFT:-200ms}
 STREAM_INTER_TOKEN=${STREAM_INTER_TOKEN:-100ms}
 STREAM_TOKENS=${STREAM_TOKENS:-50}
-bench_setup nginx node curl
+bench_setup nginx node curl g++
 (( NOFILE >= 2 * STREAMS + 1024 )) || die "ulimit -n is $NOFILE: $STREAMS streams need $((2 * STREAMS + 1024))"
 [[ -z "${BASE_BIN:-}" ]] || cp "$BASE_BIN" "$TMP/sluice-base"
 
-TARGETS=(nginx sluice)
+g++ -O2 -std=c++20 -o "$TMP/streams" "$BENCH/streams.cpp" || die "bench/streams.cpp does not build"
+read -r -a TARGETS <<<"${TARGETS:-direct nginx sluice}"
 [[ -z "${BASE_BIN:-}" ]] || TARGETS+=(base)
 log "machine: $(nproc) CPUs; $STREAMS streams, ttft $STREAM_TTFT, $STREAM_TOKENS tokens x $STREAM_INTER_TOKEN"
 for t in "${TARGETS[@]}"; do
   start_sim --ttft "$STREAM_TTFT" --inter-token "$STREAM_INTER_TOKEN" --jitter 0 --default-output-tokens "$STREAM_TOKENS"
   case $t in
+    direct)
+      port=$SIM_PORT
+      pids=$SIM_PID  # (its figures are the simulator's own)
+      ;;
     nginx)
       start_nginx
-      url="http://127.0.0.1:$NGINX_PORT$CHAT_PATH"
+      port=$NGINX_PORT
       pids=$(tr ' ' ',' <<<"$NGINX_WORKER_PIDS")
       ;;
     *)
@@ -38,11 +46,11 @@ for t in "${TARGETS[@]}"; do
       bin=$BIN
       [[ $t == base ]] && bin="$TMP/sluice-base"
       BIN=$bin start_sluice "$t"
-      url="http://127.0.0.1:$SLUICE_PORT$CHAT_PATH"
+      port=$SLUICE_PORT
       pids=$SLUICE_PID
       ;;
   esac
-  node "$BENCH/streams.mjs" --url "$url" --n "$STREAMS" --key "$KEY" --max-tokens "$STREAM_TOKENS" \
+  "$TMP/streams" --port "$port" --path "$CHAT_PATH" --n "$STREAMS" --key "$KEY" --max-tokens "$STREAM_TOKENS" \
     --timeout-ms 120000 --rss-pid "$pids" --label "$t"
   stop_all
 done
