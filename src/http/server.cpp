@@ -90,9 +90,10 @@ struct Session {
   // No request read yet: a connection accepted just before (or while) the listeners
   // close is given a moment to send its request instead of being closed as idle.
   bool fresh = true;
-  std::string peer;  // the remote address, read at the first request
+  tcp::endpoint peer_ep;  // the remote end, as accept() gave it (no getpeername)
+  std::string peer;  // its address, formatted at the first request
 
-  Session(Worker& w, tcp::socket s) : worker(w), stream(std::move(s)) {}
+  Session(Worker& w, tcp::socket s, const tcp::endpoint& ep = {}) : worker(w), stream(std::move(s)), peer_ep(ep) {}
 };
 
 struct ServerImpl;
@@ -551,11 +552,14 @@ awaitable<void> linger(Session& s) {
   }
 }
 
-// "10.0.0.1", "::1" (an IPv4-mapped IPv6 address as IPv4); "" when the socket has none.
-std::string peer_address(const tcp::socket& sock) {
-  beast::error_code ec;
-  const auto ep = sock.remote_endpoint(ec);
-  if (ec) return {};
+// "10.0.0.1", "::1" (an IPv4-mapped IPv6 address as IPv4) of the endpoint accept() gave,
+// else of the socket's peer; "" when the socket has none.
+std::string peer_address(const tcp::socket& sock, tcp::endpoint ep) {
+  if (ep.port() == 0) {  // not given (a connection's remote port is never 0)
+    beast::error_code ec;
+    ep = sock.remote_endpoint(ec);
+    if (ec) return {};
+  }
   auto a = ep.address();
   if (a.is_v6() && a.to_v6().is_v4_mapped()) a = net::ip::make_address_v4(net::ip::v4_mapped, a.to_v6());
   return a.to_string();
@@ -599,8 +603,8 @@ awaitable<bool> accept_tls(Session& s, const std::shared_ptr<TlsContext>& ctx) {
   co_return true;
 }
 
-awaitable<void> run_session(Worker& w, tcp::socket sock) {
-  Session s{w, std::move(sock)};
+awaitable<void> run_session(Worker& w, tcp::socket sock, tcp::endpoint peer) {
+  Session s{w, std::move(sock), peer};
   w.sessions.insert(&s);
   struct Unregister {
     Worker& w;
@@ -696,7 +700,7 @@ awaitable<void> run_session(Worker& w, tcp::socket sock) {
       }
       s.stream.expires_never();
       const auto& msg = parser.get();
-      if (s.peer.empty()) s.peer = peer_address(s.stream.socket());
+      if (s.peer.empty()) s.peer = peer_address(s.stream.socket(), s.peer_ep);
       RequestImpl req{msg, s.peer};
       ExchangeImpl ex{s, req, msg.keep_alive(), msg.version() == 10, head_only};
       bool threw = false;
@@ -793,7 +797,7 @@ bool shed_one(Worker& w) {
 
 // A connection just accepted: served, or refused when the connection cap is reached and no
 // idle connection can make room.
-void admit(Worker& w, tcp::socket sock) {
+void admit(Worker& w, tcp::socket sock, const tcp::endpoint& peer) {
   auto& server = w.server;
   const auto cap = static_cast<std::int64_t>(server.opts.max_connections);
   const auto open = server.open_connections.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -808,12 +812,13 @@ void admit(Worker& w, tcp::socket sock) {
     }
     return;
   }
-  net::co_spawn(w.ioc, run_session(w, std::move(sock)), net::detached);
+  net::co_spawn(w.ioc, run_session(w, std::move(sock), peer), net::detached);
 }
 
 awaitable<void> accept_loop(Worker& w) {
+  tcp::endpoint peer;  // filled by accept() itself: no getpeername per connection
   for (;;) {
-    auto [ec, sock] = co_await w.acceptor->async_accept(nothrow);
+    auto [ec, sock] = co_await w.acceptor->async_accept(peer, nothrow);
     if (ec) {
       if (ec == net::error::operation_aborted || !w.acceptor->is_open()) co_return;
       const int e = ec.value();
@@ -828,7 +833,7 @@ awaitable<void> accept_loop(Worker& w) {
       }
       continue;
     }
-    admit(w, std::move(sock));
+    admit(w, std::move(sock), peer);
   }
 }
 
@@ -849,7 +854,7 @@ void take_pending(Worker& w) {
       ::close(c);
       continue;
     }
-    admit(w, std::move(sock));
+    admit(w, std::move(sock), {});
   }
 }
 
