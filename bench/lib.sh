@@ -104,6 +104,12 @@ bench_setup() {
   : >"$RAW"
 }
 
+build_stream_client() {  # -> STREAM_CLIENT: bench/streams.cpp built into the run's temp dir
+  command -v g++ >/dev/null || die "'g++' is not installed (it builds bench/streams.cpp)"
+  STREAM_CLIENT="$TMP/streams"
+  g++ -O2 -std=c++20 -o "$STREAM_CLIENT" "$BENCH/streams.cpp" || die "bench/streams.cpp does not build"
+}
+
 free_port() {
   node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Two gateway binaries side by side on streams: resident memory per open stream and CPU per
 # stream, each in front of the same simulator, ROUNDS alternating rounds of STREAMS
-# concurrent streams (bench/streams.mjs). Used to compare the stream relay's designs (the
+# concurrent streams (bench/streams.cpp). Used to compare the stream relay's designs (the
 # pull loop against the four coroutines around a channel it replaced).
 #
 #   BASE_BIN=/path/to/old/sluice bench/relay_compare.sh        # SLUICE_BIN: the new one
@@ -13,7 +13,8 @@ source "$(dirname "$0")/lib.sh"
 STREAMS=${STREAMS:-2000}
 STREAM_TOKENS=${STREAM_TOKENS:-50}
 [[ -n "${BASE_BIN:-}" && -x "$BASE_BIN" ]] || die "set BASE_BIN to the binary to compare with"
-bench_setup node curl
+bench_setup node curl g++
+build_stream_client
 
 start_sim --ttft 200ms --inter-token 20ms --max-output-tokens 100000
 declare -A PID PORT
@@ -36,7 +37,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
   for v in "${order[@]}"; do
     start_variant "$v"  # fresh each round: the idle figure is a new process's
     t0=$(cpu_ticks "${PID[$v]}")
-    line=$(timeout 150 node "$BENCH/streams.mjs" --url "http://127.0.0.1:${PORT[$v]}$CHAT_PATH" --n "$STREAMS" \
+    line=$(timeout 150 "$STREAM_CLIENT" --url "http://127.0.0.1:${PORT[$v]}$CHAT_PATH" --n "$STREAMS" \
       --key "$KEY" --max-tokens "$STREAM_TOKENS" --rss-pid "${PID[$v]}" --label "$v")
     t1=$(cpu_ticks "${PID[$v]}")
     stop_pid "${PID[$v]}"

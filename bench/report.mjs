@@ -134,7 +134,7 @@ function report(rows, meta) {
   // ---- streaming
   const st = rows.filter((r) => r.phase === 'stream').map((r) => ({
     round: r.round, target: r.target, ...r.result,
-    // CPU (cores) over the whole streams.mjs run (warm-up included) of: the proxy, the
+    // CPU (cores) over the whole client run (bench/streams.cpp, warm-up included) of: the proxy, the
     // simulator, the client, and the rest of the machine.
     proxyCores: r.run_ms ? (r.target === 'direct' ? null : r.proxy_ticks / CLK / (r.run_ms / 1000)) : null,
     simCores: r.run_ms ? r.sim_ticks / CLK / (r.run_ms / 1000) : null,
@@ -160,7 +160,7 @@ function report(rows, meta) {
     const per = sTarget((r) => r.rss_per_stream_kb);
     const row = (label, f) => [label, ...TARGETS.map(f)];
     out.push(`## Streaming: ${n} concurrent streams, median of ${srounds.length} rounds`, '');
-    out.push(`Simulator: TTFT ${meta.stream_ttft}, inter-token ${meta.stream_inter_token}, jitter ${meta.stream_jitter}, ${meta.stream_tokens} output tokens. Client: bench/streams.mjs (node:http, keep-alive agent), all streams started at once.`, '');
+    out.push(`Simulator: TTFT ${meta.stream_ttft}, inter-token ${meta.stream_inter_token}, jitter ${meta.stream_jitter}, ${meta.stream_tokens} output tokens. Client: bench/streams.cpp (one thread, epoll, non-blocking connects), all streams started at once.`, '');
     out.push(table(['', ...TARGETS.map((t) => NAMES[t])], [
       row('streams ok (worst round)', (t) => `${minOk[t]} / ${n}`),
       row('errors (all rounds)', (t) => String(errs[t])),
@@ -173,7 +173,7 @@ function report(rows, meta) {
       row('proxy RSS per open stream', (t) => (t === 'direct' ? '—' : fmt(per[t], 1, ' KiB'))),
       row('streams open together (worst round)', (t) => `${minOpen[t]} / ${n}`),
     ]));
-    out.push('', 'Each round starts fresh simulator, nginx and sluice processes; streams.mjs sends 20 warm-up streams, reads the ' +
+    out.push('', 'Each round starts fresh simulator, nginx and sluice processes; the client sends 20 warm-up streams, reads the ' +
       'idle RSS, then starts all streams at once and samples RSS every 10 ms. Per open stream = (highest RSS − idle RSS) / ' +
       'streams. "Streams open together" counts the streams still open when the last one got its first token; when it is ' +
       'below the total, not all streams were held at once and the per-stream figure is not exact. nginx RSS is the sum ' +

@@ -4,7 +4,7 @@
 #
 #   1. non-streaming: wrk POSTs a small chat completion (max_tokens 8) to each target,
 #      interleaved, ROUNDS times; requests/s, latency p50/p99, CPU per request of each proxy.
-#   2. streaming: bench/streams.mjs opens STREAMS concurrent streaming requests to each
+#   2. streaming: bench/streams.cpp opens STREAMS concurrent streaming requests to each
 #      target; errors, TTFT p50/p99, resident memory per open stream of each proxy.
 #   3. prints a Markdown table and writes it to bench/results/latest.md (raw data next to
 #      it in latest.jsonl).
@@ -28,7 +28,8 @@ STREAM_TTFT=${STREAM_TTFT:-200ms}
 STREAM_INTER_TOKEN=${STREAM_INTER_TOKEN:-20ms}
 STREAM_JITTER=${STREAM_JITTER:-0}
 
-bench_setup wrk nginx node curl
+bench_setup wrk nginx node curl g++
+build_stream_client
 
 # File descriptors: a stream holds one client socket at the proxy, one upstream socket, and
 # one socket each at the client and the simulator.
@@ -93,9 +94,9 @@ for ((r = 1; r <= STREAM_ROUNDS; r++)); do
     b0=$(busy_ticks)
     w0=$EPOCHREALTIME
     times >"$TMP/times0"
-    sline=$(timeout 150 node "$BENCH/streams.mjs" --url "$(target_url "$t")" --n "$STREAMS" \
+    sline=$(timeout 150 "$STREAM_CLIENT" --url "$(target_url "$t")" --n "$STREAMS" \
       --key "$KEY" --max-tokens "$STREAM_TOKENS" --timeout-ms 60000 --rss-pid "$rss" \
-      --label "$t" 2>"$TMP/streams.err") || die "streams.mjs against $t failed: $(cat "$TMP/streams.err")"
+      --label "$t" 2>"$TMP/streams.err") || die "bench/streams.cpp against $t failed: $(cat "$TMP/streams.err")"
     times >"$TMP/times1"
     w1=$EPOCHREALTIME
     b1=$(busy_ticks)

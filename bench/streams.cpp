@@ -4,6 +4,7 @@
 // proxy's and the upstream's, not the client's (it reports its own CPU time to show it).
 //
 //   streams --port P [--host 127.0.0.1] [--path /v1/chat/completions] [--key K]
+//           (or --url http://HOST:PORT/PATH)
 //           [--model sluice-sim] [--n 1000] [--max-tokens 50] [--timeout-ms 60000]
 //           [--warmup 20] [--rss-pid PID[,PID...]] [--label NAME]
 //
@@ -11,11 +12,11 @@
 // first `data:` event), and for the processes given with --rss-pid the resident memory
 // (VmRSS summed over them): idle (after the warm-up streams), when every stream has had its
 // first token (all open at once), and the highest value sampled every 10 ms. Prints one
-// JSON line, the same fields as bench/streams.mjs plus client_cpu_ms and
+// JSON line: the fields the node client it replaces printed, plus client_cpu_ms and
 // client_cpu_to_all_first_ms (its CPU time until every stream had its first token: well
 // below sample_at_ms, it did not set the time to first token), and proxy_cpu_ms and
-// proxy_cpu_to_all_first_ms: the CPU time of the --rss-pid processes over the batch and
-// until every stream had its first token (from /proc/PID/stat: 10 ms ticks). Exit code 0 even when
+// proxy_cpu_to_all_first_ms (the CPU time of the --rss-pid processes over the batch and
+// until every stream had its first token; /proc/PID/stat, 10 ms ticks). Exit code 0 even when
 // streams fail (the caller reads `errors`); 2 on bad arguments.
 #include <algorithm>
 #include <arpa/inet.h>
@@ -59,7 +60,18 @@ Args parse_args(int argc, char** argv) {
     std::string_view k = argv[i];
     if (i + 1 >= argc) usage("every option takes a value");
     const char* v = argv[++i];
-    if (k == "--host") a.host = v;
+    if (k == "--url") {  // http://HOST:PORT/PATH
+      std::string_view u = v;
+      if (!u.starts_with("http://")) usage("--url must be http://HOST:PORT/PATH");
+      u.remove_prefix(7);
+      const auto slash = u.find('/');
+      const auto hostport = u.substr(0, slash);
+      const auto colon = hostport.rfind(':');
+      if (colon == std::string_view::npos) usage("--url needs a port");
+      a.host = std::string(hostport.substr(0, colon));
+      a.port = std::atoi(std::string(hostport.substr(colon + 1)).c_str());
+      a.path = slash == std::string_view::npos ? "/" : std::string(u.substr(slash));
+    } else if (k == "--host") a.host = v;
     else if (k == "--port") a.port = std::atoi(v);
     else if (k == "--path") a.path = v;
     else if (k == "--key") a.key = v;
@@ -237,6 +249,14 @@ class Batch {
 
  private:
   void send_request(Stream& s) {
+    if (s.sent == 0) {  // the first writable event: did the connect succeed?
+      int err = 0;
+      socklen_t len = sizeof err;
+      if (::getsockopt(s.fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
+        end(s, std::string("connect: ") + std::strerror(err));
+        return;
+      }
+    }
     if (s.sent >= request_.size()) {
       epoll_event ev{};
       ev.events = EPOLLIN | EPOLLRDHUP;

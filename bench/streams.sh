@@ -25,7 +25,7 @@ bench_setup nginx node curl g++
 (( NOFILE >= 2 * STREAMS + 1024 )) || die "ulimit -n is $NOFILE: $STREAMS streams need $((2 * STREAMS + 1024))"
 [[ -z "${BASE_BIN:-}" ]] || cp "$BASE_BIN" "$TMP/sluice-base"
 
-g++ -O2 -std=c++20 -o "$TMP/streams" "$BENCH/streams.cpp" || die "bench/streams.cpp does not build"
+build_stream_client
 read -r -a TARGETS <<<"${TARGETS:-direct nginx sluice}"
 [[ -z "${BASE_BIN:-}" ]] || TARGETS+=(base)
 log "machine: $(nproc) CPUs; $STREAMS streams, ttft $STREAM_TTFT, $STREAM_TOKENS tokens x $STREAM_INTER_TOKEN"
@@ -50,7 +50,7 @@ for t in "${TARGETS[@]}"; do
       pids=$SLUICE_PID
       ;;
   esac
-  "$TMP/streams" --port "$port" --path "$CHAT_PATH" --n "$STREAMS" --key "$KEY" --max-tokens "$STREAM_TOKENS" \
+  "$STREAM_CLIENT" --port "$port" --path "$CHAT_PATH" --n "$STREAMS" --key "$KEY" --max-tokens "$STREAM_TOKENS" \
     --timeout-ms 120000 --rss-pid "$pids" --label "$t"
   stop_all
 done
