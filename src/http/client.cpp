@@ -454,6 +454,9 @@ class ClientImpl final : public Client {
       beast::error_code oec;
       if (low.socket().is_open()) low.socket().close(oec);
       low.socket().open(ep.protocol(), oec);
+      // Non-blocking before the connect: Asio then skips its own ioctl, and the direct
+      // writes find it set (one ioctl per connection instead of two).
+      if (!oec) low.socket().non_blocking(true, oec);
       if (oec) {
         cec = oec;
         if (local_resource_error(oec)) break;

@@ -56,7 +56,9 @@ class Exchange {
   // A complete reply. Returns false when the client is gone.
   virtual boost::asio::awaitable<bool> reply(Response r) = 0;
 
-  // A streamed reply (chunked transfer encoding). Write the head once, then chunks.
+  // A streamed reply (chunked transfer encoding). Begin once, then chunks. The head goes
+  // out with the first chunk (or the end), in one write: begin_stream writes nothing, and
+  // a client that left is seen by the write after it.
   virtual boost::asio::awaitable<bool> begin_stream(int status, std::string_view content_type,
                                                     const HeaderList& headers) = 0;
   virtual boost::asio::awaitable<bool> write_chunk(std::string_view data) = 0;
