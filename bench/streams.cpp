@@ -99,14 +99,19 @@ Args parse_args(int argc, char** argv) {
   return a;
 }
 
+// /proc/PID/WHAT, open for reading (null when it is not).
+FILE* proc_file(int pid, const char* what) {
+  char name[64];
+  std::snprintf(name, sizeof name, "/proc/%d/%s", pid, what);
+  return std::fopen(name, "r");
+}
+
 // Sum of VmRSS (kB) over the pids; -1 when one is unreadable.
 long rss_kb(const std::vector<int>& pids) {
   if (pids.empty()) return -1;
   long sum = 0;
   for (int pid : pids) {
-    char name[64];
-    std::snprintf(name, sizeof name, "/proc/%d/status", pid);
-    FILE* f = std::fopen(name, "r");
+    FILE* f = proc_file(pid, "status");
     if (!f) return -1;
     char line[256];
     long kb = -1;
@@ -130,9 +135,7 @@ double pids_cpu_ms(const std::vector<int>& pids) {
   const double tick_ms = 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
   double sum = 0;
   for (int pid : pids) {
-    char name[64];
-    std::snprintf(name, sizeof name, "/proc/%d/stat", pid);
-    FILE* f = std::fopen(name, "r");
+    FILE* f = proc_file(pid, "stat");
     if (!f) return -1;
     char buf[1024];
     const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
