@@ -633,6 +633,7 @@ awaitable<void> run_session(Worker& w, tcp::socket sock, tcp::endpoint peer) {
   s.stream.socket().non_blocking(true, opt_ec);
 
   bool serve = true;  // false: the TLS handshake failed
+  bool peer_closed = false;  // the client closed between requests (its EOF was read)
   try {
     bool first = true;
     if (auto ctx = w.server.tls()) serve = co_await accept_tls(s, ctx);
@@ -646,7 +647,10 @@ awaitable<void> run_session(Worker& w, tcp::socket sock, tcp::endpoint peer) {
         w.idle_push(&s);
         auto [ec, n] = co_await s.stream.async_read_some(s.buffer.prepare(4096), nothrow);
         w.idle_remove(&s);
-        if (ec || n == 0) break;
+        if (ec || n == 0) {
+          peer_closed = ec == net::error::eof;
+          break;
+        }
         s.buffer.commit(n);
       }
       first = false;
@@ -745,7 +749,9 @@ awaitable<void> run_session(Worker& w, tcp::socket sock, tcp::endpoint peer) {
     if (!s.stream.socket().non_blocking()) s.stream.socket().non_blocking(true, ignored);
     s.stream.tls()->shutdown(ignored);
   }
-  s.stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  // (A client that closed first needs no FIN before the close: the close sends it, and
+  // the shutdown would only fail with ENOTCONN.)
+  if (!peer_closed) s.stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
   s.stream.close();
 }
 
