@@ -128,7 +128,7 @@ awaitable<void> WorkerHandler::follow(http::Exchange& ex, Context& ctx, const ll
     if (!ex.started()) {
       if (!co_await ex.begin_stream(200, "text/event-stream", h)) co_return false;
     }
-    co_return data.empty() || co_await ex.write_chunk(data);
+    co_return co_await ex.write_chunk(data);  // (empty: the head goes out now)
   };
   static constexpr std::string_view kDone = "data: [DONE]\n\n";
   bool done_held = false;

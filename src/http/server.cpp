@@ -257,17 +257,16 @@ class ExchangeImpl final : public Exchange {
 
   awaitable<bool> write_chunk(std::string_view data) override {
     if (failed_) co_return false;
-    if (data.empty() || head_only_) co_return co_await flush_head();
+    if (data.empty() || head_only_) co_return co_await write_head_and(std::array<net::const_buffer, 0>{});
     if (http10_) {
       // HTTP/1.0 has no chunked coding: the body is the raw data, ended by closing.
-      std::array<net::const_buffer, 2> raw{net::buffer(head_), net::buffer(data.data(), data.size())};
-      co_return co_await write_head_and(raw);
+      co_return co_await write_head_and(std::array<net::const_buffer, 1>{net::buffer(data.data(), data.size())});
     }
     char size_line[24];
     const int len = std::snprintf(size_line, sizeof size_line, "%zx\r\n", data.size());
-    std::array<net::const_buffer, 4> bufs{net::buffer(head_), net::buffer(size_line, static_cast<std::size_t>(len)),
-                                          net::buffer(data.data(), data.size()), net::buffer("\r\n", 2)};
-    co_return co_await write_head_and(bufs);
+    co_return co_await write_head_and(std::array<net::const_buffer, 3>{
+        net::buffer(size_line, static_cast<std::size_t>(len)), net::buffer(data.data(), data.size()),
+        net::buffer("\r\n", 2)});
   }
 
   awaitable<bool> end_stream() override {
@@ -275,27 +274,33 @@ class ExchangeImpl final : public Exchange {
     if (http10_ || head_only_) {
       // Nothing more to write: a HEAD has no body; an HTTP/1.0 body ends when the
       // connection closes (format_head turned keep-alive off, so the session closes it now).
-      finished_ = co_await flush_head();
+      finished_ = co_await write_head_and(std::array<net::const_buffer, 0>{});
       co_return finished_;
     }
-    std::array<net::const_buffer, 2> bufs{net::buffer(head_), net::buffer("0\r\n\r\n", 5)};
-    finished_ = co_await write_head_and(bufs);
+    finished_ = co_await write_head_and(std::array<net::const_buffer, 1>{net::buffer("0\r\n\r\n", 5)});
     co_return finished_;
   }
 
-  // Writes `bufs`, whose first buffer is the head still to send (empty once sent).
-  template <class Buffers>
-  awaitable<bool> write_head_and(const Buffers& bufs) {
-    auto ec = co_await detail::write_all(s_.stream, bufs, write_timeout_);
-    std::string().swap(head_);  // (its memory too: a stream may last minutes)
+  // A stream's head not written yet (begin_stream keeps it for the first write).
+  bool head_pending() const { return !head_.empty(); }
+
+  // Writes `rest`, after the head when it has not gone yet. (No empty buffer is passed:
+  // over TLS, Beast's flat_stream writes 0 bytes of a sequence that starts with one and
+  // whose next buffer is over 16 KiB, and async_write takes that for done.)
+  template <std::size_t N>
+  awaitable<bool> write_head_and(const std::array<net::const_buffer, N>& rest) {
+    boost::system::error_code ec;
+    if (!head_.empty()) {
+      std::array<net::const_buffer, N + 1> bufs;
+      bufs[0] = net::buffer(head_);
+      std::copy(rest.begin(), rest.end(), bufs.begin() + 1);
+      ec = co_await detail::write_all(s_.stream, bufs, write_timeout_);
+      std::string().swap(head_);  // (its memory too: a stream may last minutes)
+    } else if constexpr (N > 0) {
+      ec = co_await detail::write_all(s_.stream, rest, write_timeout_);
+    }
     failed_ = !!ec;
     co_return !ec;
-  }
-
-  awaitable<bool> flush_head() {
-    if (head_.empty()) co_return true;
-    std::array<net::const_buffer, 1> bufs{net::buffer(head_)};
-    co_return co_await write_head_and(bufs);
   }
 
   awaitable<void> wait_client_gone() override {
@@ -727,11 +732,12 @@ awaitable<void> run_session(Worker& w, tcp::socket sock, tcp::endpoint peer) {
         std::cerr << "sluice: handler error: " << e.what() << "\n";
         threw = true;
       }
+      // (A stream begun whose head has not gone yet has sent nothing: it can still be a 500.)
       if (threw) {
-        if (!ex.started()) co_await write_local(s, 500, "internal error", head_only);
+        if (!ex.started() || ex.head_pending()) co_await write_local(s, 500, "internal error", head_only);
         break;
       }
-      if (!ex.started()) {
+      if (!ex.started() || ex.head_pending()) {
         // The handler gave up because the client left: nobody to answer.
         if (!ex.client_gone()) co_await write_local(s, 500, "handler produced no response", head_only);
         break;
@@ -749,8 +755,8 @@ awaitable<void> run_session(Worker& w, tcp::socket sock, tcp::endpoint peer) {
     if (!s.stream.socket().non_blocking()) s.stream.socket().non_blocking(true, ignored);
     s.stream.tls()->shutdown(ignored);
   }
-  // (A client that closed first needs no FIN before the close: the close sends it, and
-  // the shutdown would only fail with ENOTCONN.)
+  // (A client that closed first needs no shutdown before the close: the close sends the
+  // FIN just as well.)
   if (!peer_closed) s.stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
   s.stream.close();
 }

@@ -89,7 +89,8 @@ class Exchange {
   // nothing more is written on it.
   virtual void abort() = 0;
 
-  // True once any byte of the response went out: from then on nothing may be retried.
+  // True once a reply or a stream was begun (a stream's head goes out with its first
+  // write): from then on nothing may be retried.
   virtual bool started() const = 0;
 };
 
