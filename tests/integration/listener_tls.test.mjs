@@ -12,7 +12,7 @@ import tls from 'node:tls';
 import { promisify } from 'node:util';
 
 import {
-  BIN, KEY, REPO, keysAll, rawRequest, startGateway, tempDir, toYaml, waitFor, withTimeout,
+  BIN, KEY, REPO, keysAll, rawRequest, startGateway, startRecorder, tempDir, toYaml, waitFor, withTimeout,
 } from './lib.mjs';
 
 const run = promisify(execFile);
@@ -442,4 +442,79 @@ describe('TLS settings that do not do', () => {
     assert.match(locked.err, /cannot use the private key \(it must be unencrypted PEM\)/);
     assert.doesNotMatch(locked.err, /pass phrase/);
   });
+});
+
+describe('large stream writes over TLS', () => {
+  let gw;
+  let rec;
+  const BIG = 'y'.repeat(40000);
+
+  before(async () => {
+    // An upstream whose stream sends a small event, then (once the client has its head
+    // and first frame) one event far over a TLS record's 16 KiB.
+    rec = await startRecorder((req, res, json) => {
+      if (!json?.stream) return false;
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const chunk = (delta, finish = null) =>
+        `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+      res.write(chunk({ role: 'assistant', content: 'first ' }));
+      setTimeout(() => {
+        res.write(chunk({ content: BIG }));
+        res.write(chunk({}, 'stop'));
+        res.end('data: [DONE]\n\n');
+      }, 100);
+      return true;
+    });
+    const files = servingFiles('large');
+    install(files, pki.server);
+    gw = await startGateway({
+      keys: keysAll(),
+      models: [{ alias: 'big', provider: 'openai', base_url: `${rec.url}/v1`, model: 'x' }],
+      tls: { ...files, check_interval: '0s' },
+    });
+  });
+  after(async () => {
+    await gw?.stop();
+    await rec?.close();
+  });
+
+  // Regression: with the head already sent, a write over 16 KiB that began with an empty
+  // buffer went out as 0 bytes (Beast's TLS stream flattens the first buffers into one
+  // record) and was taken for done: the frame was lost.
+  for (const version of ['1.0', '1.1']) {
+    test(`an HTTP/${version} client gets a 40 KB frame that follows the first one whole`, async () => {
+      const body = JSON.stringify({ model: 'big', messages: [{ role: 'user', content: 'x' }], stream: true });
+      const ca = fs.readFileSync(pki.ca.crt);
+      const raw = await withTimeout(new Promise((resolve, reject) => {
+        const parts = [];
+        const s = tls.connect({ host: '127.0.0.1', port: gw.port, ca }, () => {
+          s.write(`POST /v1/chat/completions HTTP/${version}\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\n` +
+            `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+        });
+        s.on('data', (d) => parts.push(d));
+        s.on('end', () => resolve(Buffer.concat(parts).toString('utf8')));
+        s.on('error', reject);
+      }), 10000, 'the whole stream');
+      const at = raw.indexOf('\r\n\r\n');
+      assert.match(raw, new RegExp(`^HTTP/${version.replace('.', '\\.')} 200 `), raw.slice(0, 300));
+      let rest = raw.slice(at + 4);
+      if (version === '1.1') {
+        // Undo the chunked coding.
+        let plain = '';
+        for (;;) {
+          const eol = rest.indexOf('\r\n');
+          const size = parseInt(rest.slice(0, eol), 16);
+          if (!size) break;
+          plain += rest.slice(eol + 2, eol + 2 + size);
+          rest = rest.slice(eol + 2 + size + 2);
+        }
+        rest = plain;
+      }
+      const datas = rest.split('\n').filter((l) => l.startsWith('data: ')).map((l) => l.slice(6));
+      assert.equal(datas.at(-1), '[DONE]');
+      const text = datas.slice(0, -1).map((d) => JSON.parse(d).choices?.[0]?.delta?.content ?? '').join('');
+      assert.equal(text.length, 'first '.length + BIG.length);
+      assert.equal(text, `first ${BIG}`);
+    });
+  }
 });
