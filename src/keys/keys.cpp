@@ -1,8 +1,14 @@
 #include "keys/keys.hpp"
 
-#include <openssl/evp.h>
+// SHA256_Init/Update/Final: deprecated in OpenSSL 3 for EVP, which cannot copy a digest
+// state without an allocation before 3.1 (EVP_MD_CTX_copy_ex duplicates the provider's
+// context); the key's HMAC needs exactly that copy, per request.
+#define OPENSSL_SUPPRESS_DEPRECATED
+#include <openssl/crypto.h>
 #include <openssl/rand.h>
+#include <openssl/sha.h>
 
+#include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <unordered_set>
@@ -13,31 +19,6 @@ namespace sluice::keys {
 
 namespace {
 
-// One digest context per thread, reused (no allocation per lookup).
-struct Ctx {
-  EVP_MD_CTX* p = EVP_MD_CTX_new();
-  ~Ctx() { EVP_MD_CTX_free(p); }
-};
-
-// SHA-256 fetched once: EVP_sha256() makes every EVP_DigestInit_ex look the algorithm up
-// in the provider store again (a lock and a property query per call: libcrypto's share of
-// the gateway's samples in bench/profile.sh went from 2.1 % to 1.1 % without it).
-const EVP_MD* sha256_md() noexcept {
-  static const EVP_MD* md = [] {
-    const EVP_MD* fetched = EVP_MD_fetch(nullptr, "SHA256", nullptr);
-    return fetched ? fetched : EVP_sha256();
-  }();
-  return md;
-}
-
-void sha256(EVP_MD_CTX* c, std::string_view a, std::string_view b, unsigned char* out) noexcept {
-  unsigned int len = 0;
-  EVP_DigestInit_ex(c, sha256_md(), nullptr);
-  EVP_DigestUpdate(c, a.data(), a.size());
-  EVP_DigestUpdate(c, b.data(), b.size());
-  EVP_DigestFinal_ex(c, out, &len);
-}
-
 std::string_view bytes(const auto& a) { return {reinterpret_cast<const char*>(a.data()), a.size()}; }
 
 }  // namespace
@@ -47,23 +28,39 @@ Hasher::Hasher(std::string_view server_key) {
   if (server_key.empty()) {
     if (RAND_bytes(k.data(), 32) != 1) throw std::runtime_error("keys: no random bytes for the key hash");
   } else if (server_key.size() > k.size()) {  // HMAC: a long key is hashed first
-    Ctx c;
-    sha256(c.p, server_key, {}, k.data());
+    SHA256(reinterpret_cast<const unsigned char*>(server_key.data()), server_key.size(), k.data());
   } else {
     __builtin_memcpy(k.data(), server_key.data(), server_key.size());
   }
+  std::array<unsigned char, 64> ipad{}, opad{};
   for (std::size_t i = 0; i < k.size(); ++i) {
-    ipad_[i] = k[i] ^ 0x36;
-    opad_[i] = k[i] ^ 0x5c;
+    ipad[i] = k[i] ^ 0x36;
+    opad[i] = k[i] ^ 0x5c;
   }
+  static_assert(sizeof(SHA256_CTX) <= sizeof(State) && alignof(SHA256_CTX) <= alignof(State));
+  SHA256_CTX c;
+  SHA256_Init(&c);
+  SHA256_Update(&c, ipad.data(), ipad.size());
+  std::memcpy(inner_.bytes, &c, sizeof c);
+  SHA256_Init(&c);
+  SHA256_Update(&c, opad.data(), opad.size());
+  std::memcpy(outer_.bytes, &c, sizeof c);
+  OPENSSL_cleanse(&c, sizeof c);
+  OPENSSL_cleanse(k.data(), k.size());
+  OPENSSL_cleanse(ipad.data(), ipad.size());
+  OPENSSL_cleanse(opad.data(), opad.size());
 }
 
 Digest Hasher::digest(std::string_view secret) const noexcept {
-  thread_local Ctx c;
+  SHA256_CTX c;
   std::array<unsigned char, 32> inner{};
   Digest d{};
-  sha256(c.p, bytes(ipad_), secret, inner.data());
-  sha256(c.p, bytes(opad_), bytes(inner), d.data());
+  std::memcpy(&c, inner_.bytes, sizeof c);
+  SHA256_Update(&c, secret.data(), secret.size());
+  SHA256_Final(inner.data(), &c);
+  std::memcpy(&c, outer_.bytes, sizeof c);
+  SHA256_Update(&c, inner.data(), inner.size());
+  SHA256_Final(d.data(), &c);
   return d;
 }
 

@@ -32,7 +32,13 @@ class Hasher {
   std::string hex(std::string_view secret) const;
 
  private:
-  std::array<unsigned char, 64> ipad_{}, opad_{};
+  // SHA-256's state after the key's inner and outer pads (a block each): each digest
+  // starts from copies of them and compresses 2 blocks instead of 4. (libcrypto's
+  // SHA256_CTX, 112 bytes, kept opaque here: keys.cpp checks the size.)
+  struct alignas(8) State {
+    unsigned char bytes[112];
+  };
+  State inner_{}, outer_{};
 };
 
 // Lower-case hex (64 characters) to a digest; false if it is not one.
