@@ -17,6 +17,10 @@
 //   redirect    302 to another host
 //   hang        reads the request, never answers
 //   error_text  a 500 whose body is raw text (no JSON), with secrets-like content
+//   late_extra  the answer, then `delayMs` later (the connection idle in the pool) bytes
+//               of a second, unasked answer carrying the marker "INJECTED"
+//   close_idle  the answer, then `delayMs` later the connection closed (as a server's
+//               keep-alive timeout does)
 //   split_end   a chunked answer with an empty body (JSON or SSE head) whose last chunk
 //               comes in three writes, "0\r\n", "\r", "\n", `delayMs` apart
 import net from 'node:net';
@@ -102,6 +106,18 @@ export async function startHostile({ mode = 'ok', intervalMs = 5, burst = 1, eve
         );
         return true;
       }
+      case 'late_extra': {
+        sock.write(stream ? sseWhole() : whole());
+        const injected = completion(model, 'INJECTED');
+        setTimeout(() => sock.destroyed || sock.write(
+          head(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(injected) }) + injected,
+        ), state.delayMs);
+        return true;
+      }
+      case 'close_idle':
+        sock.write(stream ? sseWhole() : whole());
+        setTimeout(() => sock.end(), state.delayMs);
+        return true;
       case 'endless': {
         sock.write(sseHead);
         let i = 0;

@@ -76,7 +76,65 @@ describe('the upstream pool never mixes answers', () => {
       assert.equal(textOf(b), `answer for two-${stream}`);
       assert.doesNotMatch(b.text, /INJECTED/);
     });
+
+    test(`bytes that come while a connection idles in the pool never reach the next request (${stream ? 'streamed' : 'whole'})`, async () => {
+      up.setMode('late_extra', { delayMs: 100 });
+      const before = up.state.connections;
+      const a = await ask(`first-${stream}`, { stream });
+      assert.equal(textOf(a), `answer for first-${stream}`);
+      await new Promise((r) => setTimeout(r, 400)); // the unasked bytes arrive meanwhile
+      up.setMode('ok');
+      const b = await ask(`second-${stream}`, { key: KEY_B, stream });
+      assert.equal(b.status, 200, b.text);
+      assert.equal(textOf(b), `answer for second-${stream}`);
+      assert.doesNotMatch(b.text, /INJECTED/);
+      assert.ok(up.state.connections > before, 'the dirty connection was left, a new one made');
+    });
+
+    test(`a pooled connection the upstream closed is not used again (${stream ? 'streamed' : 'whole'})`, async () => {
+      up.setMode('close_idle', { delayMs: 50 });
+      const a = await ask(`early-${stream}`, { stream });
+      assert.equal(textOf(a), `answer for early-${stream}`);
+      await new Promise((r) => setTimeout(r, 300)); // closed meanwhile
+      up.setMode('ok');
+      const requests = up.state.requests.length;
+      const b = await ask(`late-${stream}`, { stream });
+      assert.equal(b.status, 200, b.text);
+      assert.equal(textOf(b), `answer for late-${stream}`);
+      // Sent once: on a new connection, not first on the closed one.
+      assert.equal(up.state.requests.length, requests + 1);
+    });
   }
+
+  test('a reused connection whose answer is slow to come keeps the stream alive with heartbeats', async () => {
+    const hb = await startGateway({
+      workers: 1,
+      keys: keysAll(),
+      timeouts: { first_token: '3s', idle: '3s', total: '5s', heartbeat: '100ms' },
+      models: [{ alias: 'h', provider: 'openai', base_url: `${up.url}/v1`, model: 'h' }],
+    });
+    try {
+      up.setMode('ok');
+      const ask1 = (marker) => request(`${hb.url}/v1/chat/completions`, {
+        method: 'POST', key: KEY, body: { model: 'h', messages: [{ role: 'user', content: marker }], stream: true },
+      });
+      const a = await ask1('pooled');
+      assert.equal(textOf(a), 'answer for pooled');
+      const connections = up.state.connections;
+      up.setMode('slow', { delayMs: 700 });
+      const b = await ask1('slow-on-reuse');
+      assert.equal(b.status, 200, b.text);
+      assert.match(b.text, /^: keep-alive$/m, 'heartbeats while the answer was awaited');
+      assert.equal(textOf(b), 'answer for slow-on-reuse');
+      assert.equal(up.state.connections, connections, 'the pooled connection was reused');
+      up.setMode('ok');
+      const c = await ask1('after');
+      assert.equal(textOf(c), 'answer for after');
+    } finally {
+      up.setMode('ok');
+      await hb.stop();
+    }
+  });
 });
 
 describe('a misbehaving upstream ends the request cleanly', () => {
