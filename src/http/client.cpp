@@ -77,7 +77,9 @@ struct Conn {
 
   // One parser operation (`op(token)`, the token bound to the waker's cancellation) until
   // it completes or `deadline` passes; `quiet`, if given, is served on the way. Returns the
-  // operation's error, or beast::error::timeout.
+  // operation's error, or beast::error::timeout. On a connection taken from the pool, the
+  // read kept pending there is awaited first (its bytes then go to the parser's buffer; one
+  // that a heartbeat interrupted is over, like any read interrupted here).
   template <class Op>
   awaitable<beast::error_code> timed(Clock::time_point deadline, Quiet* quiet, Op op) {
     if (!waker) waker = std::make_shared<Waker>(lowest().get_executor());
@@ -90,7 +92,10 @@ struct Conn {
         w->fired = true;
         w->signal.emit(net::cancellation_type::terminal);
       });
-      auto [ec, n] = co_await op(net::bind_cancellation_slot(waker->signal.slot(), nothrow));
+      beast::error_code ec;
+      // The pool's read first, when the connection comes from there (see IdleRead).
+      if (idle_read) std::tie(ec, std::ignore) = co_await await_idle_read(net::bind_cancellation_slot(waker->signal.slot(), nothrow));
+      if (!ec) std::tie(ec, std::ignore) = co_await op(net::bind_cancellation_slot(waker->signal.slot(), nothrow));
       const bool fired = waker->fired;
       waker->timer.cancel();
       if (!fired || ec != net::error::operation_aborted) co_return ec;
@@ -101,8 +106,6 @@ struct Conn {
     }
   }
 
-  // A read started in the pool and not awaited yet (it may have completed).
-  bool idle_read_pending() const { return idle_read != nullptr; }
   // Whether the pool's read still waits: nothing came while the connection idled.
   bool idle_and_quiet() const { return idle_read && !idle_read->done; }
 
@@ -448,18 +451,11 @@ class ClientImpl final : public Client {
     return p;
   }
 
-  // Reads the head of the answer; on a connection from the pool, its idle read first (an
-  // idle read that a heartbeat interrupted is over: the head is then read as usual).
   static awaitable<beast::error_code> read_head(Conn& c, Parser& p, Clock::time_point deadline, Quiet* quiet) {
-    auto op = [&c, &p](auto token) {
-      if (c.idle_read_pending()) return c.await_idle_read(token);
+    return c.timed(deadline, quiet, [&c, &p](auto token) {
       return c.plain ? bhttp::async_read_header(*c.plain, c.buffer, p, token)
                      : bhttp::async_read_header(*c.tls, c.buffer, p, token);
-    };
-    const bool idle = c.idle_read_pending();
-    auto ec = co_await c.timed(deadline, quiet, op);
-    if (!ec && idle) ec = co_await c.timed(deadline, quiet, op);  // (the parser has not seen its bytes yet)
-    co_return ec;
+    });
   }
 
   std::unique_ptr<Conn> take_idle(const std::string& key) {
