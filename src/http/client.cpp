@@ -40,30 +40,6 @@ struct Waker {
   bool fired = false;
 };
 
-// A read kept pending on an idle pooled plain connection: it is the pool's check and the
-// next answer's first read at once. While the connection idles, whatever completes it
-// (the server's close, an error, bytes never asked for) makes the connection unusable;
-// once the connection is taken and a request written on it, the same read receives the
-// answer. (Without it, a reuse costs a peek before the request and a read tried in vain
-// after it, both failing system calls.) Shared by the connection and the read's handler;
-// the connection lets go of it when it starts awaiting it, so that an awaiting exchange
-// is owned by the pending read alone (no cycle if the loop is destroyed with it pending).
-struct IdleRead {
-  // The exchange awaiting the read, once the connection was taken (type-erased: Boost
-  // 1.81 has no any_completion_handler).
-  struct Waiter {
-    virtual ~Waiter() = default;
-    virtual void complete(beast::error_code ec, std::size_t n) = 0;
-  };
-  std::unique_ptr<Waiter> waiter;
-  bool done = false;  // completed with nobody awaiting it: ec and n kept
-  beast::error_code ec;
-  std::size_t n = 0;
-};
-
-// The room the idle read reads into (an answer's head, usually all of a small answer).
-constexpr std::size_t kIdleReadSize = 4096;
-
 struct Conn {
   std::string pool_key;
   std::unique_ptr<PlainStream> plain;
@@ -71,15 +47,12 @@ struct Conn {
   beast::flat_buffer buffer;
   Clock::time_point idle_since{};
   std::shared_ptr<Waker> waker;
-  std::shared_ptr<IdleRead> idle_read;  // the read started when it went back to the pool (plain only)
 
   beast::tcp_stream& lowest() { return plain ? *plain : beast::get_lowest_layer(*tls); }
 
   // One parser operation (`op(token)`, the token bound to the waker's cancellation) until
   // it completes or `deadline` passes; `quiet`, if given, is served on the way. Returns the
-  // operation's error, or beast::error::timeout. On a connection taken from the pool, the
-  // read kept pending there is awaited first (its bytes then go to the parser's buffer; one
-  // that a heartbeat interrupted is over, like any read interrupted here).
+  // operation's error, or beast::error::timeout.
   template <class Op>
   awaitable<beast::error_code> timed(Clock::time_point deadline, Quiet* quiet, Op op) {
     if (!waker) waker = std::make_shared<Waker>(lowest().get_executor());
@@ -92,74 +65,21 @@ struct Conn {
         w->fired = true;
         w->signal.emit(net::cancellation_type::terminal);
       });
-      beast::error_code ec;
-      // The pool's read first, when the connection comes from there (see IdleRead).
-      if (idle_read) std::tie(ec, std::ignore) = co_await await_idle_read(net::bind_cancellation_slot(waker->signal.slot(), nothrow));
-      if (!ec) std::tie(ec, std::ignore) = co_await op(net::bind_cancellation_slot(waker->signal.slot(), nothrow));
+      auto [ec, n] = co_await op(net::bind_cancellation_slot(waker->signal.slot(), nothrow));
       const bool fired = waker->fired;
       waker->timer.cancel();
+      // A timer that fired in the same turn as the operation completed has its handler
+      // queued still: it must not emit into the slot, whose handler (the finished
+      // operation's, which Asio leaves there) refers to this connection's socket, gone by
+      // then if the connection was dropped.
+      ++waker->armed;
+      waker->signal.slot().clear();
       if (!fired || ec != net::error::operation_aborted) co_return ec;
       // The read was only interrupted: it consumed nothing (the parser and buffer hold
       // what they held), so it can go on.
       if (!for_quiet || Clock::now() >= deadline) co_return beast::error::timeout;
       if (!co_await quiet->on_quiet()) co_return net::error::operation_aborted;
     }
-  }
-
-  // Whether the pool's read still waits: nothing came while the connection idled.
-  bool idle_and_quiet() const { return idle_read && !idle_read->done; }
-
-  // Starts the idle read (see IdleRead) on a plain connection going back to the pool.
-  void start_idle_read() {
-    auto r = std::make_shared<IdleRead>();
-    idle_read = r;
-    plain->socket().async_read_some(buffer.prepare(kIdleReadSize), [r](const beast::error_code& ec, std::size_t n) {
-      if (auto w = std::move(r->waiter)) {
-        w->complete(ec, n);
-      } else {
-        r->done = true;
-        r->ec = ec;
-        r->n = n;
-      }
-    });
-  }
-
-  // Awaits the idle read of a connection taken from the pool (the request written): its
-  // bytes committed to `buffer`. `token`'s cancellation cancels the socket's operations.
-  template <class Token>
-  auto await_idle_read(Token&& token) {
-    return net::async_initiate<Token, void(beast::error_code, std::size_t)>(
-        [this](auto handler) {
-          using Handler = decltype(handler);
-          struct Impl final : IdleRead::Waiter {
-            Impl(Handler h, Conn& c) : h(std::move(h)), c(c) {}
-            void complete(beast::error_code ec, std::size_t n) override {
-              auto slot = net::get_associated_cancellation_slot(h);
-              if (slot.is_connected()) slot.clear();
-              if (!ec) c.buffer.commit(n);
-              auto ex = net::get_associated_executor(h, c.plain->get_executor());
-              net::dispatch(ex, [h = std::move(h), ec, n]() mutable { std::move(h)(ec, n); });
-            }
-            Handler h;
-            Conn& c;
-          };
-          auto r = std::move(idle_read);
-          if (r->done) {  // completed before it was awaited (while the request was written)
-            if (!r->ec) buffer.commit(r->n);
-            auto ex = net::get_associated_executor(handler, plain->get_executor());
-            net::post(ex, [h = std::move(handler), ec = r->ec, n = r->n]() mutable { std::move(h)(ec, n); });
-            return;
-          }
-          auto slot = net::get_associated_cancellation_slot(handler);
-          if (slot.is_connected()) {
-            slot.assign([sock = &plain->socket()](net::cancellation_type) {
-              beast::error_code ignored;
-              sock->cancel(ignored);
-            });
-          }
-          r->waiter = std::make_unique<Impl>(std::move(handler), *this);
-        },
-        token);
   }
 
   // An idle pooled connection the server has closed reads EOF without blocking; one with
@@ -351,7 +271,6 @@ class ClientImpl final : public Client {
     if (static_cast<int>(idle.size()) >= max_idle_) return;  // closes it
     c->lowest().expires_never();
     c->idle_since = std::chrono::steady_clock::now();
-    if (c->plain) c->start_idle_read();
     idle.push_back(std::move(c));
   }
 
@@ -465,12 +384,11 @@ class ClientImpl final : public Client {
     while (!v.empty()) {
       auto c = std::move(v.back());
       v.pop_back();
-      // Every reuse is checked: a connection the server closed is dropped, and so is one on
-      // which bytes arrived while it was idle — never asked for, they would be read as the
-      // next request's answer. A plain one is checked by its idle read (still pending: nothing
-      // came), one over TLS by a non-blocking peek. A request that still meets a closed
-      // connection is retried once on a fresh one (see send()).
-      if (c->buffer.size() == 0 && (c->plain ? c->idle_and_quiet() : c->looks_alive())) return c;
+      // Every reuse is checked (one non-blocking peek): a connection the server closed is
+      // dropped, and so is one on which bytes arrived while it was idle — never asked
+      // for, they would be read as the next request's answer. A request that still meets
+      // a closed connection is retried once on a fresh one (see send()).
+      if (c->buffer.size() == 0 && c->looks_alive()) return c;
     }
     return nullptr;
   }
