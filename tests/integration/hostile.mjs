@@ -67,7 +67,7 @@ function chunked(text) {
 }
 
 export async function startHostile({ mode = 'ok', intervalMs = 5, burst = 1, eventBytes = 1 << 20, events = 50, delayMs = 500 } = {}) {
-  const state = { mode, intervalMs, burst, eventBytes, events, delayMs, requests: [], connections: 0, sockets: new Set() };
+  const state = { mode, intervalMs, burst, eventBytes, events, delayMs, requests: [], connections: 0, sockets: new Set(), lateSent: 0, idleClosed: 0 };
 
   function answer(sock, req) {
     const json = req.json;
@@ -109,14 +109,19 @@ export async function startHostile({ mode = 'ok', intervalMs = 5, burst = 1, eve
       case 'late_extra': {
         sock.write(stream ? sseWhole() : whole());
         const injected = completion(model, 'INJECTED');
-        setTimeout(() => sock.destroyed || sock.write(
-          head(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(injected) }) + injected,
-        ), state.delayMs);
+        setTimeout(() => {
+          if (sock.destroyed) return;
+          sock.write(head(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(injected) }) + injected);
+          state.lateSent++;
+        }, state.delayMs);
         return true;
       }
       case 'close_idle':
         sock.write(stream ? sseWhole() : whole());
-        setTimeout(() => sock.end(), state.delayMs);
+        setTimeout(() => {
+          sock.end();
+          state.idleClosed++;
+        }, state.delayMs);
         return true;
       case 'endless': {
         sock.write(sseHead);

@@ -80,9 +80,12 @@ describe('the upstream pool never mixes answers', () => {
     test(`bytes that come while a connection idles in the pool never reach the next request (${stream ? 'streamed' : 'whole'})`, async () => {
       up.setMode('late_extra', { delayMs: 100 });
       const before = up.state.connections;
+      const sent = up.state.lateSent;
       const a = await ask(`first-${stream}`, { stream });
       assert.equal(textOf(a), `answer for first-${stream}`);
-      await new Promise((r) => setTimeout(r, 400)); // the unasked bytes arrive meanwhile
+      // The unasked bytes sent while the connection idles (then a moment to arrive).
+      await waitFor(() => up.state.lateSent > sent, { what: 'the unasked bytes to be sent' });
+      await new Promise((r) => setTimeout(r, 100));
       up.setMode('ok');
       const b = await ask(`second-${stream}`, { key: KEY_B, stream });
       assert.equal(b.status, 200, b.text);
@@ -93,9 +96,12 @@ describe('the upstream pool never mixes answers', () => {
 
     test(`a pooled connection the upstream closed is not used again (${stream ? 'streamed' : 'whole'})`, async () => {
       up.setMode('close_idle', { delayMs: 50 });
+      const closed = up.state.idleClosed;
       const a = await ask(`early-${stream}`, { stream });
       assert.equal(textOf(a), `answer for early-${stream}`);
-      await new Promise((r) => setTimeout(r, 300)); // closed meanwhile
+      // Closed while it idles (then a moment for the close to arrive).
+      await waitFor(() => up.state.idleClosed > closed, { what: 'the upstream to close the connection' });
+      await new Promise((r) => setTimeout(r, 100));
       up.setMode('ok');
       const requests = up.state.requests.length;
       const b = await ask(`late-${stream}`, { stream });
