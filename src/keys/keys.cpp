@@ -12,6 +12,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <unordered_set>
+#include <utility>
 
 #include "common/text.hpp"
 
@@ -38,14 +39,13 @@ Hasher::Hasher(std::string_view server_key) {
     opad[i] = k[i] ^ 0x5c;
   }
   static_assert(sizeof(SHA256_CTX) <= sizeof(State) && alignof(SHA256_CTX) <= alignof(State));
-  SHA256_CTX c;
-  SHA256_Init(&c);
-  SHA256_Update(&c, ipad.data(), ipad.size());
-  std::memcpy(inner_.bytes, &c, sizeof c);
-  SHA256_Init(&c);
-  SHA256_Update(&c, opad.data(), opad.size());
-  std::memcpy(outer_.bytes, &c, sizeof c);
-  OPENSSL_cleanse(&c, sizeof c);
+  for (auto [pad, state] : {std::pair{&ipad, &inner_}, std::pair{&opad, &outer_}}) {
+    SHA256_CTX c;
+    SHA256_Init(&c);
+    SHA256_Update(&c, pad->data(), pad->size());
+    std::memcpy(state->bytes, &c, sizeof c);
+    OPENSSL_cleanse(&c, sizeof c);
+  }
   OPENSSL_cleanse(k.data(), k.size());
   OPENSSL_cleanse(ipad.data(), ipad.size());
   OPENSSL_cleanse(opad.data(), opad.size());

@@ -77,16 +77,22 @@ describe('the upstream pool never mixes answers', () => {
       assert.doesNotMatch(b.text, /INJECTED/);
     });
 
-    test(`bytes that come while a connection idles in the pool never reach the next request (${stream ? 'streamed' : 'whole'})`, async () => {
-      up.setMode('late_extra', { delayMs: 100 });
-      const before = up.state.connections;
-      const sent = up.state.lateSent;
-      const a = await ask(`first-${stream}`, { stream });
-      assert.equal(textOf(a), `answer for first-${stream}`);
-      // The unasked bytes sent while the connection idles (then a moment to arrive).
-      await waitFor(() => up.state.lateSent > sent, { what: 'the unasked bytes to be sent' });
+    // A first answer in `mode`, then the upstream acts on the idle connection (counted in
+    // up.state[counter]: unasked bytes sent, or the connection closed), then a moment for
+    // that to arrive; the upstream answers plainly again after.
+    async function answerThenIdle(mode, counter, marker) {
+      up.setMode(mode, { delayMs: 50 });
+      const acted = up.state[counter];
+      const a = await ask(marker, { stream });
+      assert.equal(textOf(a), `answer for ${marker}`);
+      await waitFor(() => up.state[counter] > acted, { what: `the upstream's ${counter}` });
       await new Promise((r) => setTimeout(r, 100));
       up.setMode('ok');
+    }
+
+    test(`bytes that come while a connection idles in the pool never reach the next request (${stream ? 'streamed' : 'whole'})`, async () => {
+      const before = up.state.connections;
+      await answerThenIdle('late_extra', 'lateSent', `first-${stream}`);
       const b = await ask(`second-${stream}`, { key: KEY_B, stream });
       assert.equal(b.status, 200, b.text);
       assert.equal(textOf(b), `answer for second-${stream}`);
@@ -95,14 +101,7 @@ describe('the upstream pool never mixes answers', () => {
     });
 
     test(`a pooled connection the upstream closed is not used again (${stream ? 'streamed' : 'whole'})`, async () => {
-      up.setMode('close_idle', { delayMs: 50 });
-      const closed = up.state.idleClosed;
-      const a = await ask(`early-${stream}`, { stream });
-      assert.equal(textOf(a), `answer for early-${stream}`);
-      // Closed while it idles (then a moment for the close to arrive).
-      await waitFor(() => up.state.idleClosed > closed, { what: 'the upstream to close the connection' });
-      await new Promise((r) => setTimeout(r, 100));
-      up.setMode('ok');
+      await answerThenIdle('close_idle', 'idleClosed', `early-${stream}`);
       const requests = up.state.requests.length;
       const b = await ask(`late-${stream}`, { stream });
       assert.equal(b.status, 200, b.text);
